@@ -1,0 +1,84 @@
+"""namedschema: named tuples and named array tuples that pickle by value.
+
+Schemas (``NamedTupleSchema``, ``NamedArrayTupleSchema``) are classes made at
+run time, like ``collections.namedtuple``'s, that carry their definition into
+every pickle, so instances load in any process, fresh interpreters included.
+"""
+
+from ._attrdict import AttrDict
+from ._factories import (
+    NamedArrayTupleSchema_like,
+    is_namedarraytuple,
+    is_namedarraytuple_class,
+    is_namedtuple,
+    is_namedtuple_class,
+    namedarraytuple,
+    namedarraytuple_like,
+    namedtuple,
+)
+from ._instance import NamedArrayTuple, NamedTuple
+from ._schema import NamedArrayTupleSchema, NamedTupleSchema
+from .errors import (
+    FieldError,
+    FormatError,
+    NamedSchemaError,
+    SchemaConflictError,
+    SchemaDefinitionError,
+    StructureMismatchError,
+    UnsafeLoadError,
+)
+
+__version__ = "0.1.0"
+
+# Heavier parts load on first use, so ``import namedschema`` costs only the core.
+_LAZY = {
+    "save": "format",
+    "load": "format",
+    "inspect": "format",
+    "patch_rlpyt": "rlpyt_compat",
+    "unpatch_rlpyt": "rlpyt_compat",
+}
+
+
+def __getattr__(name):
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'namedschema' has no attribute {name!r}")
+    from importlib import import_module
+
+    value = getattr(import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY))
+
+
+__all__ = [
+    "AttrDict",
+    "FieldError",
+    "FormatError",
+    "NamedArrayTuple",
+    "NamedArrayTupleSchema",
+    "NamedArrayTupleSchema_like",
+    "NamedSchemaError",
+    "NamedTuple",
+    "NamedTupleSchema",
+    "SchemaConflictError",
+    "SchemaDefinitionError",
+    "StructureMismatchError",
+    "UnsafeLoadError",
+    "is_namedarraytuple",
+    "is_namedarraytuple_class",
+    "is_namedtuple",
+    "is_namedtuple_class",
+    "namedarraytuple",
+    "namedarraytuple_like",
+    "namedtuple",
+    "save",
+    "load",
+    "inspect",
+    "patch_rlpyt",
+    "unpatch_rlpyt",
+]

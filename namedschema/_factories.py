@@ -1,0 +1,145 @@
+"""rlpyt-compatible function API over the schemas (the import-swap surface).
+
+Same names and signatures as ``rlpyt.utils.collections``; every factory returns
+a schema, so whatever it makes pickles by value. The ``is_*`` predicates
+recognise classic classes (stdlib namedtuple, rlpyt's namedarraytuple) and
+schemas alike.
+
+namedtuple                  stdlib signature, returns a NamedTupleSchema
+namedarraytuple             rlpyt signature, returns a NamedArrayTupleSchema
+namedarraytuple_like        array schema with the name and fields of an example
+NamedArrayTupleSchema_like  the same (rlpyt's name for its schema variant)
+is_namedtuple[_class]       named tuple (not array) instance / class
+is_namedarraytuple[_class]  named array tuple instance / class
+"""
+
+from __future__ import annotations
+
+from ._instance import NamedArrayTuple, NamedTuple
+from ._schema import NamedArrayTupleSchema, NamedTupleSchema, _caller_module
+
+__all__ = [
+    "namedtuple", "namedarraytuple", "namedarraytuple_like",
+    "NamedArrayTupleSchema_like", "is_namedtuple", "is_namedarraytuple",
+    "is_namedtuple_class", "is_namedarraytuple_class",
+]
+
+_CLASSIC_NT_ATTRS = ("_fields", "_asdict", "_make", "_replace")
+
+
+def namedtuple(typename, field_names, *, rename=False, defaults=None, module=None):
+    """``collections.namedtuple``'s signature, returning a :class:`NamedTupleSchema`.
+
+    >>> Point = namedtuple('Point', ['x', 'y'])
+    >>> Point(1, y=2)
+    Point(x=1, y=2)
+    """
+    if module is None:
+        module = _caller_module(1)
+    return NamedTupleSchema(typename, field_names, rename=rename,
+                            defaults=defaults, module=module)
+
+
+def namedarraytuple(typename, field_names, return_namedtuple_cls=False,
+                    classname_suffix=False):
+    """rlpyt's ``namedarraytuple``, returning a :class:`NamedArrayTupleSchema`.
+
+    Args:
+        typename: name of the type.
+        field_names: as for ``namedtuple``; ``get`` and ``items`` are refused.
+        return_namedtuple_cls: also return a plain ``NamedTupleSchema`` with
+            the same fields (rlpyt returns the namedtuple base class here).
+        classname_suffix: append ``_nat`` to the array type's name (and
+            ``_nt`` to the plain one's), as rlpyt does.
+
+    >>> Points = namedarraytuple('Points', ['x', 'y'])
+    >>> import numpy as np
+    >>> p = Points(np.array([0, 1]), y=np.array([10, 11]))
+    >>> p[1]
+    Points(x=np.int64(1), y=np.int64(11))
+    """
+    module = _caller_module(1)
+    nt_typename = typename
+    if classname_suffix:
+        nt_typename, typename = typename + "_nt", typename + "_nat"
+    nat = NamedArrayTupleSchema(typename, field_names, module=module)
+    if return_namedtuple_cls:
+        return nat, NamedTupleSchema(nt_typename, nat._fields, module=module)
+    return nat
+
+
+def _is_classic_namedtuple_class(obj) -> bool:
+    return (isinstance(obj, type) and issubclass(obj, tuple) and obj is not tuple
+            and all(hasattr(obj, a) for a in _CLASSIC_NT_ATTRS))
+
+
+def _is_classic_nat_class(obj) -> bool:
+    # rlpyt's namedarraytuple: a namedtuple subclass overriding __getitem__
+    # and adding get()/items().
+    return (_is_classic_namedtuple_class(obj)
+            and obj.__getitem__ is not tuple.__getitem__
+            and hasattr(obj, "get") and hasattr(obj, "items"))
+
+
+def is_namedtuple_class(obj) -> bool:
+    """True for named tuple classes that are not array tuples (classic or schema)."""
+    if isinstance(obj, NamedTupleSchema):
+        return not issubclass(obj, NamedArrayTuple)
+    return _is_classic_namedtuple_class(obj) and not _is_classic_nat_class(obj)
+
+
+def is_namedarraytuple_class(obj) -> bool:
+    """True for named array tuple classes (rlpyt's classic ones or schemas)."""
+    if isinstance(obj, NamedTupleSchema):
+        return issubclass(obj, NamedArrayTuple)
+    return _is_classic_nat_class(obj)
+
+
+def is_namedtuple(obj) -> bool:
+    """True if ``obj`` is a named tuple instance that is not an array tuple."""
+    return is_namedtuple_class(type(obj))
+
+
+def is_namedarraytuple(obj) -> bool:
+    """True if ``obj`` is a named array tuple instance (classic or schema)."""
+    return is_namedarraytuple_class(type(obj))
+
+
+def _name_and_fields(example):
+    """(typename, fields) of a named tuple instance or class, or None."""
+    cls = example if isinstance(example, type) else type(example)
+    if isinstance(cls, NamedTupleSchema) or issubclass(cls, NamedTuple):
+        return cls._typename, cls._fields
+    if _is_classic_namedtuple_class(cls):
+        return cls.__name__, tuple(cls._fields)
+    return None
+
+
+def namedarraytuple_like(namedtuple_or_class, classname_suffix=False):
+    """An array schema with the name and fields of a named tuple instance or class.
+
+    An array-tuple schema instance or class is returned as is (its class);
+    anything else named (stdlib namedtuple, rlpyt's classic types, plain
+    schemas) gets a new :class:`NamedArrayTupleSchema`.
+
+    Raises:
+        TypeError: the input is not a named tuple instance or class.
+    """
+    ntc = namedtuple_or_class
+    cls = ntc if isinstance(ntc, type) else type(ntc)
+    if isinstance(cls, NamedArrayTupleSchema) and "_schema_id" in cls.__dict__:
+        return cls
+    found = _name_and_fields(ntc)
+    if found is None:
+        raise TypeError("namedarraytuple_like: expected a named tuple or named "
+                        f"array tuple instance or class, got {type(ntc).__name__}")
+    typename, fields = found
+    if classname_suffix:
+        typename += "_nat"
+    return NamedArrayTupleSchema(typename, fields, module=cls.__module__
+                                 if isinstance(cls.__module__, str) else None)
+
+
+def NamedArrayTupleSchema_like(example):  # noqa: N802 - rlpyt's name
+    """rlpyt's name for :func:`namedarraytuple_like` (returns a schema)."""
+    return namedarraytuple_like(example)

@@ -1,0 +1,151 @@
+"""Instance behaviour shared by every schema: the two base classes.
+
+NamedTuple        base of every instance a NamedTupleSchema creates
+NamedArrayTuple   base of every instance a NamedArrayTupleSchema creates; adds
+                  indexing and assignment applied to every field at once
+
+Per-schema pieces that must know the field count (``__new__``, ``_make`` and
+the field getters) are generated in ``_schema``; everything here is generic and
+shared, so a schema class adds no per-instance state: instances are plain
+tuples with ``__slots__ = ()``, exactly as large as a namedtuple's.
+"""
+
+from __future__ import annotations
+
+from types import GenericAlias
+
+from .errors import FieldError, field_error_class
+
+__all__ = ["NamedTuple", "NamedArrayTuple"]
+
+_tuple_new = tuple.__new__
+_tuple_getitem = tuple.__getitem__
+
+
+class NamedTuple(tuple):
+    """Base class of all instances made by a ``NamedTupleSchema``.
+
+    Use it in ``isinstance`` checks: ``isinstance(x, NamedTuple)`` is true
+    for instances of every schema, array schemas included.
+    """
+
+    __slots__ = ()
+    _fields: tuple = ()
+    _field_defaults: dict = {}
+    _typename: str = "NamedTuple"
+
+    def _replace(self, /, **kwds):
+        """Return a new instance with the given fields replaced."""
+        result = self._make(map(kwds.pop, self._fields, self))
+        if kwds:
+            raise ValueError(f"{self._typename}._replace: unexpected field "
+                             f"names {list(kwds)!r} (fields: {', '.join(self._fields)})")
+        return result
+
+    def _asdict(self):
+        """Return a new dict mapping field names to their values."""
+        return dict(zip(self._fields, self))
+
+    def __getnewargs__(self):
+        # pickle and copy rebuild instances through ``__new__`` with these.
+        return tuple(self)
+
+    def __repr__(self):
+        return (self.__class__.__name__ + "("
+                + ", ".join([f"{name}={value!r}" for name, value in zip(self._fields, self)])
+                + ")")
+
+    __class_getitem__ = classmethod(GenericAlias)
+
+
+def _locate_read_failure(nat, loc):
+    """Find the field whose indexing fails; return (path, exception)."""
+    for name, value in zip(nat._fields, nat):
+        if value is None:
+            continue
+        try:
+            value[loc]
+        except FieldError as exc:
+            return (name,) + exc.path, exc
+        except Exception as exc:  # noqa: BLE001 - reported with its field below
+            return (name,), exc
+    return None, None
+
+
+class NamedArrayTuple(NamedTuple):
+    """Base class of all instances made by a ``NamedArrayTupleSchema``.
+
+    ``x[loc]`` applies ``loc`` to every field and returns a new instance of the
+    same schema (``None`` fields stay ``None``; nested array tuples recurse).
+    ``x[loc] = value`` writes field by field when ``value`` has the same
+    fields, and otherwise writes ``value`` into every non-``None`` field.
+    ``x.get(i)`` is plain tuple indexing, ``x.items()`` yields
+    ``(name, value)`` pairs and ``'name' in x`` tests field names.
+    """
+
+    __slots__ = ()
+
+    def __getitem__(self, loc):
+        try:
+            return _tuple_new(self.__class__,
+                              [None if v is None else v[loc] for v in self])
+        except Exception as exc:
+            path, cause = _locate_read_failure(self, loc)
+            if path is None:  # not a field's fault (e.g. a failing __new__)
+                raise
+            root = cause.__cause__ if isinstance(cause, FieldError) else cause
+            reason = cause.reason if isinstance(cause, FieldError) else _describe(cause)
+            raise field_error_class(root)(
+                self._typename, path, loc, reason) from root
+
+    def __setitem__(self, loc, value):
+        name = None
+        try:
+            if isinstance(value, tuple) and getattr(value, "_fields", None) == self._fields:
+                for name, s, v in zip(self._fields, self, value):
+                    if s is not None or v is not None:
+                        s[loc] = v
+            else:
+                for name, s in zip(self._fields, self):
+                    if s is not None:
+                        s[loc] = value
+        except Exception as exc:
+            raise _assignment_error(self, name, loc, value, exc) from (
+                exc.__cause__ if isinstance(exc, FieldError) else exc)
+
+    def __contains__(self, key):
+        """True if ``key`` is a field name (like a dict, unlike a tuple)."""
+        return key in self._fields
+
+    def get(self, index):
+        """Plain tuple indexing: the value of field number ``index``."""
+        return _tuple_getitem(self, index)
+
+    def items(self):
+        """Iterate over ``(field_name, value)`` pairs in field order."""
+        return zip(self._fields, self)
+
+
+def _describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _assignment_error(nat, name, loc, value, exc) -> FieldError:
+    """Build the FieldError for a failed ``nat[loc] = value``."""
+    fields = nat._fields
+    index = fields.index(name) if name in fields else 0
+    written = tuple(f for f, s in zip(fields[:index], nat) if s is not None)
+    if isinstance(exc, FieldError):  # a nested array tuple failed inside
+        path = (name,) + exc.path
+        written += tuple(f"{name}.{w}" for w in exc.written)
+        return field_error_class(exc.__cause__ or exc)(
+            nat._typename, path, loc, exc.reason, written, assigning=True)
+    field_value = _tuple_getitem(nat, index) if fields else None
+    if field_value is None:
+        if isinstance(value, tuple) and getattr(value, "_fields", None) == fields:
+            value = _tuple_getitem(value, index)
+        reason = f"the field is None, so it cannot take a {type(value).__name__} value"
+    else:
+        reason = _describe(exc)
+    return field_error_class(exc)(nat._typename, (name,), loc, reason,
+                                  written, assigning=True)

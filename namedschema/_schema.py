@@ -1,0 +1,313 @@
+"""The schema metaclasses: NamedTupleSchema and NamedArrayTupleSchema.
+
+A schema is a class (so ``type(instance) is Schema`` and every namedtuple idiom
+holds) whose metaclass adds three things a namedtuple class lacks:
+
+* a random ``_schema_id`` and a copyreg reducer, so the class pickles by value
+  and unpickles to one class per id in each process (see ``_pickle``);
+* equality and hashing by definition (kind, typename, fields, defaults), so
+  schemas made by separate calls with the same definition compare equal,
+  although, as with namedtuple, each call makes a distinct class;
+* the array semantics of ``NamedArrayTuple`` for ``NamedArrayTupleSchema``.
+
+Hot paths are the same machinery namedtuple uses: a generated ``__new__`` with
+the real signature and C-level ``_tuplegetter`` descriptors for the fields.
+
+NamedTupleSchema        metaclass and factory: ``NamedTupleSchema('P', 'x y')``
+NamedArrayTupleSchema   the same, with indexing applied across fields
+"""
+
+from __future__ import annotations
+
+import copyreg
+import keyword
+import sys
+import uuid
+
+from . import _pickle
+from ._instance import NamedArrayTuple, NamedTuple
+from .errors import SchemaDefinitionError
+
+try:  # CPython's C descriptor, as used by collections.namedtuple
+    from _collections import _tuplegetter
+except ImportError:  # pragma: no cover - other interpreters
+    from operator import itemgetter as _itemgetter
+
+    def _tuplegetter(index, doc):
+        return property(_itemgetter(index), doc=doc)
+
+__all__ = ["NamedTupleSchema", "NamedArrayTupleSchema"]
+
+_tuple_new = tuple.__new__
+_field_docs: dict[int, str] = {}
+
+
+def _field_doc(index: int) -> str:
+    """Docstring of field getter ``index``; shared between schemas to save memory."""
+    doc = _field_docs.get(index)
+    if doc is None:
+        doc = _field_docs[index] = sys.intern(f"Alias for field number {index}")
+    return doc
+
+
+def _caller_module(depth: int) -> str:
+    try:
+        return sys._getframe(depth + 1).f_globals.get("__name__", "__main__")
+    except (AttributeError, ValueError):  # pragma: no cover
+        return "__main__"
+
+
+def _normalize_names(kind, typename, field_names, rename, reserved):
+    """Validate like collections.namedtuple; return (typename, fields)."""
+    if isinstance(field_names, str):
+        field_names = field_names.replace(",", " ").split()
+    field_names = list(map(str, field_names))
+    typename = sys.intern(str(typename))
+
+    if rename:
+        seen = set()
+        for index, name in enumerate(field_names):
+            if (not name.isidentifier() or keyword.iskeyword(name)
+                    or name.startswith("_") or name in seen or name in reserved):
+                field_names[index] = f"_{index}"
+            seen.add(name)
+
+    for name, what in [(typename, "type name")] + [(n, "field name") for n in field_names]:
+        if not name.isidentifier():
+            raise SchemaDefinitionError(
+                f"{kind} {typename!r}: {what} {name!r} is not a valid identifier")
+        if keyword.iskeyword(name):
+            raise SchemaDefinitionError(
+                f"{kind} {typename!r}: {what} {name!r} is a keyword")
+
+    seen = set()
+    for name in field_names:
+        if name.startswith("_") and not rename:
+            raise SchemaDefinitionError(
+                f"{kind} {typename!r}: field name {name!r} starts with an "
+                "underscore (reserved for schema methods such as _fields)")
+        if name in seen:
+            raise SchemaDefinitionError(
+                f"{kind} {typename!r}: duplicate field name {name!r}")
+        if name in reserved:
+            raise SchemaDefinitionError(
+                f"{kind} {typename!r}: field name {name!r} would hide the "
+                f"method {kind}.{name}() that every instance has "
+                f"(reserved: {', '.join(sorted(reserved))})")
+        seen.add(name)
+    return typename, tuple(field_names)
+
+
+def _make_new(typename, fields, defaults):
+    """Generate ``__new__`` with the schema's real signature (fast keyword calls)."""
+    params = ", ".join(fields)
+    values = params + ("," if len(fields) == 1 else "")
+    source = (f"def __new__(_cls{', ' if fields else ''}{params}):\n"
+              f"    return _tuple_new(_cls, ({values}))\n")
+    # Field names are validated identifiers that cannot start with '_', so
+    # they never collide with '_cls' / '_tuple_new'. No builtins are exposed.
+    namespace = {"_tuple_new": _tuple_new, "__builtins__": {},
+                 "__name__": f"namedschema_{typename}"}
+    exec(compile(source, f"<namedschema {typename}.__new__>", "exec"), namespace)
+    new = namespace["__new__"]
+    new.__qualname__ = f"{typename}.__new__"
+    new.__doc__ = f"Create new instance of {typename}({params})"
+    if defaults is not None:
+        new.__defaults__ = defaults
+    return new
+
+
+def _make_make(typename, n_fields):
+    def _make(cls, iterable):
+        """Make a new instance from a sequence or iterable of field values."""
+        result = _tuple_new(cls, iterable)
+        if len(result) != n_fields:
+            raise TypeError(f"{typename}._make: expected {n_fields} values, "
+                            f"got {len(result)}")
+        return result
+    _make.__qualname__ = f"{typename}._make"
+    return classmethod(_make)
+
+
+def _defaults_equal(a: tuple, b: tuple) -> bool:
+    if len(a) != len(b):
+        return False
+    for x, y in zip(a, b):
+        if x is y:
+            continue
+        try:
+            if not bool(x == y):
+                return False
+        except Exception:  # noqa: BLE001 - e.g. arrays: ambiguous truth value
+            return False
+    return True
+
+
+class NamedTupleSchema(type):
+    """A named tuple type that pickles by value.
+
+    ``NamedTupleSchema(typename, field_names, *, rename=False, defaults=None,
+    module=None)`` accepts exactly what ``collections.namedtuple`` accepts and
+    returns a new class, a subclass of ``tuple`` and of
+    :class:`namedschema.NamedTuple`, whose instances behave like namedtuple
+    instances. Unlike a namedtuple class, it (and so its instances) can be
+    pickled anywhere and loaded in a process that never defined it.
+
+    Schemas compare equal, and hash alike, when kind, typename, fields and
+    defaults agree; each call still makes a new class, as namedtuple does.
+
+    Args:
+        typename: name of the new type (a valid identifier).
+        field_names: a sequence of strings, or one string of names separated
+            by spaces and/or commas.
+        rename: replace invalid or duplicate field names by ``_<index>``.
+        defaults: default values for the rightmost fields.
+        module: value for ``__module__`` (defaults to the caller's module).
+
+    Raises:
+        SchemaDefinitionError: (a ValueError) a name is invalid.
+        TypeError: ``defaults`` is not iterable or longer than the fields.
+
+    >>> Point = NamedTupleSchema('Point', 'x y', defaults=(0,))
+    >>> p = Point(1)
+    >>> p
+    Point(x=1, y=0)
+    >>> type(p) is Point, isinstance(p, tuple)
+    (True, True)
+    >>> import pickle; pickle.loads(pickle.dumps(p)) == p
+    True
+
+    .. versionadded:: 0.1.0
+    """
+
+    _instance_base = NamedTuple
+    _reserved: frozenset = frozenset()
+
+    def __new__(mcls, typename, field_names, namespace=None, /, *,
+                rename=False, defaults=None, module=None, **kwargs):
+        if namespace is not None:
+            # A class statement subclassing a schema: ``class P(Schema): ...``.
+            if not isinstance(namespace, dict) or not isinstance(field_names, tuple):
+                raise TypeError(f"{mcls.__name__}() takes 2 positional arguments "
+                                "but 3 were given (rename, defaults and module "
+                                "are keyword-only)")
+            if "_schema_id" in namespace and "_fields" in namespace:
+                # dill rebuilds a class by calling its metaclass with the full
+                # class dict; route that to the registry so ids stay unique.
+                return _pickle.rebuild_schema(
+                    mcls.__name__, namespace["_schema_id"], namespace["_typename"],
+                    namespace["_fields"], tuple(namespace["_field_defaults"].values()),
+                    namespace.get("__module__"))
+            return super().__new__(mcls, typename, field_names, namespace, **kwargs)
+        if kwargs:
+            raise TypeError(f"{mcls.__name__}() got unexpected keyword arguments "
+                            f"{sorted(kwargs)}")
+        if module is None:
+            module = _caller_module(1)
+        return _build(mcls, typename, field_names, rename=rename,
+                      defaults=defaults, module=module)
+
+    def __init__(cls, *args, **kwargs):
+        # Everything happens in __new__; type.__init__ would reject our keywords.
+        pass
+
+    def __setattr__(cls, name, value):
+        type.__setattr__(cls, name, value)
+        if name == "_schema_id" and _pickle.lookup_schema(value) is None:
+            # cloudpickle rebuilds a class as an empty skeleton and then sets
+            # its attributes; register it once it has its id.
+            _pickle.register_schema(cls, value)
+
+    def __eq__(cls, other):
+        if cls is other:
+            return True
+        if not isinstance(other, NamedTupleSchema):
+            return NotImplemented
+        if "_schema_id" not in cls.__dict__ or "_schema_id" not in other.__dict__:
+            return False  # subclasses made by class statements: identity only
+        return (type(cls) is type(other) and cls._typename == other._typename
+                and cls._fields == other._fields
+                and _defaults_equal(tuple(cls._field_defaults.values()),
+                                    tuple(other._field_defaults.values())))
+
+    def __hash__(cls):
+        if "_schema_id" not in cls.__dict__:
+            return type.__hash__(cls)
+        return hash((type(cls).__name__, cls._typename, cls._fields))
+
+
+class NamedArrayTupleSchema(NamedTupleSchema):
+    """A named tuple type whose indexing and assignment act on every field.
+
+    Instances are :class:`namedschema.NamedArrayTuple`: ``x[loc]`` returns a
+    new instance with ``loc`` applied to every field and ``x[loc] = y`` writes
+    into every field (field by field when ``y`` has the same fields). The
+    field names ``get`` and ``items`` are refused, because instances have
+    methods of those names. Otherwise as :class:`NamedTupleSchema`.
+
+    >>> import numpy as np
+    >>> Sample = NamedArrayTupleSchema('Sample', 'obs reward')
+    >>> s = Sample(np.zeros((4, 2)), np.arange(4.0))
+    >>> s[1:3].reward
+    array([1., 2.])
+    >>> s[0] = Sample(np.ones(2), 7.0)
+    >>> s.reward
+    array([7., 1., 2., 3.])
+
+    .. versionadded:: 0.1.0
+    """
+
+    _instance_base = NamedArrayTuple
+    _reserved = frozenset({"get", "items"})
+
+
+def _build(mcls, typename, field_names, *, rename=False, defaults=None,
+           module=None, schema_id=None):
+    """Make, register and return one schema class (also used by unpickling)."""
+    typename, fields = _normalize_names(mcls.__name__, typename, field_names,
+                                        rename, mcls._reserved)
+    field_defaults = {}
+    if defaults is not None:
+        try:
+            defaults = tuple(defaults)
+        except TypeError:
+            raise TypeError(f"{mcls.__name__} {typename!r}: defaults must be an "
+                            f"iterable, got {type(defaults).__name__}") from None
+        if len(defaults) > len(fields):
+            raise TypeError(f"{mcls.__name__} {typename!r}: got {len(defaults)} "
+                            f"default values for {len(fields)} fields")
+        field_defaults = dict(zip(fields[len(fields) - len(defaults):], defaults))
+    if schema_id is None:
+        schema_id = uuid.uuid4().hex
+
+    namespace = {
+        "__doc__": f"{typename}({', '.join(fields)})",
+        "__slots__": (),
+        "__module__": module,
+        "__qualname__": typename,
+        "__new__": _make_new(typename, fields, defaults),
+        "__match_args__": fields,
+        "_fields": fields,
+        "_field_defaults": field_defaults,
+        "_typename": typename,
+        "_schema_id": schema_id,
+        "_make": _make_make(typename, len(fields)),
+    }
+    for index, name in enumerate(fields):
+        namespace[name] = _tuplegetter(index, _field_doc(index))
+    cls = type.__new__(mcls, typename, (mcls._instance_base,), namespace)
+    _pickle.register_schema(cls, schema_id)
+    return cls
+
+
+def _builder(mcls):
+    def build(typename, fields, *, defaults, module, schema_id):
+        return _build(mcls, typename, fields, defaults=defaults, module=module,
+                      schema_id=schema_id)
+    return build
+
+
+for _mcls in (NamedTupleSchema, NamedArrayTupleSchema):
+    _pickle.KINDS[_mcls.__name__] = (_mcls, _builder(_mcls))
+    copyreg.pickle(_mcls, _pickle.reduce_schema)
+del _mcls
