@@ -85,33 +85,28 @@ class NamedArrayTuple(NamedTuple):
 
     __slots__ = ()
 
+    # Schemas with up to ``_codegen.MAX_UNROLLED_FIELDS`` fields get unrolled
+    # versions of these two methods (see ``_codegen``); these loops serve the rest.
     def __getitem__(self, loc):
         try:
             return _tuple_new(self.__class__,
                               [None if v is None else v[loc] for v in self])
         except Exception as exc:
-            path, cause = _locate_read_failure(self, loc)
-            if path is None:  # not a field's fault (e.g. a failing __new__)
-                raise
-            root = cause.__cause__ if isinstance(cause, FieldError) else cause
-            reason = cause.reason if isinstance(cause, FieldError) else _describe(cause)
-            raise field_error_class(root)(
-                self._typename, path, loc, reason) from root
+            raise_read_error(self, loc, exc)
 
     def __setitem__(self, loc, value):
-        name = None
+        index = 0
         try:
             if isinstance(value, tuple) and getattr(value, "_fields", None) == self._fields:
-                for name, s, v in zip(self._fields, self, value):
+                for index, (s, v) in enumerate(zip(self, value)):
                     if s is not None or v is not None:
                         s[loc] = v
             else:
-                for name, s in zip(self._fields, self):
+                for index, s in enumerate(self):
                     if s is not None:
                         s[loc] = value
         except Exception as exc:
-            raise _assignment_error(self, name, loc, value, exc) from (
-                exc.__cause__ if isinstance(exc, FieldError) else exc)
+            raise_write_error(self, index, loc, value, exc)
 
     def __contains__(self, key):
         """True if ``key`` is a field name (like a dict, unlike a tuple)."""
@@ -130,22 +125,35 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-def _assignment_error(nat, name, loc, value, exc) -> FieldError:
-    """Build the FieldError for a failed ``nat[loc] = value``."""
+def raise_read_error(nat, loc, exc):
+    """Re-raise a failed ``nat[loc]`` as a FieldError naming the failing field."""
+    path, cause = _locate_read_failure(nat, loc)
+    if path is None:  # not a field's fault (e.g. a subclass's failing hook)
+        raise exc
+    root = cause.__cause__ if isinstance(cause, FieldError) else cause
+    reason = cause.reason if isinstance(cause, FieldError) else _describe(cause)
+    raise field_error_class(root)(nat._typename, path, loc, reason) from root
+
+
+def raise_write_error(nat, index, loc, value, exc):
+    """Re-raise a failed ``nat[loc] = value`` (at field ``index``) as a FieldError.
+
+    The message lists the fields already written, since the assignment is
+    not rolled back.
+    """
     fields = nat._fields
-    index = fields.index(name) if name in fields else 0
+    name = fields[index] if fields else "?"
     written = tuple(f for f, s in zip(fields[:index], nat) if s is not None)
     if isinstance(exc, FieldError):  # a nested array tuple failed inside
-        path = (name,) + exc.path
+        root = exc.__cause__ or exc
         written += tuple(f"{name}.{w}" for w in exc.written)
-        return field_error_class(exc.__cause__ or exc)(
-            nat._typename, path, loc, exc.reason, written, assigning=True)
-    field_value = _tuple_getitem(nat, index) if fields else None
-    if field_value is None:
+        raise field_error_class(root)(nat._typename, (name,) + exc.path, loc,
+                                      exc.reason, written, assigning=True) from root
+    if fields and _tuple_getitem(nat, index) is None:
         if isinstance(value, tuple) and getattr(value, "_fields", None) == fields:
             value = _tuple_getitem(value, index)
         reason = f"the field is None, so it cannot take a {type(value).__name__} value"
     else:
         reason = _describe(exc)
-    return field_error_class(exc)(nat._typename, (name,), loc, reason,
-                                  written, assigning=True)
+    raise field_error_class(exc)(nat._typename, (name,), loc, reason,
+                                 written, assigning=True) from exc

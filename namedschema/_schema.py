@@ -25,6 +25,7 @@ import sys
 import uuid
 
 from . import _pickle
+from ._codegen import accessors_for
 from ._instance import NamedArrayTuple, NamedTuple
 from .errors import SchemaDefinitionError
 
@@ -117,11 +118,11 @@ def _make_new(typename, fields, defaults):
     return new
 
 
-def _make_make(typename, n_fields):
+def _make_make(typename, n_fields, _tuple_new=_tuple_new, _len=len):
     def _make(cls, iterable):
         """Make a new instance from a sequence or iterable of field values."""
         result = _tuple_new(cls, iterable)
-        if len(result) != n_fields:
+        if _len(result) != n_fields:
             raise TypeError(f"{typename}._make: expected {n_fields} values, "
                             f"got {len(result)}")
         return result
@@ -295,6 +296,10 @@ def _build(mcls, typename, field_names, *, rename=False, defaults=None,
     }
     for index, name in enumerate(fields):
         namespace[name] = _tuplegetter(index, _field_doc(index))
+    if mcls._instance_base is NamedArrayTuple:
+        accessors = accessors_for(len(fields))
+        if accessors is not None:
+            namespace["__getitem__"], namespace["__setitem__"] = accessors
     cls = type.__new__(mcls, typename, (mcls._instance_base,), namespace)
     _pickle.register_schema(cls, schema_id)
     return cls

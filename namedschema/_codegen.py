@@ -1,0 +1,77 @@
+"""Generated, unrolled ``__getitem__`` / ``__setitem__`` for named array tuples.
+
+These two methods run in RL inner loops (``buffer[t] = step``,
+``samples[idx]``). A loop over the fields pays for a frame, an iterator and
+per-item bookkeeping; unrolling removes most of that, which is what takes
+indexing well below rlpyt's class-per-type ``namedarraytuple``. The code
+depends only on the number of fields (names never appear in it), so one pair
+of functions is compiled per field count and shared by all schemas with that
+many fields. Errors are handed to the generic reporters in ``_instance``.
+
+accessors_for   (getitem, setitem) for a field count, or None when too large
+"""
+
+from __future__ import annotations
+
+from ._instance import raise_read_error, raise_write_error
+
+__all__ = ["accessors_for", "MAX_UNROLLED_FIELDS"]
+
+MAX_UNROLLED_FIELDS = 64
+_cache: dict[int, tuple] = {}
+
+
+def _source(n: int) -> str:
+    names = [f"f{i}" for i in range(n)]
+    values = [f"v{i}" for i in range(n)]
+    unpack = (", ".join(names) + ("," if n == 1 else "")) if n else "()"
+    unpack_values = (", ".join(values) + ("," if n == 1 else "")) if n else "()"
+    reads = "".join(f"None if {f} is None else {f}[loc], " for f in names)
+    lines = [
+        "def __getitem__(self, loc):",
+        f"    {unpack} = self",
+        "    try:",
+        f"        return _tuple_new(self.__class__, ({reads}))",
+        "    except Exception as exc:",
+        "        _raise_read_error(self, loc, exc)",
+        "",
+        "def __setitem__(self, loc, value):",
+        f"    {unpack} = self",
+        "    j = 0",
+        "    try:",
+        "        if isinstance(value, tuple) and (value.__class__ is self.__class__"
+        " or getattr(value, '_fields', None) == self._fields):",
+        f"            {unpack_values} = value",
+    ]
+    for i, (f, v) in enumerate(zip(names, values)):
+        lines += [f"            j = {i}",
+                  f"            if {f} is not None or {v} is not None:",
+                  f"                {f}[loc] = {v}"]
+    lines.append("            return")
+    for i, f in enumerate(names):
+        lines += [f"        j = {i}",
+                  f"        if {f} is not None:",
+                  f"            {f}[loc] = value"]
+    lines += ["    except Exception as exc:",
+              "        _raise_write_error(self, j, loc, value, exc)", ""]
+    return "\n".join(lines)
+
+
+def accessors_for(n_fields: int):
+    """Shared unrolled (``__getitem__``, ``__setitem__``) for ``n_fields`` fields."""
+    if n_fields > MAX_UNROLLED_FIELDS:
+        return None
+    pair = _cache.get(n_fields)
+    if pair is None:
+        namespace = {"_tuple_new": tuple.__new__, "_raise_read_error": raise_read_error,
+                     "_raise_write_error": raise_write_error}
+        code = compile(_source(n_fields), f"<namedschema accessors for {n_fields} fields>",
+                       "exec")
+        exec(code, namespace)
+        getitem, setitem = namespace["__getitem__"], namespace["__setitem__"]
+        getitem.__doc__ = ("Return a new instance of the same schema with ``loc`` "
+                           "applied to every field (None fields stay None).")
+        setitem.__doc__ = ("Assign ``value`` at ``loc`` in every field: field by field "
+                           "if it has the same fields, else broadcast.")
+        pair = _cache.setdefault(n_fields, (getitem, setitem))
+    return pair
