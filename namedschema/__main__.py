@@ -1,17 +1,13 @@
-"""The ``namedschema`` command (``python -m namedschema``)."""
+"""The ``namedschema`` command (``python -m namedschema``); see ``namedschema.cli``.
 
-import argparse
+main   the console-script entry point
+"""
+
 import sys
 
-from . import __version__
+from .cli import main
 
-
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="namedschema", description=__doc__)
-    parser.add_argument("--version", action="version", version=f"namedschema {__version__}")
-    parser.parse_args(argv)
-    return 0
-
+__all__ = ["main"]
 
 if __name__ == "__main__":
     sys.exit(main())
