@@ -112,7 +112,7 @@ def _make_new(typename, fields, defaults):
     exec(compile(source, f"<namedschema {typename}.__new__>", "exec"), namespace)
     new = namespace["__new__"]
     new.__qualname__ = f"{typename}.__new__"
-    new.__doc__ = f"Create new instance of {typename}({params})"
+    new.__doc__ = f"Create new instance of {typename}({values})"
     if defaults is not None:
         new.__defaults__ = defaults
     return new
@@ -282,7 +282,8 @@ def _build(mcls, typename, field_names, *, rename=False, defaults=None,
         schema_id = uuid.uuid4().hex
 
     namespace = {
-        "__doc__": f"{typename}({', '.join(fields)})",
+        # A one-field signature reads "P(x,)", as namedtuple writes it.
+        "__doc__": f"{typename}({', '.join(fields)}{',' if len(fields) == 1 else ''})",
         "__slots__": (),
         "__module__": module,
         "__qualname__": typename,
