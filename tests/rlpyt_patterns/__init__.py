@@ -1,0 +1,1 @@
+"""Pattern modules and a shared driver for the rlpyt drop-in tests."""
