@@ -11,7 +11,8 @@ like the real thing) and the patterns that break pickling there:
 * buffers built from an example with ``buffer_from_example``;
 * a ring buffer with a cursor, uniform sampling with ``np.random``;
 * a frame store with a view of another array (``samples_new_frames``);
-* a sum tree whose ``priorities`` is a view of ``tree``.
+* a sum tree whose ``priorities`` is a view of ``tree``;
+* a namedtuple type made at run time and stored in module globals.
 
 write_fake_rlpyt   write the package under a directory; returns that directory
 FILES              relative path -> source of each module
@@ -289,6 +290,19 @@ class PrioritizedRing(PrioritizedReplay, UniformRing):
 
 class PrioritizedFrameRing(PrioritizedReplay, FrameRing):
     pass
+'''
+
+FILES["rlpyt/envs.py"] = '''
+from collections import namedtuple
+
+
+def info_to_nt(info):
+    """Like rlpyt's gym wrapper: a run-time namedtuple put in module globals."""
+    name = "EnvInfo_" + "_".join(sorted(info))
+    cls = globals().get(name)
+    if cls is None:
+        cls = globals()[name] = namedtuple(name, sorted(info))
+    return cls(**info)
 '''
 
 
