@@ -232,9 +232,14 @@ class NamedTupleSchema(type):
                                     tuple(other._field_defaults.values())))
 
     def __hash__(cls):
-        if "_schema_id" not in cls.__dict__:
+        # Precomputed: pickle and copy hash the class of every instance they
+        # handle (dispatch-table lookups), so this must be cheap. Class-statement
+        # subclasses inherit the value; they only compare equal to themselves,
+        # which a shared hash allows.
+        try:
+            return cls._schema_hash
+        except AttributeError:
             return type.__hash__(cls)
-        return hash((type(cls).__name__, cls._typename, cls._fields))
 
 
 class NamedArrayTupleSchema(NamedTupleSchema):
@@ -293,6 +298,7 @@ def _build(mcls, typename, field_names, *, rename=False, defaults=None,
         "_field_defaults": field_defaults,
         "_typename": typename,
         "_schema_id": schema_id,
+        "_schema_hash": hash((mcls.__name__, typename, fields)),
         "_make": _make_make(typename, len(fields)),
     }
     for index, name in enumerate(fields):
