@@ -73,8 +73,15 @@ def _fail(prog: str, message: str) -> int:
 
 def _run_demo(args) -> int:
     from .demo import run_demo
-    return run_demo(size=args.size, workdir=args.workdir, seed=args.seed,
-                    progress=args.progress, keep=args.keep)
+    try:
+        return run_demo(size=args.size, workdir=args.workdir, seed=args.seed,
+                        progress=args.progress, keep=args.keep)
+    except OSError as exc:  # an unwritable --workdir, a full disk
+        where = f" {exc.filename}" if getattr(exc, "filename", None) else ""
+        return _fail("namedschema demo", f"{exc.strerror or exc}{where}")
+    except MemoryError:
+        return _fail("namedschema demo", f"not enough memory for a buffer of "
+                                         f"{args.size:,} bytes; try a smaller --size")
 
 
 def _run_inspect(args) -> int:
@@ -208,3 +215,8 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         print(f"namedschema {args.command}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # The reader (``| head``) went away; silence the flush at exit.
+        import os
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1

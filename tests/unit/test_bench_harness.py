@@ -1,0 +1,192 @@
+"""The benchmark harness: rows, ratios, targets, tables, JSON, plots and the runner."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from namedschema import bench
+from namedschema.bench import core, pickling
+from tests.helpers import REPO_ROOT
+
+RESULT_KEYS = {"case", "contender", "metric", "value", "unit", "reference", "ratio", "target"}
+
+
+def _check_document(doc, topic, quick):
+    assert doc["topic"] == topic
+    assert doc["quick"] is quick
+    for key in ("python", "numpy", "platform"):
+        assert isinstance(doc["environment"][key], str)
+    assert doc["results"], "no result rows"
+    for row in doc["results"]:
+        assert RESULT_KEYS <= set(row)
+        assert isinstance(row["value"], float)
+        if row["reference"] is None:
+            assert row["ratio"] is None
+        else:
+            assert row["ratio"] is not None and row["ratio"] > 0
+
+
+def test_result_ratio_is_value_over_reference():
+    """A row's ratio is its value divided by the reference value."""
+    row = bench.result("c", "mine", "time", 30.0, "ns", reference="ref", reference_value=20.0)
+    assert row["ratio"] == pytest.approx(1.5)
+    assert set(row) == RESULT_KEYS
+
+
+def test_compare_puts_reference_first_without_ratio():
+    """compare() emits the reference row first (no ratio) and scales every value."""
+    rows = bench.compare("c", "time", "ns", {"a": 2e-9, "ref": 1e-9}, "ref",
+                         {"a": "<= 1.5"}, scale=1e9)
+    assert [r["contender"] for r in rows] == ["ref", "a"]
+    assert rows[0]["ratio"] is None and rows[0]["value"] == pytest.approx(1.0)
+    assert rows[1]["ratio"] == pytest.approx(2.0) and rows[1]["target"] == "<= 1.5"
+
+
+@pytest.mark.parametrize("ratio,target,expected", [
+    (1.0, "<= 1.0", True), (1.01, "<= 1.0", False), (2.0, ">= 1.4", True),
+    (1.0, ">= 1.4", False), (None, "<= 1", None), (1.0, None, None)])
+def test_target_met(ratio, target, expected):
+    """target_met() understands '<= N' and '>= N' and returns None without a target."""
+    assert bench.target_met(ratio, target) is expected
+
+
+@pytest.mark.parametrize("target", ["< 1", "1.2", "<= fast"])
+def test_target_met_rejects_malformed_targets(target):
+    """A malformed target string raises ValueError naming the target."""
+    with pytest.raises(ValueError, match="benchmark target"):
+        bench.target_met(1.0, target)
+
+
+def test_format_table_marks_missed_targets():
+    """The table shows 'NO' for a missed target and 'yes' for a met one."""
+    rows = bench.compare("c", "time", "ns", {"ref": 1.0, "good": 0.5, "bad": 3.0}, "ref",
+                         {"good": "<= 1", "bad": "<= 1"})
+    lines = bench.format_table(rows, title="t").splitlines()
+    assert lines[0] == "t"
+    assert any("good" in ln and ln.endswith("yes") for ln in lines)
+    assert any("bad" in ln and ln.endswith("NO") for ln in lines)
+
+
+def test_best_times_reports_each_contender():
+    """best_times() gives a positive per-call time for every contender, slower for more work."""
+    times = bench.best_times({"small": "sum(r)", "large": "sum(r) + sum(r) + sum(r)"},
+                             repeat=2, min_time=0.001, globals_={"r": range(300)})
+    assert set(times) == {"small", "large"}
+    assert 0 < times["small"] < times["large"]
+
+
+rows_strategy = st.lists(st.builds(
+    bench.result, st.text(min_size=1, max_size=8), st.text(min_size=1, max_size=8),
+    st.sampled_from(["time", "size"]), st.floats(0.001, 1e9), st.sampled_from(["ns", "B"]),
+    reference=st.none() | st.just("ref"), reference_value=st.floats(0.001, 1e9),
+    target=st.none() | st.sampled_from(["<= 1.1", ">= 2"])), min_size=1, max_size=5)
+
+
+@settings(max_examples=25)
+@given(rows=rows_strategy, quick=st.booleans())
+def test_write_json_round_trip(tmp_path_factory, rows, quick):
+    """Rows written by write_json() read back equal, in the shared shape, with no temp file left."""
+    directory = tmp_path_factory.mktemp("json")
+    path = directory / "out.json"
+    bench.write_json(str(path), "topic", quick, rows)
+    doc = json.loads(path.read_text())
+    assert doc["results"] == rows
+    _check_document(doc, "topic", quick)
+    assert os.listdir(directory) == ["out.json"]
+
+
+def test_topic_parser_rejects_unknown_cases(capsys):
+    """--cases with an unknown name is a usage error that lists the valid cases."""
+    parser = bench.topic_parser("core", "d", core.CASES)
+    with pytest.raises(SystemExit) as info:
+        parser.parse_args(["--cases", "make,nope"])
+    assert info.value.code == 2
+    assert "nope" in capsys.readouterr().err
+
+
+def test_core_quick_subset_writes_json(tmp_path, monkeypatch, capsys):
+    """core.main --quick --cases writes valid JSON with only those cases; the floor is the reference without rlpyt."""
+    monkeypatch.delenv("RLPYT_SRC", raising=False)
+    out = tmp_path / "core.json"
+    assert core.main(["--quick", "--cases", "make,getitem_int", "--json", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    _check_document(doc, "core", True)
+    assert {r["case"] for r in doc["results"]} == {"make", "getitem_int"}
+    getitem_refs = {r["reference"] for r in doc["results"] if r["case"] == "getitem_int"}
+    assert getitem_refs == {None, "plain loop (floor)"}
+    assert "RLPYT_SRC is not set" in capsys.readouterr().out
+
+
+def test_pickling_quick_writes_json(tmp_path, monkeypatch):
+    """pickling.main --quick compares namedschema with namedtuple on size, dumps and loads."""
+    monkeypatch.delenv("RLPYT_SRC", raising=False)
+    out = tmp_path / "p.json"
+    assert pickling.main(["--quick", "--json", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    _check_document(doc, "pickling", True)
+    metrics = {(r["metric"], r["contender"]) for r in doc["results"]}
+    assert {("size", "namedschema"), ("dumps", "namedschema"), ("loads", "namedschema")} <= metrics
+
+
+@pytest.mark.rlpyt
+def test_core_includes_rlpyt_rows_when_rlpyt_src_is_set(tmp_path):
+    """With RLPYT_SRC, array cases are measured against rlpyt's namedarraytuple and schema."""
+    if not os.environ.get("RLPYT_SRC"):
+        pytest.skip("RLPYT_SRC is not set")
+    out = tmp_path / "core.json"
+    assert core.main(["--quick", "--cases", "setitem_scalar,attr_access_8",
+                      "--json", str(out)]) == 0
+    rows = json.loads(out.read_text())["results"]
+    contenders = {r["contender"] for r in rows}
+    assert {"rlpyt NAT", "rlpyt schema", "plain loop (floor)"} <= contenders
+    assert {r["reference"] for r in rows if r["case"] == "setitem_scalar"} == {None, "rlpyt NAT"}
+
+
+def test_load_rlpyt_collections_reports_a_bad_tree(tmp_path, monkeypatch):
+    """An RLPYT_SRC without rlpyt/utils/collections.py is a clear FileNotFoundError."""
+    monkeypatch.setenv("RLPYT_SRC", str(tmp_path))
+    monkeypatch.delitem(sys.modules, "rlpyt_collections", raising=False)
+    with pytest.raises(FileNotFoundError, match="rlpyt/utils/collections.py"):
+        bench.load_rlpyt_collections()
+
+
+def test_run_topics_skips_missing_topic_modules(capsys):
+    """A topic without a module is skipped with a note and does not count as a failure."""
+    docs, notes, ok = bench.run_topics(["no_such_topic"], quick=True)
+    assert docs == [] and ok is True
+    assert "no_such_topic" in notes[0] and "skipped" in notes[0]
+
+
+def test_plot_results_writes_a_png(tmp_path):
+    """plot_results() draws a PNG from topic documents (matplotlib is the plot extra)."""
+    pytest.importorskip("matplotlib")
+    rows = bench.compare("c", "time", "ns", {"ref": 1.0, "a": 0.5, "b": 3.0}, "ref",
+                         {"a": "<= 0.714"})
+    path = tmp_path / "plot.png"
+    bench.plot_results([{"topic": "core", "results": rows}], str(path))
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_bench_command_end_to_end(tmp_path):
+    """`namedschema bench --quick` runs topics in subprocesses and writes combined JSON and a plot."""
+    pytest.importorskip("matplotlib")
+    out, png = tmp_path / "all.json", tmp_path / "all.png"
+    env = dict(os.environ, PYTHONPATH=REPO_ROOT)
+    env.pop("RLPYT_SRC", None)
+    proc = subprocess.run(
+        [sys.executable, "-m", "namedschema", "bench", "--quick", "--topics", "pickling",
+         "--json", str(out), "--plot", str(png)],
+        capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "targets met:" in proc.stdout and "pickle_list_10k" in proc.stdout
+    doc = json.loads(out.read_text())
+    assert doc["topic"] == "all" and doc["topics"][0]["topic"] == "pickling"
+    assert all(r["topic"] == "pickling" for r in doc["results"])
+    assert png.read_bytes()[:4] == b"\x89PNG"
