@@ -94,9 +94,17 @@ def _run_inspect(args) -> int:
     try:
         report = inspect_file(args.path)
     except (FormatError, OSError) as exc:
-        detail = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
-        return _fail("namedschema inspect", f"{args.path}: {detail}")
-    print(report)
+        if isinstance(exc, OSError) and exc.strerror:
+            message = f"{args.path}: {exc.strerror}"
+        else:  # format errors name the file themselves
+            message = str(exc) if str(args.path) in str(exc) else f"{args.path}: {exc}"
+        return _fail("namedschema inspect", message)
+    text = str(report)
+    needs_pickle = getattr(report, "needs_pickle", None)
+    if needs_pickle is not None and "allow_pickle" not in text:
+        text += ("\nloading needs allow_pickle=True: "
+                 + ("yes (the file holds pickled objects)" if needs_pickle else "no"))
+    print(text)
     return 0
 
 
@@ -120,7 +128,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "a demo, a checkpoint inspector and the benchmarks.",
         epilog="examples:\n"
                "  namedschema demo                 # the resume scenario, 64 MB\n"
-               "  namedschema inspect buffer.nsc   # what is inside a checkpoint\n"
+               "  namedschema inspect buffer.nsb   # what is inside a checkpoint\n"
                "  namedschema bench --quick        # every benchmark, tiny sizes\n\n"
                "'namedschema COMMAND --help' describes each command.")
     parser.add_argument("--version", action="version", version=f"namedschema {__version__}")
@@ -162,8 +170,8 @@ def build_parser() -> argparse.ArgumentParser:
                     "format version and whether loading needs allow_pickle. Reads only the "
                     "header, so it is instant even for a 16 GB checkpoint.",
         epilog="examples:\n"
-               "  namedschema inspect replay.nsc\n"
-               "  namedschema inspect checkpoints/step_1000000.nsc | less")
+               "  namedschema inspect replay.nsb\n"
+               "  namedschema inspect checkpoints/step_1000000.nsb | less")
     inspect.add_argument("path", metavar="PATH", help="file written by namedschema.save")
     inspect.set_defaults(func=_run_inspect)
 

@@ -389,7 +389,7 @@ def run_demo(size: int = 64 * 10**6, workdir: str | None = None, seed: int = 0,
         return _scenario(capacity, workdir, seed, progress, out)
     finally:
         if own_dir or not keep:
-            for name in ("replay.pkl", "replay.nsc", "rlpyt_style.pkl"):
+            for name in ("replay.pkl", "replay.nsb", "rlpyt_style.pkl"):
                 path = os.path.join(workdir, name)
                 if os.path.exists(path):
                     os.unlink(path)
@@ -439,7 +439,7 @@ def _scenario(capacity, workdir, seed, progress, out) -> int:
     # namedschema.save runs first: peak RSS only rises, so the later pickle's
     # extra copy cannot hide namedschema's (it would, the other way round).
     if ns_save is not None:
-        path = os.path.join(workdir, "replay.nsc")
+        path = os.path.join(workdir, "replay.nsb")
         bar = _Progress("save with namedschema.save", 1, progress)
         before = _peak_rss()
         start = time.perf_counter()
@@ -512,6 +512,15 @@ def _scenario(capacity, workdir, seed, progress, out) -> int:
     print(_table(["checkpoint", "file size", "save", "extra peak RSS on save",
                   "load (fresh interpreter)", "child peak RSS", "bit-exact", "resume = twin"],
                  rows), file=out)
+    ns_path = os.path.join(workdir, "replay.nsb")
+    if any(m[1] == "namedschema" for m in methods):
+        from .format import inspect as inspect_file
+        print(f"\n$ namedschema inspect replay.nsb   # reads only the header", file=out)
+        try:
+            print(str(inspect_file(ns_path)).replace(ns_path, "replay.nsb"), file=out)
+        except Exception as exc:  # noqa: BLE001 - a failed check, not a crash
+            checks.append(("namedschema inspect reads the checkpoint", False,
+                           f"{type(exc).__name__}: {exc}"))
     print("", file=out)
     print(f"rlpyt-style classes ({origin}):", file=out)
     print(_table(["how the type was made", "step", "what happened"],
