@@ -1,0 +1,149 @@
+"""Property tests: random structures and array layouts round-trip through save/load exactly."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+import namedschema
+from namedschema.format import _ALLOWED_DTYPES
+
+DTYPES = sorted(_ALLOWED_DTYPES)
+SCHEMAS = [namedschema.NamedArrayTupleSchema("Pair", "a b"),
+           namedschema.NamedTupleSchema("Trio", "x y z"),
+           namedschema.NamedArrayTupleSchema("Solo", "only")]
+
+
+@st.composite
+def arrays(draw):
+    """An array of any allowed dtype and small shape, possibly as a strided/Fortran view."""
+    dtype = np.dtype(draw(st.sampled_from(DTYPES)))
+    shape = draw(hnp.array_shapes(min_dims=0, max_dims=3, min_side=0, max_side=5))
+    arr = draw(hnp.arrays(dtype, shape, elements=None if dtype.kind != "b" else st.booleans()))
+    layout = draw(st.sampled_from(["c", "f", "view", "transpose"]))
+    if layout == "f":
+        arr = np.asfortranarray(arr)
+    elif layout == "transpose":
+        arr = arr.T
+    elif layout == "view" and arr.ndim:
+        steps = draw(st.lists(st.sampled_from([1, 2, -1, -2]), min_size=arr.ndim,
+                              max_size=arr.ndim))
+        arr = arr[tuple(slice(None, None, s) for s in steps)]
+    return arr
+
+
+leaves = st.one_of(arrays(), st.none(), st.booleans(), st.integers(), st.text(max_size=5),
+                   st.floats(allow_nan=False))
+
+
+def extend(children):
+    schema_values = st.sampled_from(SCHEMAS).flatmap(
+        lambda S: st.lists(children, min_size=len(S._fields),
+                           max_size=len(S._fields)).map(S._make))
+    return st.one_of(st.lists(children, max_size=3), st.tuples(children, children),
+                     st.dictionaries(st.text(max_size=4), children, max_size=3),
+                     schema_values)
+
+
+structures = st.recursive(leaves, extend, max_leaves=8)
+
+
+def assert_same(got, want):
+    if isinstance(want, np.ndarray):
+        assert type(got) is np.ndarray and got.dtype == want.dtype and got.shape == want.shape
+        assert got.tobytes() == want.tobytes()  # bitwise, so NaNs compare too
+    elif isinstance(want, dict):
+        assert type(got) is dict and list(got) == list(want)
+        for key in want:
+            assert_same(got[key], want[key])
+    elif isinstance(want, (list, tuple)):
+        assert type(got) is type(want) and len(got) == len(want)
+        for g, w in zip(got, want):
+            assert_same(g, w)
+    else:
+        assert type(got) is type(want) and got == want
+
+
+def save_load(obj, **kwargs):
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "p.nsb")
+        namedschema.save(obj, path)
+        return namedschema.load(path, **kwargs), path
+
+
+@settings(max_examples=30)
+@given(structures, st.sampled_from([None, "r", "c"]))
+def test_random_structures_round_trip(obj, mode):
+    """Any nested structure of schemas, containers, scalars and arrays round-trips exactly."""
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "p.nsb")
+        namedschema.save(obj, path)
+        assert_same(namedschema.load(path, mmap_mode=mode, verify=True), obj)
+
+
+@settings(max_examples=30)
+@given(st.sampled_from(DTYPES), st.integers(1, 40), st.data())
+def test_views_of_views_keep_aliasing(dtype, n, data):
+    """Random (nested) views of one base share memory after load exactly when they did before."""
+    base = np.arange(n * 6, dtype=np.int64).astype(dtype).reshape(n, 6)
+    views = [base]
+    for _ in range(data.draw(st.integers(1, 4))):
+        parent = views[data.draw(st.integers(0, len(views) - 1))]
+        start = data.draw(st.integers(0, max(parent.shape[0] - 1, 0)))
+        step = data.draw(st.sampled_from([1, 2, -1, 3]))
+        views.append(parent[start::step] if step > 0 else parent[start::step, ::-1])
+    other = np.zeros(3, dtype)
+    mode = data.draw(st.sampled_from([None, "r"]))
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "v.nsb")
+        namedschema.save(views + [other], path)
+        back = namedschema.load(path, mmap_mode=mode)
+    originals = views + [other]
+    for i, (g, w) in enumerate(zip(back, originals)):
+        assert_same(g, w)
+        for j in range(i):
+            assert np.shares_memory(back[i], back[j]) == np.shares_memory(originals[i], originals[j])
+
+
+@settings(max_examples=20)
+@given(st.lists(arrays(), min_size=1, max_size=4))
+def test_safetensors_reads_every_block(arrs):
+    """The safetensors package opens every file and reads every tensor; C-order blocks equal the arrays."""
+    from safetensors.numpy import load_file
+
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "s.nsb")
+        namedschema.save(arrs, path)
+        tensors = load_file(path)
+    blocks = [name for name in tensors if not name.startswith("__pad__")]
+    assert len(blocks) == len({id(a) for a in arrs if a.size})
+    for i, a in enumerate(arrs):
+        got = tensors.get(f"[{i}]")
+        if got is not None and a.flags.c_contiguous and got.dtype == a.dtype \
+                and got.shape == a.shape:
+            assert got.tobytes() == a.tobytes()
+
+
+@settings(max_examples=20)
+@given(st.lists(arrays(), min_size=1, max_size=3))
+def test_pickled_path_round_trips(arrs):
+    """Arrays inside a non-data object round-trip through the pickled path with allow_pickle."""
+    holder = Box(arrs)
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "b.nsb")
+        namedschema.save(holder, path)
+        back = namedschema.load(path, allow_pickle=True)
+    assert type(back) is Box
+    assert_same(back.items, arrs)
+
+
+class Box:
+    """A non-data container (forces the pickled path)."""
+
+    def __init__(self, items):
+        self.items = items
