@@ -1,0 +1,280 @@
+"""Checkpoint benchmarks: namedschema.save/load of a replay buffer against the usual ways.
+
+An Atari-like buffer (uint8 84x84 observations plus int64 action, float32
+reward and bool done; 1 GiB, or 32 MiB with ``--quick``) is saved and loaded
+by each contender in a fresh subprocess; contenders alternate round by round
+and the best of the rounds is kept. Every save has the same durability: a
+temporary file, ``fsync``, rename. Loads read a warm page cache.
+
+Save times are compared with raw writes of the same bytes (``raw``); load
+times with ``np.load`` of one ``.npy`` file per field (``np.load``). Memory is
+the growth of the child's peak RSS during the operation (for full loads, beyond
+the size of the data itself).
+
+CASES   the case names, in running order
+main    run the cases, print the table, optionally write JSON
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+from . import finish, result, topic_parser
+
+__all__ = ["CASES", "main"]
+
+CASES = ("save", "load")
+
+SAVERS = ("raw", "namedschema", "np.save", "pickle4", "pickle5", "np.savez", "joblib")
+LOADERS = ("np.load", "raw", "namedschema", "namedschema mmap", "np.load mmap",
+           "pickle4", "pickle5", "np.savez", "joblib")
+ROW_BYTES = 84 * 84 + 8 + 4 + 1
+MIB = 2**20
+
+# Goals from the checkpoint issue: 0.8x of raw/np.load throughput, i.e. time
+# ratio at most 1.25; namedschema's extra memory under 64 MiB.
+TIME_TARGET = "<= 1.25"
+MEMORY_LIMIT_MIB = 64
+
+
+# ---------------------------------------------------------------- child side
+
+def _buffer(rows):
+    import numpy as np
+
+    import namedschema
+    Samples = namedschema.NamedArrayTupleSchema("Samples", "observation action reward done")
+    obs = np.empty((rows, 84, 84), np.uint8)
+    obs[:] = np.arange(84 * 84, dtype=np.uint8).reshape(84, 84)  # touches every page
+    return Samples(obs, np.arange(rows, dtype=np.int64), np.ones(rows, np.float32),
+                   np.zeros(rows, bool))
+
+
+def _durable(tmp, path):
+    fd = os.open(tmp, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    dfd = os.open(os.path.dirname(path), os.O_RDONLY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
+
+
+def _save(contender, samples, path):
+    import pickle
+
+    import numpy as np
+    tmp = path + ".tmp"
+    fields = samples._asdict()
+    if contender == "raw":
+        with open(tmp, "wb", buffering=0) as f:
+            for arr in samples:
+                view = memoryview(arr).cast("B")
+                while view.nbytes:
+                    view = view[f.write(view):]
+    elif contender == "namedschema":
+        import namedschema
+        namedschema.save(samples, path)
+        return
+    elif contender == "np.save":
+        os.makedirs(path, exist_ok=True)
+        for name, arr in fields.items():
+            target = os.path.join(path, name + ".npy")
+            with open(target + ".tmp", "wb") as f:
+                np.save(f, arr)
+            _durable(target + ".tmp", target)
+        return
+    elif contender in ("pickle4", "pickle5"):
+        with open(tmp, "wb") as f:
+            pickle.dump(fields, f, protocol=int(contender[-1]))
+    elif contender == "np.savez":
+        with open(tmp, "wb") as f:
+            np.savez(f, **fields)
+    elif contender == "joblib":
+        import joblib
+        joblib.dump(fields, tmp)
+    _durable(tmp, path)
+
+
+def _load(contender, path, rows):
+    import pickle
+
+    import numpy as np
+    if contender == "np.load":
+        return [np.load(os.path.join(path, f + ".npy"))
+                for f in ("observation", "action", "reward", "done")]
+    if contender == "np.load mmap":
+        return [np.load(os.path.join(path, f + ".npy"), mmap_mode="r")
+                for f in ("observation", "action", "reward", "done")]
+    if contender == "raw":
+        out = [np.empty((rows, 84, 84), np.uint8), np.empty(rows, np.int64),
+               np.empty(rows, np.float32), np.empty(rows, bool)]
+        with open(path, "rb", buffering=0) as f:
+            for arr in out:
+                view = memoryview(arr).cast("B")
+                while view.nbytes:
+                    view = view[f.readinto(view):]
+        return out
+    if contender == "namedschema":
+        import namedschema
+        return namedschema.load(path)
+    if contender == "namedschema mmap":
+        import namedschema
+        return namedschema.load(path, mmap_mode="r")
+    if contender in ("pickle4", "pickle5"):
+        with open(path, "rb") as f:
+            return pickle.load(f)
+    if contender == "np.savez":
+        with np.load(path) as z:
+            return {k: z[k] for k in z.files}
+    if contender == "joblib":
+        import joblib
+        return joblib.load(path)
+    raise ValueError(contender)
+
+
+def _child(argv):
+    import resource
+    import time
+
+    spec = json.loads(argv[0])
+    rows, path, contender = spec["rows"], spec["path"], spec["contender"]
+    # Import everything first so imports do not count as the operation's memory.
+    import pickle  # noqa: F401
+
+    import joblib  # noqa: F401
+    import numpy as np  # noqa: F401
+
+    import namedschema
+    import namedschema.format  # noqa: F401
+    samples = _buffer(rows) if spec["op"] == "save" else None
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    start = time.perf_counter()
+    if spec["op"] == "save":
+        _save(contender, samples, path)
+    else:
+        loaded = _load(contender, path, rows)
+    elapsed = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    del samples
+    if spec["op"] == "save":
+        size = (sum(os.path.getsize(os.path.join(path, n)) for n in os.listdir(path))
+                if os.path.isdir(path) else os.path.getsize(path))
+    else:
+        size = 0
+        del loaded
+    print(json.dumps({"seconds": elapsed, "rss_growth": after - before, "size": size}))
+    return 0
+
+
+# ---------------------------------------------------------------- parent side
+
+def _run_child(spec):
+    env = dict(os.environ)
+    parent = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env["PYTHONPATH"] = parent + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    proc = subprocess.run(
+        [sys.executable, "-c", "import sys; from namedschema.bench.checkpoint import _child;"
+         " sys.exit(_child(sys.argv[1:]))", json.dumps(spec)],
+        capture_output=True, text=True, env=env, timeout=1800)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{spec['op']} {spec['contender']} failed:\n{proc.stderr}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _file_for(directory, contender):
+    name = {"namedschema mmap": "namedschema", "np.load": "np.save",
+            "np.load mmap": "np.save"}.get(contender, contender)
+    return os.path.join(directory, name.replace(".", "_") + ".bin")
+
+
+def main(argv=None) -> int:
+    """Run the checkpoint benchmark; see the module docstring.
+
+    Args:
+        argv: command-line arguments (``--quick``, ``--json FILE``, ``--cases``,
+            ``--rounds N``, ``--dir DIR``).
+
+    Returns:
+        0 on success.
+    """
+    parser = topic_parser("checkpoint", __doc__.split("\n\n")[0], CASES)
+    parser.add_argument("--rounds", type=int, default=None,
+                        help="rounds per contender (best is kept; default 3, quick 2)")
+    parser.add_argument("--dir", default=None, help="directory for the files (default: temp)")
+    args = parser.parse_args(argv)
+    size = (32 if args.quick else 1024) * MIB
+    rows = size // ROW_BYTES
+    rounds = args.rounds or (2 if args.quick else 3)
+    data_bytes = rows * ROW_BYTES
+    results, notes = [], [f"buffer: {rows} rows, {data_bytes / MIB:.0f} MiB; "
+                          f"best of {rounds} alternating rounds, each in a fresh process"]
+    with tempfile.TemporaryDirectory(prefix="namedschema-ckpt-", dir=args.dir) as tmp:
+        saved = {}
+        # Loads need every file, so saves always run (their rows are reported if asked).
+        for _ in range(rounds):
+            for contender in SAVERS:
+                out = _run_child({"op": "save", "contender": contender, "rows": rows,
+                                  "path": _file_for(tmp, contender)})
+                best = saved.get(contender)
+                if best is None or out["seconds"] < best["seconds"]:
+                    saved[contender] = out
+        if "save" in args.cases:
+            ref = saved["raw"]["seconds"]
+            for contender, out in saved.items():
+                is_ref = contender == "raw"
+                results.append(result("save", contender, "time", out["seconds"], "s",
+                                      reference=None if is_ref else "raw", reference_value=ref,
+                                      target=TIME_TARGET if contender == "namedschema" else None))
+                results.append(result("save", contender, "peak_extra_rss",
+                                      max(out["rss_growth"], 0) / MIB, "MiB",
+                                      reference=None if is_ref else "raw",
+                                      reference_value=max(saved["raw"]["rss_growth"], 0) / MIB))
+                results.append(result("save", contender, "file_size", out["size"] / MIB, "MiB",
+                                      reference=None if is_ref else "raw",
+                                      reference_value=saved["raw"]["size"] / MIB))
+        if "load" in args.cases:
+            loaded = {}
+            for _ in range(rounds):
+                for contender in LOADERS:
+                    out = _run_child({"op": "load", "contender": contender, "rows": rows,
+                                      "path": _file_for(tmp, contender)})
+                    best = loaded.get(contender)
+                    if best is None or out["seconds"] < best["seconds"]:
+                        loaded[contender] = out
+            ref = loaded["np.load"]["seconds"]
+            for contender, out in loaded.items():
+                is_ref = contender == "np.load"
+                mapped = contender.endswith("mmap")
+                results.append(result("load", contender, "open_time" if mapped else "time",
+                                      out["seconds"], "s",
+                                      reference=None if is_ref else "np.load",
+                                      reference_value=ref,
+                                      target=TIME_TARGET if contender == "namedschema" else None))
+                extra = out["rss_growth"] - (0 if mapped else data_bytes)
+                ref_extra = loaded["np.load"]["rss_growth"] - data_bytes
+                results.append(result("load", contender, "peak_extra_rss",
+                                      max(extra, 0) / MIB, "MiB",
+                                      reference=None if is_ref else "np.load",
+                                      reference_value=max(ref_extra, 0) / MIB))
+    ns_mem = [r["value"] for r in results
+              if r["contender"].startswith("namedschema") and r["metric"] == "peak_extra_rss"]
+    if ns_mem:
+        notes.append(f"namedschema peak extra RSS: max {max(ns_mem):.1f} MiB "
+                     f"(goal < {MEMORY_LIMIT_MIB} MiB): "
+                     f"{'met' if max(ns_mem) < MEMORY_LIMIT_MIB else 'MISSED'}")
+    notes.append("time ratios: lower is better; 1.25 = 0.8x the reference's throughput; "
+                 "memory ratios are n/a where the reference grew by 0")
+    return finish("checkpoint", args, results, notes)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
