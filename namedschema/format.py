@@ -1016,8 +1016,18 @@ def _map_blocks(f, header, mode):
     mapped = mmap.mmap(f.fileno(), 0, access=_MMAP_ACCESS[mode])
     if len(mapped) < header.file_size:
         _fail(header.name, "is truncated: the file shrank while it was being mapped")
-    return [np.frombuffer(mapped, np.uint8, nbytes, start) if nbytes else
-            np.empty(0, np.uint8) for _t, start, nbytes, _c in header.blocks]
+    tensor_blocks = {a[0] for a in header.arrays if a[6] is not None}
+    private = None
+    if mode == "r" and tensor_blocks:
+        # torch has no read-only tensors: a write to a read-only map would
+        # crash the process, so blocks holding tensors are mapped copy-on-write.
+        private = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
+    out = []
+    for index, (_t, start, nbytes, _c) in enumerate(header.blocks):
+        source = private if private is not None and index in tensor_blocks else mapped
+        out.append(np.frombuffer(source, np.uint8, nbytes, start) if nbytes
+                   else np.empty(0, np.uint8))
+    return out
 
 
 def _make_arrays(header, blocks_data):
@@ -1163,7 +1173,8 @@ def load(path, *, mmap_mode=None, allow_pickle=False, verify=False):
         path: the checkpoint file.
         mmap_mode: None to read everything into memory, or as in ``np.load``:
             ``'r'`` read-only, ``'r+'`` writes go to the file, ``'c'``
-            copy-on-write (writes stay in memory).
+            copy-on-write (writes stay in memory). Torch tensors cannot be
+            read-only, so with ``'r'`` their blocks are mapped copy-on-write.
         allow_pickle: allow files whose structure was pickled. Unpickling
             runs code chosen by whoever wrote the file: only allow it for
             files you trust.

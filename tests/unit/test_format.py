@@ -298,6 +298,16 @@ def test_torch_tensors_round_trip_and_alias(path):
         assert back["p"].requires_grad
 
 
+def test_tensor_in_read_only_map_can_be_written_privately(path):
+    """With mmap_mode='r', writing to a loaded tensor changes memory only, never the file."""
+    torch = pytest.importorskip("torch")
+    namedschema.save({"t": torch.zeros(4), "a": np.zeros(4)}, path)
+    back = namedschema.load(path, mmap_mode="r")
+    back["t"][0] = 5.0
+    assert back["t"][0] == 5.0 and not back["a"].flags.writeable
+    assert namedschema.load(path)["t"][0] == 0.0
+
+
 def test_non_cpu_tensor_is_refused(path):
     """A tensor that is not on the CPU raises StructureMismatchError naming the field."""
     torch = pytest.importorskip("torch")
