@@ -250,7 +250,7 @@ def patch_rlpyt(*, stdlib_namedtuple: bool = True,
     ``is_namedarraytuple[_class]``) and the schema classes
     (``NamedTupleSchema``, ``NamedArrayTupleSchema``, ``NamedTuple``,
     ``NamedArrayTuple``) by namedschema's, and, in ``rlpyt.utils.buffer``,
-    the buffer functions by those of :mod:`namedschema.buffer`. Then it
+    the buffer functions by those of ``namedschema.buffer``. Then it
     rebinds every global of an imported ``rlpyt.*`` module that refers to one
     of the originals (``from rlpyt.utils.buffer import buffer_from_example``
     made such copies), and installs an import hook that does the same for
