@@ -260,3 +260,44 @@ def test_property_patched_buffer_pickle_round_trip(patched_fake, sizes, seed):
     assert type(back.samples) is type(buf.samples)
     for a, b in zip(back.samples, buf.samples):
         np.testing.assert_array_equal(a, b)
+
+
+def _has_buffer():
+    try:
+        importlib.import_module("namedschema.buffer")
+    except ImportError:
+        return False
+    return True
+
+
+@pytest.mark.skipif(not _has_buffer(), reason="namedschema.buffer not available yet")
+def test_import_swap_buffer_loads_in_fresh_interpreter(tmp_path):
+    """rlpyt-style code with only its imports swapped builds buffers that load anywhere."""
+    path = str(tmp_path / "swap.pkl")
+    run_fresh(f"""
+        import pickle
+        import numpy as np
+        from namedschema import namedarraytuple
+        from namedschema.buffer import buffer_from_example, get_leading_dims, torchify_buffer
+
+        def build():
+            # A type made inside a function: rlpyt's factory could never pickle it.
+            Samples = namedarraytuple("Samples", ["observation", "action", "reward"])
+            example = Samples(np.zeros((3, 2), np.uint8), np.int64(0), np.float32(0))
+            return buffer_from_example(example, (5, 2))
+
+        buf = build()
+        assert get_leading_dims(buf, 2) == (5, 2)
+        buf[1] = 3
+        assert torchify_buffer(buf).reward.shape == (5, 2)
+        pickle.dump(buf, open({path!r}, "wb"), protocol=4)
+        """)
+    out = _last_json(run_fresh(f"""
+        import json, pickle, sys
+        buf = pickle.load(open({path!r}, "rb"))
+        print(json.dumps(dict(name=type(buf).__name__, fields=list(buf._fields),
+                              rlpyt="rlpyt" in sys.modules,
+                              obs=buf.observation[1].tolist(), reward=buf.reward[0].tolist())))
+        """))
+    assert out == dict(name="Samples", fields=["observation", "action", "reward"],
+                       rlpyt=False, obs=[[3, 3], [3, 3], [3, 3]], reward=[0.0, 0.0])
