@@ -17,26 +17,25 @@ identifiers, and creating an instance only makes a tuple, so this adds no way
 to run code chosen by the file.
 
 ``import namedschema`` calls :func:`install`: it registers at once if
-``torch.serialization`` is already imported, and otherwise puts a small
-finder at the front of ``sys.meta_path`` that waits for
-``torch.serialization`` to finish executing, registers, and removes itself.
+``torch.serialization`` is already imported, and otherwise asks
+:mod:`namedschema.integrations._import_hooks` to register right after
+``torch.serialization`` finishes executing.
 
 ANY_SCHEMA              allowlist entry matching live schema classes only
 checked_rebuild_schema  rebuild_schema with strict argument types
 safe_globals            the entries to pass to torch's safe-globals functions
 register                add them to torch's allowlist now (needs torch)
 install                 register now or as soon as torch is imported
-uninstall               remove the pending import hook, if any
+uninstall               drop the pending registration, if any
 """
 
 from __future__ import annotations
 
-import sys
 import threading
-import warnings
 
 from .. import _pickle
 from ..errors import SchemaDefinitionError
+from . import _import_hooks
 
 __all__ = ["ANY_SCHEMA", "checked_rebuild_schema", "safe_globals", "register",
            "install", "uninstall"]
@@ -156,80 +155,10 @@ def register() -> bool:
         return True
 
 
-class _TorchSerializationWatcher:
-    """A meta-path finder that registers right after ``torch.serialization`` executes.
-
-    It finds nothing itself: for that one module it asks the finders behind
-    it for the real spec and wraps that spec's loader's ``exec_module`` on the
-    loader instance, restoring it afterwards. Every other import costs one
-    string comparison.
-    """
-
-    def __init__(self):
-        self._busy = threading.local()
-
-    def find_spec(self, fullname, path=None, target=None):
-        if fullname != _WATCHED or getattr(self._busy, "active", False):
-            return None
-        self._busy.active = True
-        try:
-            spec = _find_behind(self, fullname, path, target)
-        finally:
-            self._busy.active = False
-        if spec is None or spec.loader is None:
-            return spec
-        loader = spec.loader
-        original = getattr(loader, "exec_module", None)
-        if original is None:
-            return spec
-        had_own = "exec_module" in getattr(loader, "__dict__", {})
-
-        def exec_module(module):
-            try:
-                original(module)
-            finally:
-                _restore(loader, original, had_own)
-            uninstall()
-            try:
-                register()
-            except Exception as exc:  # noqa: BLE001 - never break importing torch
-                warnings.warn(f"namedschema could not allowlist its schemas for "
-                              f"torch.load(weights_only=True): {exc!r}",
-                              RuntimeWarning, stacklevel=2)
-
-        try:
-            loader.exec_module = exec_module
-        except (AttributeError, TypeError):  # a loader that takes no attributes
-            return spec
-        return spec
-
-
-def _find_behind(watcher, fullname, path, target):
-    for finder in list(sys.meta_path):
-        if finder is watcher:
-            continue
-        find = getattr(finder, "find_spec", None)
-        if find is None:
-            continue
-        spec = find(fullname, path, target)
-        if spec is not None:
-            return spec
-    return None
-
-
-def _restore(loader, original, had_own):
-    # The wrapper is an instance attribute: deleting it uncovers the class's
-    # method again, unless the loader had its own instance attribute before.
-    try:
-        if had_own:
-            loader.exec_module = original
-        else:
-            del loader.exec_module
-    except AttributeError:
-        pass
-
-
-_watcher: _TorchSerializationWatcher | None = None
+def _register_hook(module) -> None:
+    # Called right after torch.serialization executed; torch itself may still
+    # be initialising, which register() allows for.
+    register()
 
 
 def install() -> None:
@@ -238,31 +167,10 @@ def install() -> None:
     Cheap and idempotent; this is what ``import namedschema`` runs. It never
     imports torch.
     """
-    global _watcher
-    if _registered:
-        return
-    module = sys.modules.get(_WATCHED)
-    if module is not None and hasattr(module, "add_safe_globals"):
-        try:
-            register()
-        except Exception as exc:  # noqa: BLE001 - importing namedschema must work
-            warnings.warn(f"namedschema could not allowlist its schemas for "
-                          f"torch.load(weights_only=True): {exc!r}",
-                          RuntimeWarning, stacklevel=2)
-        return
-    with _lock:
-        if _watcher is None:
-            _watcher = _TorchSerializationWatcher()
-            sys.meta_path.insert(0, _watcher)
+    if not _registered:
+        _import_hooks.when_imported(_WATCHED, _register_hook)
 
 
 def uninstall() -> None:
-    """Remove the import hook that :func:`install` left waiting, if any."""
-    global _watcher
-    with _lock:
-        watcher, _watcher = _watcher, None
-        if watcher is not None:
-            try:
-                sys.meta_path.remove(watcher)
-            except ValueError:
-                pass
+    """Drop the registration still waiting for torch, if any."""
+    _import_hooks.cancel(_WATCHED, _register_hook)
