@@ -111,7 +111,10 @@ def _import_rlpyt():
 def _buffer_replacements() -> dict:
     try:
         from . import buffer as ns_buffer
-    except ImportError:  # pragma: no cover - TEMPORARY until namedschema.buffer lands
+    except ImportError:
+        # A partial install without namedschema.buffer: rlpyt's own buffer
+        # functions are kept, and they still build schemas because they call
+        # the collections factories, which are rebound in their module too.
         return {}
     return {name: getattr(ns_buffer, name) for name in _BUFFER_NAMES
             if hasattr(ns_buffer, name)}
