@@ -615,7 +615,8 @@ def save(obj, path, *, progress=False):
     used = set()
     for block in blocks:
         base = entries[block.arrays[0]][3] or "root"
-        name = base if not base.startswith("__") else f"array.{base}"
+        # Names starting with "__" are the format's own (__metadata__, __pad__.N, ...).
+        base = name = base if not base.startswith("__") else f"array.{base}"
         suffix = 0
         while name in used:
             suffix += 1
@@ -1197,7 +1198,7 @@ def load(path, *, mmap_mode=None, allow_pickle=False, verify=False):
         header = _read_header(f, name, file_size)
         if header.pickle is not None and not allow_pickle:
             raise UnsafeLoadError(
-                f"{name!r} holds pickled objects ({header.pickle.get('reason', '?')} "
+                f"{name!r} holds pickled objects ({str(header.pickle.get('reason', '?'))[:200]} "
                 "is not plain data); loading it runs code chosen by whoever wrote the "
                 "file. Pass allow_pickle=True only if you trust it.")
         if mmap_mode is None:
