@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import sys
 
 # Before ray is imported: stay on loopback and send no usage statistics.
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
@@ -18,7 +17,7 @@ import namedschema as ns  # noqa: E402
 
 # True once ``import namedschema`` installs the integration hooks itself; until
 # then workers get them through Ray's worker setup hook (see the fixture).
-_AUTO = "namedschema.integrations" in sys.modules
+_AUTO = hasattr(ns, "_install_integrations")
 
 import namedschema.integrations  # noqa: E402
 
@@ -210,3 +209,55 @@ def test_main_module_schema_roundtrip(ray_local):
 def halve_any(x):
     """Task: return the first half of any array-tuple instance."""
     return x[: len(x.get(0)) // 2]
+
+
+# cloudpickle is what Ray pickles with; the hook is checked here without Ray too.
+
+def test_cloudpickle_uses_schema_reducer():
+    """With the hook, cloudpickle ships a non-importable schema class by id (rebuild_schema)."""
+    import cloudpickle
+    Local = ns.NamedArrayTupleSchema("Local", "x y", module="__main__")
+    data = cloudpickle.dumps(Local(np.arange(3), None))
+    assert b"rebuild_schema" in data and len(data) < 1000
+    assert type(cloudpickle.loads(data)) is Local
+
+
+def test_cloudpickle_fresh_echo_keeps_identity():
+    """An instance echoed by cloudpickle through a fresh interpreter comes back as the same class."""
+    import pickle
+
+    import cloudpickle
+    from tests.helpers import run_fresh
+    Local = ns.NamedArrayTupleSchema("Local", "x y", module="__main__")
+    out = run_fresh("""
+        import pickle, sys
+        import namedschema.integrations
+        namedschema.integrations.install()
+        import cloudpickle
+        x = pickle.loads(sys.stdin.buffer.read())
+        sys.stdout.buffer.write(cloudpickle.dumps(x[1:]))
+        """, stdin=cloudpickle.dumps(Local(np.arange(3), None))).stdout
+    back = pickle.loads(out)
+    assert type(back) is Local and back.x.tolist() == [1, 2] and back.y is None
+
+
+def test_cloudpickle_other_classes_untouched():
+    """Local ordinary classes and class-statement subclasses of schemas still go by value."""
+    import cloudpickle
+    from namedschema.integrations import _cloudpickle_hook
+    import cloudpickle.cloudpickle as cp_module
+    assert _cloudpickle_hook.patch(cp_module) is True  # idempotent
+
+    class Plain:
+        pass
+
+    class Sub(ns.NamedTupleSchema("Base", "a")):
+        pass
+    data = cloudpickle.dumps(Plain)
+    assert b"rebuild_schema" not in data and b"_make_skeleton_class" in data
+    assert cloudpickle.loads(data).__name__ == "Plain"
+    # The subclass itself is a cloudpickle skeleton; only its schema base goes by id.
+    data = cloudpickle.dumps(Sub)
+    assert b"_make_skeleton_class" in data
+    loaded = cloudpickle.loads(data)
+    assert loaded.__name__ == "Sub" and loaded.__mro__[1] is Sub.__mro__[1]

@@ -255,3 +255,55 @@ def test_multiprocessing_spawn_shares_tensors():
     assert type(back) is Inner and back.vel is None
     assert not child_isinstance and type(child_own) == Inner and type(child_own) is not Inner
     assert proc.exitcode == 0
+
+
+def _fake_module(tmp_path, monkeypatch, name, body="VALUE = 1\n"):
+    (tmp_path / f"{name}.py").write_text(body)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(__import__("sys").modules, name, raising=False)
+
+
+def test_import_hook_runs_after_import_and_removes_itself(tmp_path, monkeypatch):
+    """when_imported fires once the module executed, restores its loader and leaves no watcher."""
+    import importlib
+    import sys
+    from namedschema.integrations import _import_hooks
+    _fake_module(tmp_path, monkeypatch, "ns_fake_mod_a")
+    seen = []
+    _import_hooks.when_imported("ns_fake_mod_a", lambda m: seen.append(m.VALUE))
+    assert "ns_fake_mod_a" in _import_hooks.pending() and seen == []
+    module = importlib.import_module("ns_fake_mod_a")
+    assert seen == [1] and "ns_fake_mod_a" not in _import_hooks.pending()
+    assert "exec_module" not in vars(module.__spec__.loader)
+    if not _import_hooks.pending():
+        assert not any(type(f).__name__ == "_Watcher" for f in sys.meta_path)
+    _import_hooks.when_imported("ns_fake_mod_a", lambda m: seen.append("now"))
+    assert seen == [1, "now"]
+
+
+def test_import_hook_failure_warns_not_breaks(tmp_path, monkeypatch):
+    """A failing callback gives a RuntimeWarning and the import still succeeds."""
+    import importlib
+    from namedschema.integrations import _import_hooks
+    _fake_module(tmp_path, monkeypatch, "ns_fake_mod_b")
+
+    def boom(module):
+        raise RuntimeError("boom")
+    _import_hooks.when_imported("ns_fake_mod_b", boom)
+    with pytest.warns(RuntimeWarning, match="ns_fake_mod_b.*boom"):
+        module = importlib.import_module("ns_fake_mod_b")
+    assert module.VALUE == 1
+
+
+def test_import_hook_cancel(tmp_path, monkeypatch):
+    """A cancelled callback does not run when the module is imported."""
+    import importlib
+    from namedschema.integrations import _import_hooks
+    _fake_module(tmp_path, monkeypatch, "ns_fake_mod_c")
+    seen = []
+    callback = seen.append
+    _import_hooks.when_imported("ns_fake_mod_c", callback)
+    _import_hooks.cancel("ns_fake_mod_c", callback)
+    assert "ns_fake_mod_c" not in _import_hooks.pending()
+    importlib.import_module("ns_fake_mod_c")
+    assert seen == []
