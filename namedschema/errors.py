@@ -138,3 +138,7 @@ class FormatError(NamedSchemaError, ValueError):
 
 class UnsafeLoadError(FormatError):
     """A checkpoint holds pickled objects and ``allow_pickle`` was not set."""
+
+
+class BufferShapeError(NamedSchemaError, ValueError):
+    """Buffer arrays disagree in their leading dimensions, or a shape is invalid."""
