@@ -190,3 +190,18 @@ def test_bench_command_end_to_end(tmp_path):
     assert doc["topic"] == "all" and doc["topics"][0]["topic"] == "pickling"
     assert all(r["topic"] == "pickling" for r in doc["results"])
     assert png.read_bytes()[:4] == b"\x89PNG"
+
+
+@pytest.mark.parametrize("script,case", [("bench_core.py", "make"),
+                                         ("bench_pickling.py", "pickle_one")])
+def test_wrapper_scripts_run_their_topic(tmp_path, script, case):
+    """benchmarks/bench_<topic>.py runs its topic's main and writes the same JSON shape."""
+    out = tmp_path / "r.json"
+    env = dict(os.environ, PYTHONPATH=REPO_ROOT)
+    proc = subprocess.run([sys.executable, os.path.join(REPO_ROOT, "benchmarks", script),
+                           "--quick", "--cases", case, "--json", str(out)],
+                          capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(out.read_text())
+    assert {r["case"] for r in doc["results"]} == {case}
+    assert script.removeprefix("bench_").removesuffix(".py") == doc["topic"]
