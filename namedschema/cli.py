@@ -6,6 +6,7 @@ and exit with status 2, never a traceback.
 
 build_parser   the argparse parser with every subcommand
 parse_size     ``"64MB"`` / ``"1GiB"`` / ``"500000"`` -> a number of bytes
+describe       the text ``inspect`` prints for a checkpoint's description
 main           the console-script entry point
 """
 
@@ -17,7 +18,7 @@ import sys
 
 from . import __version__
 
-__all__ = ["build_parser", "parse_size", "main"]
+__all__ = ["build_parser", "parse_size", "describe", "main"]
 
 EXIT_USAGE = 2
 
@@ -99,13 +100,21 @@ def _run_inspect(args) -> int:
         else:  # format errors name the file themselves
             message = str(exc) if str(args.path) in str(exc) else f"{args.path}: {exc}"
         return _fail("namedschema inspect", message)
+    print(describe(report))
+    return 0
+
+
+def describe(report) -> str:
+    """The text ``namedschema inspect`` prints for a ``namedschema.inspect`` result.
+
+    Adds whether loading needs ``allow_pickle`` when the report's text does not say.
+    """
     text = str(report)
     needs_pickle = getattr(report, "needs_pickle", None)
     if needs_pickle is not None and "allow_pickle" not in text:
         text += ("\nloading needs allow_pickle=True: "
                  + ("yes (the file holds pickled objects)" if needs_pickle else "no"))
-    print(text)
-    return 0
+    return text
 
 
 def _run_bench(args) -> int:

@@ -251,7 +251,7 @@ def _rlpyt_factory_source() -> tuple[str, str]:
                 f"namedarraytuple = rl.namedarraytuple\n", "rlpyt's namedarraytuple")
     return ("from namedschema.demo import _classic_namedarraytuple as _c\n"
             "namedarraytuple = lambda name, fields: _c(name, fields, '__main__')\n",
-            "an rlpyt-style class-per-type namedarraytuple (set RLPYT_SRC for rlpyt's own)")
+            "a class-per-type namedarraytuple like rlpyt's; set RLPYT_SRC to use rlpyt's own")
 
 
 def _rlpyt_style_rows(workdir: str) -> list:
@@ -514,17 +514,18 @@ def _scenario(capacity, workdir, seed, progress, out) -> int:
                  rows), file=out)
     ns_path = os.path.join(workdir, "replay.nsb")
     if any(m[1] == "namedschema" for m in methods):
+        from .cli import describe
         from .format import inspect as inspect_file
         print(f"\n$ namedschema inspect replay.nsb   # reads only the header", file=out)
         try:
-            print(str(inspect_file(ns_path)).replace(ns_path, "replay.nsb"), file=out)
+            print(describe(inspect_file(ns_path)).replace(ns_path, "replay.nsb"), file=out)
         except Exception as exc:  # noqa: BLE001 - a failed check, not a crash
             checks.append(("namedschema inspect reads the checkpoint", False,
                            f"{type(exc).__name__}: {exc}"))
     print("", file=out)
-    print(f"rlpyt-style classes ({origin}):", file=out)
+    print(f"What rlpyt-style classes do under the same round trip ({origin}):", file=out)
     print(_table(["how the type was made", "step", "what happened"],
-                 [[a, b, c if len(c) <= 100 else c[:97] + "..."] for a, b, c in rlpyt_rows]),
+                 [[a, b, c if len(c) <= 120 else c[:117] + "..."] for a, b, c in rlpyt_rows]),
           file=out)
     print("", file=out)
     failed = [c for c in checks if not c[1]]
