@@ -444,7 +444,7 @@ def _scenario(capacity, workdir, seed, progress, out) -> int:
         before = _peak_rss()
         start = time.perf_counter()
         try:
-            ns_save(state, path)
+            ns_save(state, path, progress=progress and sys.stderr.isatty())
         except Exception as exc:  # noqa: BLE001 - reported as a failed check below
             save_error = f"{type(exc).__name__}: {exc}"
         else:
@@ -512,6 +512,8 @@ def _scenario(capacity, workdir, seed, progress, out) -> int:
     print(_table(["checkpoint", "file size", "save", "extra peak RSS on save",
                   "load (fresh interpreter)", "child peak RSS", "bit-exact", "resume = twin"],
                  rows), file=out)
+    print("(namedschema.save writes a temporary file, syncs it to disk and renames it into "
+          "place; pickle.dump writes in place without syncing)", file=out)
     ns_path = os.path.join(workdir, "replay.nsb")
     if any(m[1] == "namedschema" for m in methods):
         from .cli import describe
