@@ -235,7 +235,7 @@ def _rebuild_segment(dupfd, size):
 
 
 def _reduce_ndarray(a: np.ndarray):
-    found = _segment_of(a) if a.size else None
+    found = _segment_of(a)
     if found is None:
         # Not ours: exactly what ForkingPickler would have done without us
         # (it pickles with the default protocol).
