@@ -16,7 +16,7 @@ is_namedarraytuple[_class]  named array tuple instance / class
 from __future__ import annotations
 
 from ._instance import NamedArrayTuple, NamedTuple
-from ._schema import NamedArrayTupleSchema, NamedTupleSchema, _caller_module
+from ._schema import NamedArrayTupleSchema, NamedTupleSchema, _build, _caller
 
 __all__ = [
     "namedtuple", "namedarraytuple", "namedarraytuple_like",
@@ -34,10 +34,10 @@ def namedtuple(typename, field_names, *, rename=False, defaults=None, module=Non
     >>> Point(1, y=2)
     Point(x=1, y=2)
     """
-    if module is None:
-        module = _caller_module(1)
-    return NamedTupleSchema(typename, field_names, rename=rename,
-                            defaults=defaults, module=module)
+    caller_module, module_level = _caller(1)
+    return _build(NamedTupleSchema, typename, field_names, rename=rename, defaults=defaults,
+                  module=caller_module if module is None else module,
+                  module_level=module_level)
 
 
 def namedarraytuple(typename, field_names, return_namedtuple_cls=False,
@@ -58,13 +58,15 @@ def namedarraytuple(typename, field_names, return_namedtuple_cls=False,
     >>> p[1]
     Points(x=np.int64(1), y=np.int64(11))
     """
-    module = _caller_module(1)
+    module, module_level = _caller(1)
     nt_typename = typename
     if classname_suffix:
         nt_typename, typename = typename + "_nt", typename + "_nat"
-    nat = NamedArrayTupleSchema(typename, field_names, module=module)
+    nat = _build(NamedArrayTupleSchema, typename, field_names, module=module,
+                 module_level=module_level)
     if return_namedtuple_cls:
-        return nat, NamedTupleSchema(nt_typename, nat._fields, module=module)
+        return nat, _build(NamedTupleSchema, nt_typename, nat._fields, module=module,
+                           module_level=module_level)
     return nat
 
 

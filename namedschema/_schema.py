@@ -51,11 +51,35 @@ def _field_doc(index: int) -> str:
     return doc
 
 
-def _caller_module(depth: int) -> str:
+def _caller(depth: int) -> tuple[str, bool]:
+    """(module name, whether the call is module-level code) of a caller frame."""
     try:
-        return sys._getframe(depth + 1).f_globals.get("__name__", "__main__")
-    except (AttributeError, ValueError):  # pragma: no cover
-        return "__main__"
+        frame = sys._getframe(depth + 1)
+    except (AttributeError, ValueError, TypeError):  # pragma: no cover
+        return "__main__", False
+    return frame.f_globals.get("__name__", "__main__"), frame.f_code.co_name == "<module>"
+
+
+# Module-level schemas get ids derived from their definition, so that a
+# process which imports the same module (a ``spawn`` worker, a Ray worker)
+# makes a schema with the same id and unpickling there returns that module's
+# own class. The occurrence count keeps two identical definitions in one
+# module distinct, as separate factory calls must be.
+_ID_NAMESPACE = uuid.UUID("6f1c1d2e-5a0b-4c8e-9a57-2f3c4b5d6e7f")
+_module_level_seen: dict[str, int] = {}
+
+
+def _module_level_id(kind, module, typename, fields, defaults):
+    if module == "__mp_main__":  # multiprocessing's name for the parent's __main__
+        module = "__main__"
+    try:
+        key = "\x1f".join([kind, str(module), typename, ",".join(fields), repr(defaults)])
+    except Exception:  # noqa: BLE001 - an unrepresentable default: use a random id
+        return None
+    with _pickle._lock:
+        count = _module_level_seen.get(key, 0)
+        _module_level_seen[key] = count + 1
+    return uuid.uuid5(_ID_NAMESPACE, f"{key}\x1f{count}").hex
 
 
 def _normalize_names(kind, typename, field_names, rename, reserved):
@@ -203,10 +227,10 @@ class NamedTupleSchema(type):
         if kwargs:
             raise TypeError(f"{mcls.__name__}() got unexpected keyword arguments "
                             f"{sorted(kwargs)}")
-        if module is None:
-            module = _caller_module(1)
-        return _build(mcls, typename, field_names, rename=rename,
-                      defaults=defaults, module=module)
+        caller_module, module_level = _caller(1)
+        return _build(mcls, typename, field_names, rename=rename, defaults=defaults,
+                      module=caller_module if module is None else module,
+                      module_level=module_level)
 
     def __init__(cls, *args, **kwargs):
         # Everything happens in __new__; type.__init__ would reject our keywords.
@@ -268,8 +292,14 @@ class NamedArrayTupleSchema(NamedTupleSchema):
 
 
 def _build(mcls, typename, field_names, *, rename=False, defaults=None,
-           module=None, schema_id=None):
-    """Make, register and return one schema class (also used by unpickling)."""
+           module=None, schema_id=None, module_level=False):
+    """Make, register and return one schema class (also used by unpickling).
+
+    ``module_level`` marks a call from module-level code: the id is then
+    derived from the definition, and if this process already holds a live
+    schema under that id (it arrived in a pickle before the module was
+    imported), that class is returned so both sides agree.
+    """
     typename, fields = _normalize_names(mcls.__name__, typename, field_names,
                                         rename, mcls._reserved)
     field_defaults = {}
@@ -283,6 +313,14 @@ def _build(mcls, typename, field_names, *, rename=False, defaults=None,
             raise TypeError(f"{mcls.__name__} {typename!r}: got {len(defaults)} "
                             f"default values for {len(fields)} fields")
         field_defaults = dict(zip(fields[len(fields) - len(defaults):], defaults))
+    if schema_id is None and module_level:
+        schema_id = _module_level_id(mcls.__name__, module, typename, fields, defaults)
+        existing = _pickle.lookup_schema(schema_id) if schema_id else None
+        if (existing is not None and type(existing) is mcls
+                and existing._typename == typename and existing._fields == fields
+                and _defaults_equal(tuple(existing._field_defaults.values()),
+                                    tuple(field_defaults.values()))):
+            return existing
     if schema_id is None:
         schema_id = uuid.uuid4().hex
 
