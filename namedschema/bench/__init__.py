@@ -437,7 +437,8 @@ def run_topics(topics, *, quick: bool, verbose: bool = False, timeout: float = 3
 def _ratio_rows(documents):
     for doc in documents:
         for row in doc["results"]:
-            if row.get("ratio") is not None:
+            # A ratio of 0 (e.g. no extra memory at all) has no place on a log axis.
+            if row.get("ratio") is not None and row["ratio"] > 0:
                 yield doc["topic"], row
 
 
@@ -536,6 +537,9 @@ def run_bench(args) -> int:
               if target_met(r.get("ratio"), r.get("target")) is False]
     met = sum(1 for doc in documents for r in doc["results"]
               if target_met(r.get("ratio"), r.get("target")))
+    if args.quick:
+        print("quick run: tiny sizes and few repeats, so ratios are indicative only; "
+              "run without --quick for numbers to quote")
     print(f"targets met: {met}, missed: {len(missed)}"
           + "".join(f"\n  missed: {t} {r['case']} {r['contender']} "
                     f"{r['ratio']:.2f}x (target {r['target']})" for t, r in missed))

@@ -70,7 +70,7 @@ def _bytes_per_instance(cls, n: int) -> float:
 
 def _small_cases(cases, quick, rl):
     rows = []
-    repeat, min_time = (3, 0.005) if quick else (61, 0.005)
+    repeat, min_time = (15, 0.002) if quick else (61, 0.005)
     if any(c in cases for c in ("construct_positional", "construct_keyword", "make",
                                 "instance_bytes")):
         classes = _small_classes(FIELDS4, rl)
@@ -130,7 +130,7 @@ def _array_cases(cases, quick, rl):
 
     from .. import NamedArrayTupleSchema
     rows = []
-    repeat, min_time = (3, 0.005) if quick else (61, 0.005)
+    repeat, min_time = (15, 0.002) if quick else (61, 0.005)
 
     def arrays():
         return [np.random.default_rng(i).random((1000, 8)) for i in range(4)]

@@ -53,7 +53,7 @@ def _check_round_trip(name, data, objs):
 
 def _pickle_list(n, quick, made):
     rows = []
-    repeat = 3 if quick else 9
+    repeat = 5 if quick else 9
     lists = {name: [make(i, i * 0.5, i % 7, i % 2 == 0) for i in range(n)]
              for name, make in made.items()}
     blobs = {name: pickle.dumps(objs, protocol=PROTOCOL) for name, objs in lists.items()}
@@ -97,7 +97,7 @@ def main(argv=None) -> int:
     parser = topic_parser("pickling", __doc__.split("\n\n")[0], CASES)
     args = parser.parse_args(argv)
     notes = [f"protocol {PROTOCOL}; loads happen in the process that dumped "
-             "(a fresh process adds one schema build per pickle, ~tens of us)"]
+             "(in a fresh process the first load of a schema also builds its class, once)"]
     rl = load_rlpyt_collections()
     if rl is None:
         notes.append(RLPYT_SKIP_NOTE)
