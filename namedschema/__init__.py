@@ -82,3 +82,10 @@ __all__ = [
     "patch_rlpyt",
     "unpatch_rlpyt",
 ]
+
+# Hooks that wait for torch / cloudpickle to be imported (neither is imported
+# here): torch.load(weights_only=True) accepts schemas, and cloudpickle (so Ray)
+# ships schema classes by id.
+from .integrations import install as _install_integrations  # noqa: E402
+
+_install_integrations()
