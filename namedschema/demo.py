@@ -332,8 +332,9 @@ class _Progress:
             end = "\r" if self.tty else ""
             if self.tty:
                 print(end, end="", file=sys.stderr)
-            print(f"  {self.label:<34} done in {elapsed:.2f} s" + " " * 30,
-                  file=sys.stderr, flush=True)
+            pad = " " * 30 if self.tty else ""  # overwrite the rest of the bar
+            print(f"  {self.label:<34} done in {elapsed:.2f} s{pad}", file=sys.stderr,
+                  flush=True)
 
 
 class _CountingWriter:
