@@ -33,6 +33,7 @@ KNOWN_BUGS = [
     ("numpy-shape-overflow", ValueError,
      r"array is too big|Maximum allowed dimension exceeded|negative dimensions"),
     ("numpy-shape-overflow", OverflowError, r""),
+    ("inspect-tree-types", TypeError, r"object is not iterable"),
 ]
 
 _seed_dir = None

@@ -118,15 +118,18 @@ _NASTY = [None, True, False, 0, -1, 1, 7, 63, 64, 2**31, 2**32, 2**62, 2**63, 2*
           {"scalar": 0}, {"dict": [["k", 1]]}, {"tuple": [1]}, ["x"] * 65, [8] * 65]
 
 
-def _paths(node, prefix=()):
-    """Every (path, value) inside a JSON value, containers included."""
-    yield prefix, node
-    if isinstance(node, dict):
-        for k, v in node.items():
-            yield from _paths(v, prefix + (k,))
-    elif isinstance(node, list):
-        for i, v in enumerate(node):
-            yield from _paths(v, prefix + (i,))
+def _paths(node, max_depth=40):
+    """Every (path, value) inside a JSON value down to ``max_depth`` (iterative: nodes may be deep)."""
+    stack = [((), node)]
+    while stack:
+        prefix, value = stack.pop()
+        yield prefix, value
+        if len(prefix) >= max_depth:
+            continue
+        if isinstance(value, dict):
+            stack.extend((prefix + (k,), v) for k, v in value.items())
+        elif isinstance(value, list):
+            stack.extend((prefix + (i,), v) for i, v in enumerate(value))
 
 
 def _set(root, path, value):
@@ -274,6 +277,24 @@ def test_unrepresentable_shapes_raise_format_error(tmp_path, shape, strides):
         desc["arrays"][0].update(shape=shape, strides=strides)
     with pytest.raises(FormatError):
         load(_edited(tmp_path, edit))
+
+
+@pytest.mark.xfail(strict=True, reason="bug: inspect's tree printer (_tree) zips over "
+                   "'values' of an nt node and 'fields' of a schema entry without checking "
+                   "they are lists: TypeError('... is not iterable'), not FormatError")
+@pytest.mark.parametrize("where", ["nt values", "schema fields"])
+def test_inspect_refuses_non_list_values_and_fields(tmp_path, where):
+    """inspect on an nt node whose values, or a schema whose fields, are not lists gives FormatError."""
+    def edit(header, desc):
+        if where == "nt values":
+            desc["structure"] = {"list": [{"nt": 0, "values": 0.5}]}
+        else:
+            desc["schemas"][0]["fields"] = 5
+    path = _edited(tmp_path, edit)
+    with pytest.raises(FormatError):
+        load(path)
+    with pytest.raises(FormatError):
+        inspect(path)
 
 
 def test_deeply_nested_structure_is_refused_or_loaded(tmp_path):
