@@ -139,6 +139,7 @@ _ALIGN = 64
 _CHUNK = 16 * 2**20
 _MAX_HEADER = 100_000_000  # the limit safetensors itself enforces
 _ZERO_CRC = "00000000"
+_MAX_INDEX = 2**62
 
 # Built from kind letters and sizes rather than from file text, so that a
 # header can only ever name one of these.
@@ -855,7 +856,7 @@ def _check_tensors(name, header, data_size, data_start):
         if not isinstance(info, dict):
             _fail(name, f"tensor {tname!r}: entry is not an object")
         dtype, shape, offsets = info.get("dtype"), info.get("shape"), info.get("data_offsets")
-        if dtype not in _ST_ITEMSIZE:
+        if not isinstance(dtype, str) or dtype not in _ST_ITEMSIZE:
             _fail(name, f"tensor {tname!r}: unsupported dtype {dtype!r}")
         if not isinstance(shape, list) or not isinstance(offsets, list) or len(offsets) != 2:
             _fail(name, f"tensor {tname!r}: malformed shape or data_offsets")
@@ -885,7 +886,8 @@ def _check_blocks(name, desc, tensors):
         _fail(name, "blocks entry is missing")
     blocks, seen = [], set()
     for i, b in enumerate(raw_blocks):
-        if not isinstance(b, dict) or b.get("tensor") not in tensors or b["tensor"] in seen:
+        if (not isinstance(b, dict) or not isinstance(b.get("tensor"), str)
+                or b["tensor"] not in tensors or b["tensor"] in seen):
             _fail(name, f"block {i} does not name a distinct tensor of the file")
         seen.add(b["tensor"])
         start, end = tensors[b["tensor"]]
@@ -915,7 +917,7 @@ def _check_arrays(name, desc, blocks):
         apath = a.get("path") if isinstance(a.get("path"), str) else f"array {i}"
         where = f"field {apath!r}"
         dtype = a.get("dtype")
-        if dtype not in _ALLOWED_DTYPES:
+        if not isinstance(dtype, str) or dtype not in _ALLOWED_DTYPES:
             _fail(name, f"{where}: dtype {dtype!r} is not allowed (only bool, integer, "
                   "float and complex types are loaded)")
         itemsize = np.dtype(dtype).itemsize
@@ -928,6 +930,13 @@ def _check_arrays(name, desc, blocks):
         offset = _as_int(a.get("offset"), name, f"{where}: offset")
         block = a.get("block")
         size = math.prod(shape)
+        # numpy indexes with signed 64-bit integers: refuse what it cannot represent
+        # (stride-0 views could otherwise claim any element count).
+        if (max(shape, default=0) > _MAX_INDEX or size * itemsize > _MAX_INDEX
+                or max((abs(s) for s in strides), default=0) > _MAX_INDEX
+                or offset > _MAX_INDEX):
+            _fail(name, f"{where}: shape {tuple(shape)} with strides {tuple(strides)} "
+                  "is too large for numpy")
         if size == 0:
             block = None
         else:
@@ -945,7 +954,7 @@ def _check_arrays(name, desc, blocks):
                       f"{blocks[block][2]} bytes")
         torch_dtype = a.get("torch")
         if torch_dtype is not None:
-            if torch_dtype not in _TORCH_DTYPES:
+            if not isinstance(torch_dtype, str) or torch_dtype not in _TORCH_DTYPES:
                 _fail(name, f"{where}: torch dtype {torch_dtype!r} is not allowed")
             expected = np.dtype(_TORCH_VIA[torch_dtype][0] if torch_dtype in _TORCH_VIA
                                 else torch_dtype)
@@ -1303,13 +1312,17 @@ def _tree(node, schemas, fields, label, depth, lines, limit=2000):
         lines.append(f"{pad}{label}{_array_line(fields[node['array']])}")
         return
     if isinstance(node, dict) and "nt" in node and type(node["nt"]) is int \
-            and 0 <= node["nt"] < len(schemas) and isinstance(schemas[node["nt"]], dict):
+            and 0 <= node["nt"] < len(schemas) and isinstance(schemas[node["nt"]], dict) \
+            and isinstance(node.get("values"), list) \
+            and isinstance(schemas[node["nt"]].get("fields"), list):
         entry = schemas[node["nt"]]
-        names = entry.get("fields") or []
+        names = entry["fields"]
         lines.append(f"{pad}{label}{entry.get('typename')} ({entry.get('kind')})")
-        for fname, value in zip(names, node.get("values") or []):
+        for fname, value in zip(names, node["values"]):
             _tree(value, schemas, fields, f"{fname}: ", depth + 1, lines)
         return
+    if isinstance(node, dict) and "nt" in node:
+        raise FormatError(f"structure: malformed schema instance node {node!r:.60}")
     if isinstance(node, dict) and len(node) == 1 and "scalar" in node \
             and type(node["scalar"]) is int and 0 <= node["scalar"] < len(fields):
         lines.append(f"{pad}{label}{fields[node['scalar']].dtype} scalar")
@@ -1360,12 +1373,23 @@ def inspect(path):
         fields.append(FieldInfo(apath, shape,
                                 f"torch.{torch_dtype}" if torch_dtype else np.dtype(dtype).name,
                                 nbytes, None if block is None else header.blocks[block][0]))
+    for index, entry in enumerate(header.schemas):
+        if (not isinstance(entry, dict) or not isinstance(entry.get("typename"), str)
+                or not isinstance(entry.get("fields"), list)
+                or not all(isinstance(f, str) for f in entry["fields"])):
+            _fail(name, f"structure: schema {index} is invalid: needs a str typename "
+                  "and a list of str fields")
     lines = []
     if header.structure is None:
         lines.append("<pickled object graph>")
         lines.extend(f"  {fi.path}: {_array_line(fi)}" for fi in fields)
     else:
-        _tree(header.structure, header.schemas, fields, "", 0, lines)
+        try:
+            _tree(header.structure, header.schemas, fields, "", 0, lines)
+        except FormatError as exc:
+            _fail(name, str(exc), exc)
+        except RecursionError as exc:
+            _fail(name, "structure is nested too deeply", exc)
     desc_id = json.loads(header.meta["namedschema"]).get("checkpoint_id")
     return CheckpointInfo(
         path=name, format_version=header.version, file_size=header.file_size,

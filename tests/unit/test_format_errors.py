@@ -221,3 +221,23 @@ def test_invalid_mmap_mode(saved):
     """An unknown mmap_mode raises ValueError naming the allowed values."""
     with pytest.raises(ValueError, match="mmap_mode"):
         namedschema.load(saved, mmap_mode="w+")
+
+
+@pytest.mark.parametrize("edit", [
+    lambda h, d: d["arrays"][0].update(dtype=["<f8"]),
+    lambda h, d: h[d["blocks"][0]["tensor"]].update(dtype=["U8"]),
+    lambda h, d: d["blocks"][0].update(tensor=["x"]),
+    lambda h, d: d["arrays"][0].update(torch=["float32"]),
+    lambda h, d: d["arrays"][0].update(shape=[2**40, 2**40], strides=[0, 0]),
+    lambda h, d: d["arrays"][0].update(shape=[0, 2**63], strides=[0, 0]),
+    lambda h, d: d["arrays"][0].update(shape=[1, 1], strides=[2**70, 8]),
+    lambda h, d: d.update(structure={"list": [{"nt": 0, "values": 0.5}]}),
+    lambda h, d: d["schemas"][0].update(fields=5),
+])
+def test_wrongly_typed_header_values_raise_format_error(saved, edit):
+    """Lists where strings belong, unrepresentable shapes and non-list values give FormatError in load and inspect."""
+    rewrite(saved, edit)
+    with pytest.raises(FormatError):
+        namedschema.load(saved)
+    with pytest.raises(FormatError):
+        namedschema.inspect(saved) if "structure" in str(edit) else namedschema.load(saved, mmap_mode="r")
