@@ -240,4 +240,4 @@ def test_wrongly_typed_header_values_raise_format_error(saved, edit):
     with pytest.raises(FormatError):
         namedschema.load(saved)
     with pytest.raises(FormatError):
-        namedschema.inspect(saved) if "structure" in str(edit) else namedschema.load(saved, mmap_mode="r")
+        namedschema.inspect(saved)
