@@ -236,13 +236,6 @@ class NamedTupleSchema(type):
         # Everything happens in __new__; type.__init__ would reject our keywords.
         pass
 
-    def __setattr__(cls, name, value):
-        type.__setattr__(cls, name, value)
-        if name == "_schema_id" and _pickle.lookup_schema(value) is None:
-            # cloudpickle rebuilds a class as an empty skeleton and then sets
-            # its attributes; register it once it has its id.
-            _pickle.register_schema(cls, value)
-
     def __eq__(cls, other):
         if cls is other:
             return True
