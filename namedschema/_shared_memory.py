@@ -49,6 +49,15 @@ _by_inode: "weakref.WeakValueDictionary[tuple[int, int], _Segment]" = (
 _reducer_installed = False
 
 
+def _reset_lock_in_child() -> None:
+    # Another thread may have held the lock when this process forked.
+    global _lock
+    _lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_reset_lock_in_child)
+
+
 class _Segment(mmap.mmap):
     """A mapped memfd that remembers its descriptor (closed when unmapped)."""
 
@@ -163,6 +172,8 @@ def allocate_many(specs) -> list[np.ndarray]:
         TypeError: a dtype holds Python objects.
     """
     specs = [_normalize(shape, dtype) for shape, dtype in specs]
+    if not specs:
+        return []
     offsets, total = [], 0
     for shape, dtype in specs:
         total = -(-total // _ALIGN) * _ALIGN

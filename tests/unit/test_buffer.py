@@ -263,3 +263,14 @@ def test_get_leading_dims():
         get_leading_dims(Samples(AgentInfo(np.zeros(4), None), np.zeros(5)))
     with pytest.raises(BufferShapeError, match="no array"):
         get_leading_dims(Samples(None, None))
+
+
+def test_all_none_example_allocates_nothing():
+    """An example whose fields are all None gives a buffer of Nones and no segment."""
+    from namedschema import _shared_memory
+
+    gc.collect()
+    before = _shared_memory.segment_count()
+    buf = buffer_from_example(Samples(None, AgentInfo(None, None)), 3, share_memory=True)
+    assert buf.env is None and buf.agent_info.value is None
+    assert _shared_memory.segment_count() == before
