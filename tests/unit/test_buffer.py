@@ -271,6 +271,6 @@ def test_all_none_example_allocates_nothing():
 
     gc.collect()
     before = _shared_memory.segment_count()
-    buf = buffer_from_example(Samples(None, AgentInfo(None, None)), 3, share_memory=True)
+    buf = buffer_from_example(Samples(AgentInfo(None, None), None), 3, share_memory=True)
     assert buf.env is None and buf.agent_info.value is None
     assert _shared_memory.segment_count() == before
