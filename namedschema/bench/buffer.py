@@ -88,7 +88,7 @@ def _alloc_fill(contender: str, steps: int) -> dict:
         raise ValueError(contender)
     allocated = time.perf_counter()
     if isinstance(buf, np.ndarray):
-        buf[:] = 1
+        buf[...] = 1
     else:
         for field in buf:
             field[...] = 1
@@ -196,17 +196,20 @@ def main(argv=None) -> int:
     """
     parser = topic_parser("buffer", __doc__.split("\n\n")[0], CASES)
     parser.add_argument("--rounds", type=int, default=None,
-                        help="rounds per contender (best is kept; default 3, quick 2)")
+                        help="rounds per contender (best is kept; default 5, quick 2)")
     args = parser.parse_args(argv)
     size = (16 if args.quick else 1024) * MIB
     steps = max(size // (ROW_BYTES * BATCH), 1)
-    rounds = args.rounds or (2 if args.quick else 3)
+    rounds = args.rounds or (2 if args.quick else 5)
     data = steps * BATCH * ROW_BYTES
     results = []
     notes = [f"buffer: ({steps}, {BATCH}) steps, {data / MIB:.0f} MiB; best of {rounds} "
              "alternating rounds, each contender in a fresh process",
              "rss_growth: growth of the process's peak RSS during the operation "
-             "(shared pages count once they are touched)"]
+             "(shared pages count once they are touched)",
+             "fill times are dominated by page faults and vary several-fold between runs "
+             "on VMs (transparent huge pages may or may not be available): compare the "
+             "best of many rounds"]
     if "alloc_fill" in args.cases:
         values = _best("alloc_fill", ALLOC_CONTENDERS, steps, rounds, "total")
         results += _rows("alloc_fill", values, "np.zeros",
