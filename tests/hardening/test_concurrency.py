@@ -144,9 +144,6 @@ def test_conflicting_ids_from_many_threads_are_refused_not_merged():
     record("concurrency.threads", 20)
 
 
-@pytest.mark.xfail(strict=True, reason="bug: NamedTupleSchema.__setattr__ registers a "
-                   "cloudpickle skeleton as soon as _schema_id is set, before its field "
-                   "getters; a concurrent pickle.loads can get a half-built class")
 def test_cloudpickle_skeleton_not_published_half_built():
     """A schema rebuilt by value by cloudpickle is registered only once fully built."""
     pytest.importorskip("cloudpickle")
@@ -172,8 +169,6 @@ def test_cloudpickle_skeleton_not_published_half_built():
     assert out == "[True]", out
 
 
-@pytest.mark.xfail(strict=True, reason="bug: after pickle.loads built a schema, "
-                   "cloudpickle.loads of the same schema id builds a second class")
 def test_pickle_then_cloudpickle_in_one_process_give_one_class():
     """A schema loaded with pickle and then with cloudpickle in one process is one class."""
     pytest.importorskip("cloudpickle")

@@ -228,7 +228,8 @@ def test_random_json_headers_with_valid_checksums_are_refused(tmp_path_factory, 
 
 
 # ---------------------------------------------------------------------------
-# Known bugs in namedschema/format.py, one strict xfail each (see KNOWN_BUGS).
+# Regression tests for bugs this suite found in namedschema/format.py (fixed in
+# 00729e5), and strict xfails for open ones (see _files.KNOWN_BUGS).
 # ---------------------------------------------------------------------------
 
 def _edited(tmp_path, edit):
@@ -239,9 +240,6 @@ def _edited(tmp_path, edit):
     return path
 
 
-@pytest.mark.xfail(strict=True, reason="bug: format.py tests header values with `in` "
-                   "against dicts/frozensets, so a list where a dtype or tensor name is "
-                   "expected raises TypeError('unhashable type'), not FormatError")
 @pytest.mark.parametrize("where", ["array dtype", "tensor dtype", "block tensor",
                                    "torch dtype"])
 def test_unhashable_header_values_raise_format_error(tmp_path, where):
@@ -262,10 +260,6 @@ def test_unhashable_header_values_raise_format_error(tmp_path, where):
         inspect(path)
 
 
-@pytest.mark.xfail(strict=True, reason="bug: format.py bounds shapes and strides only "
-                   "against the block, not against what numpy can represent: "
-                   "numpy raises ValueError('array is too big' / 'Maximum allowed "
-                   "dimension exceeded') instead of FormatError")
 @pytest.mark.parametrize("shape, strides", [
     ([2**40, 2**40], [0, 0]),        # stride-0 view whose element count overflows intp
     ([0, 2**63], [0, 0]),            # empty array with an impossible dimension
@@ -279,9 +273,6 @@ def test_unrepresentable_shapes_raise_format_error(tmp_path, shape, strides):
         load(_edited(tmp_path, edit))
 
 
-@pytest.mark.xfail(strict=True, reason="bug: inspect's tree printer (_tree) zips over "
-                   "'values' of an nt node and 'fields' of a schema entry without checking "
-                   "they are lists: TypeError('... is not iterable'), not FormatError")
 @pytest.mark.parametrize("where", ["nt values", "schema fields"])
 def test_inspect_refuses_non_list_values_and_fields(tmp_path, where):
     """inspect on an nt node whose values, or a schema whose fields, are not lists gives FormatError."""
@@ -295,6 +286,19 @@ def test_inspect_refuses_non_list_values_and_fields(tmp_path, where):
         load(path)
     with pytest.raises(FormatError):
         inspect(path)
+
+
+@pytest.mark.xfail(strict=True, reason="bug: format.py checks non-empty shapes against "
+                   "numpy's limits but not empty ones: np.empty((0, 2**62)) or "
+                   "np.empty((0, 2**30, 2**30)) raises ValueError('array is too big')")
+@pytest.mark.parametrize("shape", [[0, 2**62], [2**62, 0], [0, 2**30, 2**30]])
+def test_empty_array_with_unrepresentable_dims_raises_format_error(tmp_path, shape):
+    """An empty array whose other dimensions overflow numpy's size limit gives FormatError."""
+    def edit(header, desc):
+        desc["arrays"].append({"block": None, "offset": 0, "shape": shape,
+                               "strides": [8] * len(shape), "dtype": "<f8", "path": "huge"})
+    with pytest.raises(FormatError):
+        load(_edited(tmp_path, edit))
 
 
 def test_deeply_nested_structure_is_refused_or_loaded(tmp_path):
@@ -362,7 +366,7 @@ def test_hostile_files_never_allocate_more_than_the_file_justifies(tmp_path):
                 except MemoryError:
                     out.append("memory")
                 except Exception as exc:
-                    out.append("other:" + type(exc).__name__)
+                    out.append("other:" + type(exc).__name__ + ": " + str(exc)[:80])
         print(json.dumps(out))
         """), timeout=300)
     outcomes = json.loads(proc.stdout)
