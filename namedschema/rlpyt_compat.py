@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from . import _factories
 from ._instance import NamedArrayTuple, NamedTuple
-from ._schema import NamedArrayTupleSchema, NamedTupleSchema
+from ._schema import NamedArrayTupleSchema, NamedTupleSchema, _build
 from .errors import NamedSchemaError
 
 __all__ = ["patch_rlpyt", "unpatch_rlpyt", "is_patched", "RlpytPatch",
@@ -152,8 +152,10 @@ def _replacement_for_type(cls):
     entry = _state.replacements.get(id(cls))
     if entry is not None:
         return entry[1]
-    schema = NamedArrayTupleSchema(cls.__name__, tuple(cls._fields),
-                                   module=cls.__module__)
+    # Made as if by the module's own top-level code, so the id matches the one
+    # a process gets when it patches before importing that module (spawn workers).
+    schema = _build(NamedArrayTupleSchema, cls.__name__, tuple(cls._fields),
+                    module=cls.__module__, module_level=True)
     _state.replacements[id(cls)] = (cls, schema)
     return schema
 

@@ -297,7 +297,7 @@ def test_import_swap_buffer_loads_in_fresh_interpreter(tmp_path):
         buf = pickle.load(open({path!r}, "rb"))
         print(json.dumps(dict(name=type(buf).__name__, fields=list(buf._fields),
                               rlpyt="rlpyt" in sys.modules,
-                              obs=buf.observation[1].tolist(), reward=buf.reward[0].tolist())))
+                              obs=buf.observation[1, 0].tolist(), reward=buf.reward[0].tolist())))
         """))
     assert out == dict(name="Samples", fields=["observation", "action", "reward"],
                        rlpyt=False, obs=[[3, 3], [3, 3], [3, 3]], reward=[0.0, 0.0])
