@@ -65,7 +65,7 @@ def _byte_mutation(rng, data: bytes) -> bytes:
         data += bytes(rng.randrange(256) for _ in range(rng.randrange(1, 100)))
     else:                             # overwrite the length prefix
         data[:8] = struct.pack("<Q", rng.choice([0, 1, 7, 2**32, 2**63, len(data),
-                                                 len(data) - 8, rng.randrange(2**64)]))
+                                                 max(0, len(data) - 8), rng.randrange(2**64)]))
     return bytes(data)
 
 
