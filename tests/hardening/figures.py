@@ -41,7 +41,7 @@ DESCRIPTIONS = {
     "crash.kills": "savers killed with SIGKILL mid-overwrite",
     "crash.previous_intact": "... previous checkpoint still loaded and verified",
     "crash.stray_temp_files": "temporary files left behind by a killed saver",
-    "disk_full.saves": "saves into a full filesystem",
+    "disk_full.saves": "saves into a full filesystem (real tmpfs and simulated ENOSPC)",
     "disk_full.old_file_intact": "... old file intact afterwards",
     "concurrency.threads": "threads unpickling or creating schemas at once",
     "concurrency.processes": "processes reading one memory-mapped checkpoint",
