@@ -58,17 +58,26 @@ class NamedTuple(tuple):
     __class_getitem__ = classmethod(GenericAlias)
 
 
-def _locate_read_failure(nat, loc):
-    """Find the field whose indexing fails; return (path, exception)."""
+def _locate_read_failure(nat, loc, exc):
+    """Find the field whose indexing failed; return (path, exception) or (None, None).
+
+    A nested array tuple that failed has already raised a FieldError that
+    records which instance raised it, so its field is found by identity. Only
+    leaf fields are indexed again: re-running nested ones would repeat the
+    search at every level (exponential in the depth).
+    """
+    if isinstance(exc, FieldError):
+        for name, value in zip(nat._fields, nat):
+            if value is not None and id(value) == exc.source_id:
+                return (name,) + exc.path, exc
+        return None, None
     for name, value in zip(nat._fields, nat):
-        if value is None:
+        if value is None or isinstance(value, NamedArrayTuple):
             continue
         try:
             value[loc]
-        except FieldError as exc:
-            return (name,) + exc.path, exc
-        except Exception as exc:  # noqa: BLE001 - reported with its field below
-            return (name,), exc
+        except Exception as leaf_exc:  # noqa: BLE001 - reported with its field
+            return (name,), leaf_exc
     return None, None
 
 
@@ -127,12 +136,14 @@ def _describe(exc: BaseException) -> str:
 
 def raise_read_error(nat, loc, exc):
     """Re-raise a failed ``nat[loc]`` as a FieldError naming the failing field."""
-    path, cause = _locate_read_failure(nat, loc)
-    if path is None:  # not a field's fault (e.g. a subclass's failing hook)
+    path, cause = _locate_read_failure(nat, loc, exc)
+    if path is None:  # not a field's fault (a failing hook, or RecursionError)
         raise exc
     root = cause.__cause__ if isinstance(cause, FieldError) else cause
     reason = cause.reason if isinstance(cause, FieldError) else _describe(cause)
-    raise field_error_class(root)(nat._typename, path, loc, reason) from root
+    error = field_error_class(root)(nat._typename, path, loc, reason)
+    error.source_id = id(nat)
+    raise error from root
 
 
 def raise_write_error(nat, index, loc, value, exc):
@@ -147,13 +158,17 @@ def raise_write_error(nat, index, loc, value, exc):
     if isinstance(exc, FieldError):  # a nested array tuple failed inside
         root = exc.__cause__ or exc
         written += tuple(f"{name}.{w}" for w in exc.written)
-        raise field_error_class(root)(nat._typename, (name,) + exc.path, loc,
-                                      exc.reason, written, assigning=True) from root
+        error = field_error_class(root)(nat._typename, (name,) + exc.path, loc,
+                                        exc.reason, written, assigning=True)
+        error.source_id = id(nat)
+        raise error from root
     if fields and _tuple_getitem(nat, index) is None:
         if isinstance(value, tuple) and getattr(value, "_fields", None) == fields:
             value = _tuple_getitem(value, index)
         reason = f"the field is None, so it cannot take a {type(value).__name__} value"
     else:
         reason = _describe(exc)
-    raise field_error_class(exc)(nat._typename, (name,), loc, reason,
-                                 written, assigning=True) from exc
+    error = field_error_class(exc)(nat._typename, (name,), loc, reason,
+                                   written, assigning=True)
+    error.source_id = id(nat)
+    raise error from exc

@@ -22,6 +22,7 @@ from __future__ import annotations
 import copyreg
 import keyword
 import sys
+import unicodedata
 import uuid
 
 from . import _pickle
@@ -84,15 +85,20 @@ def _module_level_id(kind, module, typename, fields, defaults):
 
 def _normalize_names(kind, typename, field_names, rename, reserved):
     """Validate like collections.namedtuple; return (typename, fields)."""
+    typename = sys.intern(str(typename))
     if isinstance(field_names, str):
         field_names = field_names.replace(",", " ").split()
-    field_names = list(map(str, field_names))
-    typename = sys.intern(str(typename))
+    try:
+        field_names = list(map(str, field_names))
+    except TypeError:
+        raise TypeError(f"{kind} {typename!r}: field_names must be a string or an "
+                        f"iterable of strings, got {type(field_names).__name__}") from None
 
     if rename:
         seen = set()
         for index, name in enumerate(field_names):
             if (not name.isidentifier() or keyword.iskeyword(name)
+                    or unicodedata.normalize("NFKC", name) != name
                     or name.startswith("_") or name in seen or name in reserved):
                 field_names[index] = f"_{index}"
             seen.add(name)
@@ -101,6 +107,12 @@ def _normalize_names(kind, typename, field_names, rename, reserved):
         if not name.isidentifier():
             raise SchemaDefinitionError(
                 f"{kind} {typename!r}: {what} {name!r} is not a valid identifier")
+        if unicodedata.normalize("NFKC", name) != name:
+            # Python reads identifiers in NFKC form ('\ufb01' is read as 'fi'), so
+            # such a name could never be used as an attribute or keyword.
+            raise SchemaDefinitionError(
+                f"{kind} {typename!r}: {what} {name!r} is not in NFKC normal form "
+                f"(Python would read it as {unicodedata.normalize('NFKC', name)!r})")
         if keyword.iskeyword(name):
             raise SchemaDefinitionError(
                 f"{kind} {typename!r}: {what} {name!r} is a keyword")

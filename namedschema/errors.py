@@ -23,6 +23,7 @@ __all__ = [
     "FieldError",
     "FieldIndexError",
     "FieldKeyError",
+    "FieldOverflowError",
     "FieldTypeError",
     "FieldValueError",
     "FormatError",
@@ -81,6 +82,9 @@ class FieldError(NamedSchemaError):
                  written: tuple = (), assigning: bool = False):
         self.schema, self.path, self.loc = schema, tuple(path), loc
         self.reason, self.written, self.assigning = reason, tuple(written), assigning
+        # id() of the instance that raised it, so an enclosing array tuple can
+        # find the failing field without indexing again.
+        self.source_id = None
         where = ".".join((schema,) + self.path)
         if assigning:
             msg = f"{where}[{short_repr(loc)}]: cannot assign: {reason}"
@@ -116,7 +120,15 @@ class FieldValueError(FieldError, ValueError):
     """A field failed with ValueError (for example a shape mismatch)."""
 
 
+class FieldOverflowError(FieldError, OverflowError, IndexError):
+    """A field failed with OverflowError (an index too large for the array).
+
+    Also an IndexError, as numpy reports most out-of-range indices.
+    """
+
+
 _FIELD_ERROR_FOR = (
+    (OverflowError, FieldOverflowError),
     (IndexError, FieldIndexError),
     (KeyError, FieldKeyError),
     (TypeError, FieldTypeError),

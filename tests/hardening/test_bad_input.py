@@ -38,9 +38,6 @@ def test_wrong_field_names_give_clear_errors(factory, fields):
     record("bad_input.calls")
 
 
-@pytest.mark.xfail(strict=True, reason="bug: a non-iterable field_names (e.g. 5 or None) "
-                   "raises the bare TypeError \"'int' object is not iterable\", "
-                   "without naming the schema")
 @pytest.mark.parametrize("fields", [5, None, 2.5])
 def test_non_iterable_field_names_error_names_the_schema(fields):
     """A non-iterable field_names gives an error that names the schema being defined."""
