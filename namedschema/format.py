@@ -930,9 +930,10 @@ def _check_arrays(name, desc, blocks):
         offset = _as_int(a.get("offset"), name, f"{where}: offset")
         block = a.get("block")
         size = math.prod(shape)
-        # numpy indexes with signed 64-bit integers: refuse what it cannot represent
-        # (stride-0 views could otherwise claim any element count).
-        if (max(shape, default=0) > _MAX_INDEX or size * itemsize > _MAX_INDEX
+        # numpy indexes with signed 64-bit integers and refuses any shape whose
+        # nonzero dimensions times the itemsize overflow that, even when another
+        # dimension is 0; stride-0 views could otherwise claim any element count.
+        if (math.prod(n for n in shape if n) * itemsize > _MAX_INDEX
                 or max((abs(s) for s in strides), default=0) > _MAX_INDEX
                 or offset > _MAX_INDEX):
             _fail(name, f"{where}: shape {tuple(shape)} with strides {tuple(strides)} "

@@ -28,9 +28,7 @@ TIME_LIMIT = 5.0  # seconds per load/inspect call; generous for a loaded 2-core 
 # (name, exception type, message pattern). The fuzz tests tolerate these and
 # count them; the dedicated xfail tests in test_fuzz_files.py fail loudly
 # once they are fixed, and then the entry here should go.
-KNOWN_BUGS: list = [
-    ("empty-array-huge-dims", ValueError, r"array is too big"),
-]
+KNOWN_BUGS: list = []
 
 _seed_dir = None
 _seeds: list = []

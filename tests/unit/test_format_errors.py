@@ -241,3 +241,28 @@ def test_wrongly_typed_header_values_raise_format_error(saved, edit):
         namedschema.load(saved)
     with pytest.raises(FormatError):
         namedschema.inspect(saved)
+
+
+@pytest.mark.parametrize("shape, dtype, ok", [
+    ([0, 2**62], "|u1", True),           # numpy can make this empty array
+    ([0, 2**59], "<f8", True),           # 2**62 bytes of nonzero dims: the limit
+    ([0, 2**62], "<f8", False),          # nonzero dims times itemsize overflow
+    ([2**31, 0, 2**31], "<f8", False),
+    ([0, 2**63 + 1], "|u1", False),
+])
+def test_empty_arrays_checked_against_numpy_limits(saved, shape, dtype, ok):
+    """An empty array loads if numpy can make it, else FormatError names the field."""
+    def edit(header, desc):
+        desc["arrays"].append({"block": None, "offset": 0, "shape": shape,
+                               "strides": [1] * len(shape), "dtype": dtype, "path": "big"})
+        desc["structure"]["dict"].append(["big", {"array": len(desc["arrays"]) - 1}])
+    rewrite(saved, edit)
+    if ok:
+        big = namedschema.load(saved)["big"]
+        assert big.shape == tuple(shape) and big.size == 0 and big.dtype == np.dtype(dtype)
+        assert namedschema.inspect(saved).fields[-1].nbytes == 0
+    else:
+        with pytest.raises(FormatError, match=r"field 'big': shape .* too large for numpy"):
+            namedschema.load(saved)
+        with pytest.raises(FormatError, match="too large for numpy"):
+            namedschema.inspect(saved)
