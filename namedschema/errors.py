@@ -6,9 +6,13 @@ already catches ``ValueError`` / ``TypeError`` / ``IndexError`` keeps working.
 NamedSchemaError        base of everything namedschema raises on purpose
 SchemaDefinitionError   a schema definition is invalid (ValueError)
 SchemaConflictError     an unpickled schema disagrees with one this process has
+StructureMismatchError  a value does not have the expected structure (TypeError)
 FieldError              reading or writing a field failed; names schema and field
+                        (FieldIndexError, FieldKeyError, FieldOverflowError,
+                        FieldTypeError, FieldValueError add the builtin type)
 FormatError             a checkpoint file is not valid (ValueError)
 UnsafeLoadError         a checkpoint needs pickle and allow_pickle was not given
+BufferShapeError        buffer arrays disagree in leading dimensions (ValueError)
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ __all__ = [
     "FieldValueError",
     "FormatError",
     "UnsafeLoadError",
+    "BufferShapeError",
 ]
 
 _short = reprlib.Repr()
