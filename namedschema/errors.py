@@ -8,8 +8,7 @@ SchemaDefinitionError   a schema definition is invalid (ValueError)
 SchemaConflictError     an unpickled schema disagrees with one this process has
 StructureMismatchError  a value does not have the expected structure (TypeError)
 FieldError              reading or writing a field failed; names schema and field
-                        (FieldIndexError, FieldKeyError, FieldOverflowError,
-                        FieldTypeError, FieldValueError add the builtin type)
+Field*Error             FieldError plus the builtin type of the failure (Index, Key, ...)
 FormatError             a checkpoint file is not valid (ValueError)
 UnsafeLoadError         a checkpoint needs pickle and allow_pickle was not given
 BufferShapeError        buffer arrays disagree in leading dimensions (ValueError)
