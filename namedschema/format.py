@@ -94,6 +94,19 @@ as every file written now, have ``parent: null`` and no features, so they stay
 valid, and a reader that does not know ``"delta"`` refuses a delta file
 rather than loading half a buffer.
 
+Writing. ``save`` writes ``.<name>.tmp-<host>-<pid>-<random>`` in the
+target's directory (``<name>`` is the target's file name, or its first 40
+characters, ``~`` and a hash when it is longer than 200 bytes; ``<host>`` is
+eight hex digits of a hash of the host name and pid namespace, ``<pid>`` the
+saver's process id), fills it, syncs it, renames it over the target and syncs
+the directory, so the target always holds a complete checkpoint. A saver that
+is killed leaves its temporary file behind; before writing, every later save
+to the same target removes such files, and only those whose name carries its
+own ``<host>`` and whose ``<pid>`` is no longer writing: no process has that
+pid, or it is a zombie, or it started more than 10 seconds after the file was
+last modified (the pid was reused). Whatever cannot be decided (no ``/proc``,
+files of other hosts, other targets, anything not a regular file) is kept.
+
 Trust. ``load`` checks the length prefix, the header checksum, every dtype
 against the allowlist (object, structured and string dtypes are never made
 from file bytes), every shape, stride and offset against its block, and every
@@ -104,6 +117,7 @@ Data checksums are checked with ``verify=True``.
 from __future__ import annotations
 
 import collections
+import functools
 import hashlib
 import io
 import json
@@ -111,7 +125,10 @@ import math
 import mmap
 import os
 import pickle
+import re
 import secrets
+import socket
+import stat
 import struct
 import sys
 import uuid
@@ -566,7 +583,9 @@ def save(obj, path, *, progress=False):
     and arrays is stored as JSON; anything else is pickled into the file and
     then needs ``load(..., allow_pickle=True)``. The file is written to a
     temporary file in the same directory, synced and renamed over ``path``,
-    so an existing file at ``path`` is never damaged.
+    so an existing file at ``path`` is never damaged. Temporary files that
+    earlier savers of ``path`` left when they were killed are removed first
+    (the rule is in the module documentation); those of live savers are kept.
 
     Args:
         obj: the object graph to save.
@@ -599,7 +618,7 @@ def save(obj, path, *, progress=False):
     if pickle_reason is not None:
         encoder = _Encoder()
         structure = None
-        buffer = _BytesSink()
+        buffer = io.BytesIO()
         _Pickler(buffer, encoder.arrays).dump(obj)
         pickled = buffer.getvalue()
     entries = encoder.arrays.entries
@@ -638,57 +657,137 @@ def save(obj, path, *, progress=False):
                   _Progress(sum(b.nbytes for b in blocks), "saving", progress))
 
 
-class _BytesSink:
-    """A write-only file collecting pickle output (keeps no copy of arrays)."""
-
-    def __init__(self):
-        self._parts = []
-
-    def write(self, data):
-        self._parts.append(bytes(data))
-        return len(data)
-
-    def getvalue(self):
-        return b"".join(self._parts)
+def _unlink_quietly(name):
+    try:
+        os.unlink(name)
+    except OSError:
+        pass
 
 
 def _write_atomic(path, blocks, entries, header_args, length, progress):
     directory = os.path.dirname(os.path.abspath(path))
-    tmp = os.path.join(directory, f".{os.path.basename(path)}.tmp-{os.getpid()}-"
-                       f"{secrets.token_hex(4)}")
+    prefix = _temp_prefix(os.path.basename(path), _host_tag())
+    _remove_stale_temps(directory, prefix)
+    tmp = os.path.join(directory, f"{prefix}{os.getpid()}-{secrets.token_hex(4)}")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0),
                  0o666)
     try:
-        _write_all(fd, struct.pack("<Q", length) + b" " * length)
-        with ThreadPoolExecutor(1, thread_name_prefix="namedschema-crc") as pool:
-            for block in blocks:
-                _write_block(fd, block, entries, pool, progress)
-                pad = -block.nbytes % _ALIGN
-                if pad:
-                    _write_all(fd, bytes(pad))
-        header = _finish_header(_build_header(*header_args), length)
-        if len(header) != length:  # pragma: no cover - fixed-width fields
-            raise FormatError(f"{path!r}: internal error: header length changed")
-        os.lseek(fd, 8, os.SEEK_SET)
-        _write_all(fd, header)
-        os.fsync(fd)
-    except BaseException:
-        os.close(fd)
         try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    os.close(fd)
-    try:
+            _write_all(fd, struct.pack("<Q", length) + b" " * length)
+            with ThreadPoolExecutor(1, thread_name_prefix="namedschema-crc") as pool:
+                for block in blocks:
+                    _write_block(fd, block, entries, pool, progress)
+                    pad = -block.nbytes % _ALIGN
+                    if pad:
+                        _write_all(fd, bytes(pad))
+            header = _finish_header(_build_header(*header_args), length)
+            if len(header) != length:  # pragma: no cover - fixed-width fields
+                raise FormatError(f"{path!r}: internal error: header length changed")
+            os.lseek(fd, 8, os.SEEK_SET)
+            _write_all(fd, header)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
         os.replace(tmp, path)
     except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
+        _unlink_quietly(tmp)
         raise
     _fsync_dir(directory)
+
+
+# --------------------------------------------------------------------------
+# Temporary files left by savers that died
+# --------------------------------------------------------------------------
+
+# A live process whose start time is this much after a temp file's mtime did
+# not write it; the slack covers the 1 s resolution of the boot time and
+# small clock adjustments, and errs towards keeping files.
+_STALE_SLACK = 10.0
+_TEMP_TAIL = re.compile(r"([0-9]{1,10})-[0-9a-f]{8}", re.ASCII)
+
+
+def _temp_prefix(basename, tag):
+    """``.<basename>.tmp-<tag>-``: the start of every temp file name for one target.
+
+    Very long target names are shortened (with a hash of the full name, so
+    the prefix still belongs to exactly one target) to keep the temp name
+    within the usual 255-byte limit.
+    """
+    if len(os.fsencode(basename)) > 200:
+        digest = hashlib.blake2b(os.fsencode(basename), digest_size=8).hexdigest()
+        basename = f"{basename[:40]}~{digest}"
+    return f".{basename}.tmp-{tag}-"
+
+
+def _host_tag():
+    """Eight hex digits naming this host and pid namespace, where pids mean something."""
+    try:
+        namespace = os.readlink("/proc/self/ns/pid")
+    except OSError:
+        namespace = ""
+    return hashlib.blake2b(f"{socket.gethostname()}\0{namespace}".encode(),
+                           digest_size=4).hexdigest()
+
+
+@functools.cache
+def _boot_time():
+    with open("/proc/stat", "rb") as f:
+        for line in f:
+            if line.startswith(b"btime "):
+                return int(line.split()[1])
+    raise OSError("no btime in /proc/stat")
+
+
+def _process_state(pid):
+    """(state letter, start time in seconds since the epoch) of a process, from /proc."""
+    with open(f"/proc/{pid}/stat", "rb") as f:
+        text = f.read()
+    # The command name (field 2) is in parentheses and may hold spaces or ')'.
+    fields = text[text.rindex(b")") + 2:].split()
+    start_ticks = int(fields[19])
+    return fields[0].decode("ascii", "replace"), \
+        _boot_time() + start_ticks / os.sysconf("SC_CLK_TCK")
+
+
+def _writer_may_be_alive(pid, mtime):
+    """Whether process ``pid`` may still be writing a file last modified at ``mtime``."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # it exists, under another user
+    except (OverflowError, ValueError):
+        return False  # no process can have that pid
+    try:
+        state, started = _process_state(pid)
+    except (OSError, ValueError, IndexError):
+        return True  # cannot tell whether the pid was reused: keep the file
+    if state in ("Z", "X"):
+        return False  # dead, not yet reaped: it will write nothing more
+    return started <= mtime + _STALE_SLACK
+
+
+def _remove_stale_temps(directory, prefix):
+    """Remove temp files of this target left by savers of this host that are dead."""
+    if os.name != "posix":  # os.kill(pid, 0) only probes on POSIX
+        return
+    try:
+        with os.scandir(directory) as entries:
+            names = [e.name for e in entries if e.name.startswith(prefix)]
+    except OSError:
+        return
+    for name in names:
+        match = _TEMP_TAIL.fullmatch(name, len(prefix))
+        if match is None or int(match[1]) <= 0:
+            continue
+        full = os.path.join(directory, name)
+        try:
+            st = os.lstat(full)
+        except OSError:
+            continue
+        if stat.S_ISREG(st.st_mode) and not _writer_may_be_alive(int(match[1]), st.st_mtime):
+            _unlink_quietly(full)
 
 
 def _fsync_dir(directory):

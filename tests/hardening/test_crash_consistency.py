@@ -101,9 +101,6 @@ def test_sigkill_during_overwrite_never_damages_the_checkpoint(tmp_path):
     assert len(stray) <= TRIALS
 
 
-@pytest.mark.xfail(strict=True, reason="bug/missing feature: format.save never removes "
-                   "'.<name>.tmp-<pid>-<hex>' files left by a killed saver, and no cleanup "
-                   "function is documented")
 def test_next_save_removes_temp_files_left_by_killed_savers(tmp_path):
     """After savers were killed mid-write, the next successful save leaves no temp files."""
     path = str(tmp_path / "ckpt.nsb")

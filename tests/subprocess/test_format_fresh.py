@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import fractions
 import json
+import os
+import subprocess
+import sys
+import textwrap
 
 import numpy as np
 
 import namedschema
-from tests.helpers import run_fresh
+from tests.helpers import REPO_ROOT, run_fresh
 
 
 def test_fresh_interpreter_loads_schemas_views_and_mmap(tmp_path):
@@ -72,3 +76,26 @@ def test_fresh_interpreter_refuses_pickle_and_import_is_lazy(tmp_path):
     lines = proc.stdout.decode().splitlines()
     assert lines[0].startswith("refused:") and "Fraction" in lines[0]
     assert lines[1] == "[0, 1, 2] Fraction False"
+
+
+def test_concurrent_savers_to_one_path_never_remove_each_others_temp_files(tmp_path):
+    """Three processes saving one path 15 times each all succeed; the file always loads."""
+    path = str(tmp_path / "shared.nsb")
+    namedschema.save({"writer": -1, "data": np.zeros(200_000)}, path)
+    code = f"""
+        import sys, numpy as np, namedschema
+        writer = int(sys.argv[1])
+        data = np.full(200_000, float(writer))
+        for _ in range(15):
+            namedschema.save({{"writer": writer, "data": data}}, {path!r})
+            got = namedschema.load({path!r}, verify=True)
+            assert (got["data"] == got["writer"]).all()
+        """
+    env = dict(os.environ, PYTHONPATH=REPO_ROOT)
+    procs = [subprocess.Popen([sys.executable, "-c", textwrap.dedent(code), str(w)],
+                              env=env, stderr=subprocess.PIPE) for w in range(3)]
+    errors = [p.communicate(timeout=120)[1].decode() for p in procs]
+    assert [p.returncode for p in procs] == [0, 0, 0], errors
+    final = namedschema.load(path, verify=True)
+    assert final["writer"] in (0, 1, 2) and (final["data"] == final["writer"]).all()
+    assert os.listdir(tmp_path) == ["shared.nsb"]
