@@ -296,6 +296,39 @@ def _rlpyt_style_rows(workdir: str) -> list:
         proc = _run_child([load, path])
         rows.append(("type made in __main__", "load in fresh interpreter",
                      _last_line(proc.stdout + proc.stderr)))
+    # 3. rlpyt's replay modules: a module global that stays None until a
+    #    buffer's constructor assigns it. Pickling works; a fresh interpreter
+    #    imports the module, finds None and fails with the classic NEWOBJ error.
+    module_name = "rlpyt_style_replay"
+    with open(os.path.join(workdir, module_name + ".py"), "w") as f:
+        f.write(factory.replace("'__main__'", repr(module_name)) + (
+            "import numpy as np\n"
+            "SamplesToBuffer = None\n"
+            "class ReplayBuffer:\n"
+            "    def __init__(self, size):\n"
+            "        global SamplesToBuffer\n"
+            "        SamplesToBuffer = namedarraytuple('SamplesToBuffer', ['observation', 'reward'])\n"
+            "        self.samples = SamplesToBuffer(np.zeros((size, 84, 84), np.uint8),\n"
+            "                                       np.zeros(size, np.float32))\n"))
+    path = os.path.join(workdir, "rlpyt_style_replay.pkl")
+    script = (f"import pickle, sys; sys.path.insert(0, {workdir!r})\n"
+              f"import {module_name}\n"
+              f"buf = {module_name}.ReplayBuffer(4)\n"
+              "with open(sys.argv[1], 'wb') as f:\n"
+              "    pickle.dump(buf, f, protocol=4)\n")
+    proc = _run_child([script, path])
+    if proc.returncode != 0:
+        rows.append(("global set in a constructor", "pickle.dump", _last_line(proc.stderr)))
+    else:
+        load = (f"import pickle, sys; sys.path.insert(0, {workdir!r})\n"
+                "try:\n"
+                "    pickle.load(open(sys.argv[1], 'rb'))\n"
+                "    print('OK loaded')\n"
+                "except Exception as exc:\n"
+                "    print(f'{type(exc).__name__}: {exc}')\n")
+        proc = _run_child([load, path])
+        rows.append(("global set in a constructor", "load in fresh interpreter",
+                     _last_line(proc.stdout + proc.stderr)))
     return rows, origin
 
 
