@@ -13,7 +13,9 @@ Measures, each contender in a fresh process, alternating, best of N rounds:
 
 Usage:
 
-    python benchmarks/bench_checkpoint.py [--quick] [--json FILE] [--rounds N]
+    python benchmarks/bench_checkpoint.py [--quick] [--json FILE] [--rounds N] [--size-mib N]
+
+Contenders whose package is not installed (joblib) are skipped with a note.
 """
 
 import sys

@@ -9,7 +9,8 @@ temporary file, ``fsync``, rename. Loads read a warm page cache.
 Save times are compared with raw writes of the same bytes (``raw``); load
 times with ``np.load`` of one ``.npy`` file per field (``np.load``). Memory is
 the growth of the child's peak RSS during the operation (for full loads, beyond
-the size of the data itself).
+the size of the data itself). Contenders from packages that are not installed
+(joblib) are skipped with a note.
 
 CASES   the case names, in running order
 main    run the cases, print the table, optionally write JSON
@@ -17,6 +18,8 @@ main    run the cases, print the table, optionally write JSON
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import json
 import os
 import subprocess
@@ -32,6 +35,8 @@ CASES = ("save", "load")
 SAVERS = ("raw", "namedschema", "np.save", "pickle4", "pickle5", "np.savez", "joblib")
 LOADERS = ("np.load", "raw", "namedschema", "namedschema mmap", "np.load mmap",
            "pickle4", "pickle5", "np.savez", "joblib")
+# Contenders that need a package numpy and the standard library do not provide.
+OPTIONAL = {"joblib": "joblib"}
 ROW_BYTES = 84 * 84 + 8 + 4 + 1
 MIB = 2**20
 
@@ -150,11 +155,11 @@ def _child(argv):
     # Import everything first so imports do not count as the operation's memory.
     import pickle  # noqa: F401
 
-    import joblib  # noqa: F401
     import numpy as np  # noqa: F401
 
-    import namedschema
     import namedschema.format  # noqa: F401
+    if contender in OPTIONAL:
+        importlib.import_module(OPTIONAL[contender])
     samples = _buffer(rows) if spec["op"] == "save" else None
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     start = time.perf_counter()
@@ -196,12 +201,33 @@ def _file_for(directory, contender):
     return os.path.join(directory, name.replace(".", "_") + ".bin")
 
 
+def _importable(module):
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # ValueError: hidden by sys.modules[name] = None
+        return False
+
+
+def _installed(contenders, notes):
+    """The contenders whose optional package is importable; a note for each one skipped."""
+    kept = []
+    for contender in contenders:
+        module = OPTIONAL.get(contender)
+        if module is not None and not _importable(module):
+            note = f"{contender} rows skipped: {module} is not installed"
+            if note not in notes:
+                notes.append(note)
+            continue
+        kept.append(contender)
+    return tuple(kept)
+
+
 def main(argv=None) -> int:
     """Run the checkpoint benchmark; see the module docstring.
 
     Args:
         argv: command-line arguments (``--quick``, ``--json FILE``, ``--cases``,
-            ``--rounds N``, ``--dir DIR``).
+            ``--rounds N``, ``--size-mib N``, ``--dir DIR``).
 
     Returns:
         0 on success.
@@ -209,19 +235,22 @@ def main(argv=None) -> int:
     parser = topic_parser("checkpoint", __doc__.split("\n\n")[0], CASES)
     parser.add_argument("--rounds", type=int, default=None,
                         help="rounds per contender (best is kept; default 3, quick 2)")
+    parser.add_argument("--size-mib", type=int, default=None,
+                        help="buffer size in MiB (default 1024, quick 32)")
     parser.add_argument("--dir", default=None, help="directory for the files (default: temp)")
     args = parser.parse_args(argv)
-    size = (32 if args.quick else 1024) * MIB
-    rows = size // ROW_BYTES
+    size = (args.size_mib or (32 if args.quick else 1024)) * MIB
+    rows = max(size // ROW_BYTES, 1)
     rounds = args.rounds or (2 if args.quick else 3)
     data_bytes = rows * ROW_BYTES
     results, notes = [], [f"buffer: {rows} rows, {data_bytes / MIB:.0f} MiB; "
                           f"best of {rounds} alternating rounds, each in a fresh process"]
+    savers, loaders = _installed(SAVERS, notes), _installed(LOADERS, notes)
     with tempfile.TemporaryDirectory(prefix="namedschema-ckpt-", dir=args.dir) as tmp:
         saved = {}
         # Loads need every file, so saves always run (their rows are reported if asked).
         for _ in range(rounds):
-            for contender in SAVERS:
+            for contender in savers:
                 out = _run_child({"op": "save", "contender": contender, "rows": rows,
                                   "path": _file_for(tmp, contender)})
                 best = saved.get(contender)
@@ -244,7 +273,7 @@ def main(argv=None) -> int:
         if "load" in args.cases:
             loaded = {}
             for _ in range(rounds):
-                for contender in LOADERS:
+                for contender in loaders:
                     out = _run_child({"op": "load", "contender": contender, "rows": rows,
                                       "path": _file_for(tmp, contender)})
                     best = loaded.get(contender)
