@@ -213,8 +213,10 @@ def _child_env() -> dict:
 
 
 def _run_child(args: list, timeout: float = 3600) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", *args], capture_output=True, text=True,
-                          timeout=timeout, env=_child_env())
+    # -B: the rlpyt-style module written into the work directory must not
+    # leave a __pycache__ behind.
+    return subprocess.run([sys.executable, "-B", "-c", *args], capture_output=True,
+                          text=True, timeout=timeout, env=_child_env())
 
 
 def _last_line(text: str) -> str:
@@ -423,7 +425,8 @@ def run_demo(size: int = 64 * 10**6, workdir: str | None = None, seed: int = 0,
         return _scenario(capacity, workdir, seed, progress, out)
     finally:
         if own_dir or not keep:
-            for name in ("replay.pkl", "replay.nsb", "rlpyt_style.pkl"):
+            for name in ("replay.pkl", "replay.nsb", "rlpyt_style.pkl",
+                         "rlpyt_style_replay.pkl", "rlpyt_style_replay.py"):
                 path = os.path.join(workdir, name)
                 if os.path.exists(path):
                     os.unlink(path)
