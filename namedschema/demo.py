@@ -285,19 +285,7 @@ def _rlpyt_style_rows(workdir: str) -> list:
         "                 np.zeros(4, np.float32), np.zeros(4, bool))\n"
         "with open(sys.argv[1], 'wb') as f:\n"
         "    pickle.dump(buf, f, protocol=4)\n")
-    proc = _run_child([script, path])
-    if proc.returncode != 0:
-        rows.append(("type made in __main__", "pickle.dump", _last_line(proc.stderr)))
-    else:
-        load = ("import pickle, sys\n"
-                "try:\n"
-                "    pickle.load(open(sys.argv[1], 'rb'))\n"
-                "    print('OK loaded')\n"
-                "except Exception as exc:\n"
-                "    print(f'{type(exc).__name__}: {exc}')\n")
-        proc = _run_child([load, path])
-        rows.append(("type made in __main__", "load in fresh interpreter",
-                     _last_line(proc.stdout + proc.stderr)))
+    rows.append(("type made in __main__",) + _dump_then_load(script, path))
     # 3. rlpyt's replay modules: a module global that stays None until a
     #    buffer's constructor assigns it. Pickling works; a fresh interpreter
     #    imports the module, finds None and fails with the classic NEWOBJ error.
@@ -318,20 +306,26 @@ def _rlpyt_style_rows(workdir: str) -> list:
               f"buf = {module_name}.ReplayBuffer(4)\n"
               "with open(sys.argv[1], 'wb') as f:\n"
               "    pickle.dump(buf, f, protocol=4)\n")
-    proc = _run_child([script, path])
-    if proc.returncode != 0:
-        rows.append(("global set in a constructor", "pickle.dump", _last_line(proc.stderr)))
-    else:
-        load = (f"import pickle, sys; sys.path.insert(0, {workdir!r})\n"
-                "try:\n"
-                "    pickle.load(open(sys.argv[1], 'rb'))\n"
-                "    print('OK loaded')\n"
-                "except Exception as exc:\n"
-                "    print(f'{type(exc).__name__}: {exc}')\n")
-        proc = _run_child([load, path])
-        rows.append(("global set in a constructor", "load in fresh interpreter",
-                     _last_line(proc.stdout + proc.stderr)))
+    rows.append(("global set in a constructor",)
+                + _dump_then_load(script, path, sys_path=workdir))
     return rows, origin
+
+
+def _dump_then_load(dump_script: str, path: str, sys_path: str | None = None) -> tuple:
+    """Run ``dump_script`` (it pickles to ``path``), then load ``path`` in a fresh
+    interpreter; return (step, what happened) for the step that failed or the load."""
+    proc = _run_child([dump_script, path])
+    if proc.returncode != 0:
+        return "pickle.dump", _last_line(proc.stderr)
+    prelude = f"import sys; sys.path.insert(0, {sys_path!r})\n" if sys_path else ""
+    load = (prelude + "import pickle, sys\n"
+            "try:\n"
+            "    pickle.load(open(sys.argv[1], 'rb'))\n"
+            "    print('OK loaded')\n"
+            "except Exception as exc:\n"
+            "    print(f'{type(exc).__name__}: {exc}')\n")
+    proc = _run_child([load, path])
+    return "load in fresh interpreter", _last_line(proc.stdout + proc.stderr)
 
 
 # ----------------------------------------------------------------------------- output
