@@ -192,6 +192,9 @@ class NamedTupleSchema(type):
 
     Schemas compare equal, and hash alike, when kind, typename, fields and
     defaults agree; each call still makes a new class, as namedtuple does.
+    A schema made by module-level code gets an id derived from its module
+    and definition, so a process that imports the same module (a ``spawn``
+    worker) makes the very class that instances pickled here load as.
 
     Args:
         typename: name of the new type (a valid identifier).
@@ -202,8 +205,10 @@ class NamedTupleSchema(type):
         module: value for ``__module__`` (defaults to the caller's module).
 
     Raises:
-        SchemaDefinitionError: (a ValueError) a name is invalid.
-        TypeError: ``defaults`` is not iterable or longer than the fields.
+        SchemaDefinitionError: (a ValueError) a name is invalid, a keyword,
+            duplicated, starts with an underscore, or is not NFKC-normal.
+        TypeError: ``field_names`` or ``defaults`` is not iterable, or there
+            are more defaults than fields.
 
     >>> Point = NamedTupleSchema('Point', 'x y', defaults=(0,))
     >>> p = Point(1)
