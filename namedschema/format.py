@@ -477,25 +477,27 @@ def _c_strides(arr):
 
 
 def _block_chunks(block, entries):
-    """Yield the block's bytes as buffers of at most about _CHUNK bytes."""
+    """Yield ``(buffer, is_copy)`` pairs covering the block, each about _CHUNK bytes.
+
+    ``is_copy`` marks buffers made here (the elements of a sparse view), as
+    opposed to views of memory the caller already holds.
+    """
     if block.raw is not None:
         view = memoryview(block.raw)
         for start in range(0, len(view), _CHUNK):
-            yield view[start:start + _CHUNK]
+            yield view[start:start + _CHUNK], False
         return
     if block.compact:
+        # A compact block holds one non-empty array of at least one dimension
+        # (a 0-d array always spans exactly its own bytes).
         arr = entries[block.arrays[0]][1]
-        if arr.ndim == 0:
-            yield memoryview(np.ascontiguousarray(arr)).cast("B")
-            return
-        row = max(arr.nbytes // max(arr.shape[0], 1), 1)
-        step = max(_CHUNK // row, 1)
+        step = max(_CHUNK // (arr.nbytes // arr.shape[0]), 1)
         for start in range(0, arr.shape[0], step):
-            yield memoryview(np.ascontiguousarray(arr[start:start + step])).cast("B")
+            yield memoryview(np.ascontiguousarray(arr[start:start + step])).cast("B"), True
         return
     span = np.asarray(_RawMemory(block.lo, block.nbytes))
     for start in range(0, block.nbytes, _CHUNK):
-        yield memoryview(span[start:start + _CHUNK])
+        yield memoryview(span[start:start + _CHUNK]), False
 
 
 # --------------------------------------------------------------------------
@@ -674,12 +676,7 @@ def _write_atomic(path, blocks, entries, header_args, length, progress):
     try:
         try:
             _write_all(fd, struct.pack("<Q", length) + b" " * length)
-            with ThreadPoolExecutor(1, thread_name_prefix="namedschema-crc") as pool:
-                for block in blocks:
-                    _write_block(fd, block, entries, pool, progress)
-                    pad = -block.nbytes % _ALIGN
-                    if pad:
-                        _write_all(fd, bytes(pad))
+            _write_blocks(fd, blocks, entries, progress)
             header = _finish_header(_build_header(*header_args), length)
             if len(header) != length:  # pragma: no cover - fixed-width fields
                 raise FormatError(f"{path!r}: internal error: header length changed")
@@ -813,19 +810,59 @@ class _Crc:
         self.value = zlib.crc32(chunk, self.value)
 
 
-def _write_block(fd, block, entries, pool, progress):
-    crc = _Crc()
-    pending = collections.deque()
-    for chunk in _block_chunks(block, entries):
-        # The checksum of this chunk runs in the worker while it is written here.
-        pending.append(pool.submit(crc.update, chunk))
-        _write_all(fd, chunk)
-        progress.advance(chunk.nbytes)
-        while len(pending) > 2:
-            pending.popleft().result()
-    while pending:
-        pending.popleft().result()
-    block.crc = crc.value
+# Every this many bytes a background fdatasync starts the disk writing what is
+# already in the page cache while later chunks are still being copied, so that
+# less is left for the final fsync.
+_SYNC_EVERY = 256 * 2**20
+# Buffers this module made (copies of sparse views) may wait this long for
+# their checksum; views of the caller's arrays may wait without bound.
+_MAX_COPIES_PENDING = 3 * _CHUNK
+
+
+def _write_blocks(fd, blocks, entries, progress):
+    """Write every block and its padding at the file position, and set each block's crc.
+
+    The checksums run in a worker thread and may lag behind the writes: the
+    calling thread writes at the speed of the page cache, and whatever is
+    left of the checksums overlaps the data's fdatasync.
+    """
+    fdatasync = getattr(os, "fdatasync", os.fsync)
+    with ThreadPoolExecutor(1, thread_name_prefix="namedschema-crc") as crc_pool, \
+            ThreadPoolExecutor(1, thread_name_prefix="namedschema-sync") as sync_pool:
+        checks, crcs, copies = [], [], collections.deque()
+        copied = unsynced = 0
+        syncing = None
+        for block in blocks:
+            crc = _Crc()
+            crcs.append((block, crc))
+            for chunk, is_copy in _block_chunks(block, entries):
+                checks.append(crc_pool.submit(crc.update, chunk))
+                _write_all(fd, chunk)
+                progress.advance(chunk.nbytes)
+                if is_copy:
+                    copies.append((checks[-1], chunk.nbytes))
+                    copied += chunk.nbytes
+                    while copied > _MAX_COPIES_PENDING:
+                        done, nbytes = copies.popleft()
+                        done.result()
+                        copied -= nbytes
+                unsynced += chunk.nbytes
+                if unsynced >= _SYNC_EVERY and (syncing is None or syncing.done()):
+                    if syncing is not None:
+                        syncing.result()  # raise its error, if any
+                    syncing = sync_pool.submit(fdatasync, fd)
+                    unsynced = 0
+            pad = -block.nbytes % _ALIGN
+            if pad:
+                _write_all(fd, bytes(pad))
+        if syncing is not None:
+            syncing.result()
+        if not all(c.done() for c in checks):
+            fdatasync(fd)  # the disk writes the data while the checksums finish
+        for check in checks:
+            check.result()
+    for block, crc in crcs:
+        block.crc = crc.value
 
 
 # --------------------------------------------------------------------------
