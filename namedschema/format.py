@@ -174,7 +174,7 @@ _ST_ITEMSIZE = {"BOOL": 1, "U8": 1, "I8": 1, "U16": 2, "I16": 2, "BF16": 2, "F16
                 "F8_E4M3": 1, "F8_E5M2": 1}
 
 # torch dtypes numpy cannot hold: stored through a numpy view of equal size.
-_TORCH_VIA = {"bfloat16": ("int16",)}
+_TORCH_VIA = {"bfloat16": "int16"}
 _TORCH_DTYPES = frozenset({
     "bool", "uint8", "int8", "int16", "int32", "int64", "uint16", "uint32", "uint64",
     "float16", "bfloat16", "float32", "float64", "complex64", "complex128"})
@@ -188,7 +188,6 @@ class _NotData(Exception):
     """The graph holds an object the data path cannot describe."""
 
     def __init__(self, path, obj, why=""):
-        self.path, self.obj, self.why = path, obj, why
         cls = type(obj)
         super().__init__(f"{path or '<root>'}: {cls.__module__}.{cls.__qualname__}"
                          + (f" ({why})" if why else ""))
@@ -219,7 +218,7 @@ def _tensor_view(tensor, path):
                                      "dtype numpy can view", f"dtype {name}")
     tensor = tensor.detach()
     if name in _TORCH_VIA:
-        tensor = tensor.view(getattr(_torch(), _TORCH_VIA[name][0]))
+        tensor = tensor.view(getattr(_torch(), _TORCH_VIA[name]))
     return tensor.numpy(), name
 
 
@@ -295,15 +294,12 @@ class _Encoder:
             if isinstance(obj, NamedTupleSchema) and "_schema_id" in obj.__dict__:
                 return {"schema": self._schema(obj, path)}
             raise _NotData(path, obj, f"the class {obj.__qualname__}")
-        if isinstance(kind, NamedTupleSchema) and "_schema_id" in kind.__dict__:
+        if (isinstance(kind, NamedTupleSchema) and "_schema_id" in kind.__dict__) or (
+                _is_classic_namedtuple_class(kind)
+                and (kind.__bases__ == (tuple,) or _is_classic_nat_class(kind))):
             index = self._schema(kind, path)
-            base = path or kind._typename
-            return {"nt": index, "values": [self.encode(v, _path_join(base, f))
-                                            for f, v in zip(kind._fields, obj)]}
-        if _is_classic_namedtuple_class(kind) and (
-                kind.__bases__ == (tuple,) or _is_classic_nat_class(kind)):
-            index = self._schema(kind, path)
-            base = path or kind.__name__
+            base = path or (kind._typename if isinstance(kind, NamedTupleSchema)
+                            else kind.__name__)
             return {"nt": index, "values": [self.encode(v, _path_join(base, f))
                                             for f, v in zip(kind._fields, obj)]}
         raise _NotData(path, obj)
@@ -347,14 +343,12 @@ class _Pickler(pickle.Pickler):
         self._arrays = arrays
 
     def persistent_id(self, obj):
-        if _storable_ndarray(obj):
+        if not (_storable_ndarray(obj) or _is_tensor(obj)):
+            return None
+        try:
             return ("array", self._arrays.add(obj, f"pickled[{len(self._arrays.entries)}]"))
-        if _is_tensor(obj):
-            try:
-                return ("array", self._arrays.add(obj, f"pickled[{len(self._arrays.entries)}]"))
-            except StructureMismatchError:
-                return None  # e.g. a CUDA tensor: let torch pickle it itself
-        return None
+        except StructureMismatchError:
+            return None  # e.g. a CUDA tensor: let torch pickle it itself
 
 
 # --------------------------------------------------------------------------
@@ -961,7 +955,7 @@ def _read_header(f, name, file_size):
     for index, (tname, start, nbytes, _crc) in enumerate(blocks):
         end = start + nbytes
         if end > file_size:
-            field_name = next((a[5] for a in arrays if a[0] == index), tname)
+            field_name = _block_field(arrays, index, tname)
             found = max(0, file_size - start)
             _fail(name, f"field {field_name!r} is truncated: expected {nbytes} bytes, "
                   f"found {found} (incomplete write?)")
@@ -1093,7 +1087,7 @@ def _check_arrays(name, desc, blocks):
         if torch_dtype is not None:
             if not isinstance(torch_dtype, str) or torch_dtype not in _TORCH_DTYPES:
                 _fail(name, f"{where}: torch dtype {torch_dtype!r} is not allowed")
-            expected = np.dtype(_TORCH_VIA[torch_dtype][0] if torch_dtype in _TORCH_VIA
+            expected = np.dtype(_TORCH_VIA[torch_dtype] if torch_dtype in _TORCH_VIA
                                 else torch_dtype)
             if np.dtype(dtype) != expected:
                 _fail(name, f"{where}: torch dtype {torch_dtype} stored as {dtype}")
@@ -1109,51 +1103,55 @@ def _check_arrays(name, desc, blocks):
 _MMAP_ACCESS = {"r": mmap.ACCESS_READ, "r+": mmap.ACCESS_WRITE, "c": mmap.ACCESS_COPY}
 
 
+def _block_field(arrays, index, tname):
+    """The path of the first array stored in block ``index``, else the tensor name."""
+    return next((a[5] for a in arrays if a[0] == index), tname)
+
+
+def _check_crc(header, index, value):
+    tname, _start, _nbytes, crc = header.blocks[index]
+    if value != crc:
+        _fail(header.name, f"field {_block_field(header.arrays, index, tname)!r} is "
+              f"corrupt: checksum {value:08x} does not match the stored {crc:08x}")
+
+
 def _verify(header, blocks_data):
-    for index, (tname, _start, nbytes, crc) in enumerate(header.blocks):
-        data = blocks_data[index]
+    for index, data in enumerate(blocks_data):
         value = 0
-        for start in range(0, nbytes, _CHUNK):
+        for start in range(0, len(data), _CHUNK):
             value = zlib.crc32(data[start:start + _CHUNK], value)
-        if value != crc:
-            field_name = next((a[5] for a in header.arrays if a[0] == index), tname)
-            _fail(header.name, f"field {field_name!r} is corrupt: checksum "
-                  f"{value:08x} does not match the stored {crc:08x}")
+        _check_crc(header, index, value)
 
 
-def _read_blocks(f, header, progress, verify):
-    blocks_data = []
-    crcs = []
+def _read_blocks(f, header, verify):
+    """Read every block into a new array; with ``verify``, check the checksums too.
+
+    The checksums run in a worker thread behind the reads (they only read
+    memory that is already filled), so they overlap the I/O.
+    """
+    blocks_data, crcs, checks = [], [], []
     with ThreadPoolExecutor(1, thread_name_prefix="namedschema-crc") as pool:
         for tname, start, nbytes, _crc in header.blocks:
             block = np.empty(nbytes, dtype=np.uint8)
             f.seek(start)
             view = memoryview(block)
             crc = _Crc()
-            pending = collections.deque()
             done = 0
             while done < nbytes:
-                chunk = view[done:done + _CHUNK]
-                got = f.readinto(chunk)
+                got = f.readinto(view[done:done + _CHUNK])
                 if not got:
                     _fail(header.name, f"block {tname!r} is truncated: expected {nbytes} "
                           f"bytes, found {done} (file changed while reading?)")
                 if verify:
-                    pending.append(pool.submit(crc.update, chunk[:got]))
-                    while len(pending) > 2:
-                        pending.popleft().result()
+                    checks.append(pool.submit(crc.update, view[done:done + got]))
                 done += got
-                progress.advance(got)
-            while pending:
-                pending.popleft().result()
-            crcs.append(crc.value)
+            crcs.append(crc)
             blocks_data.append(block)
+        for check in checks:
+            check.result()
     if verify:
-        for index, (tname, _s, _n, crc) in enumerate(header.blocks):
-            if crcs[index] != crc:
-                field_name = next((a[5] for a in header.arrays if a[0] == index), tname)
-                _fail(header.name, f"field {field_name!r} is corrupt: checksum "
-                      f"{crcs[index]:08x} does not match the stored {crc:08x}")
+        for index, crc in enumerate(crcs):
+            _check_crc(header, index, crc.value)
     return blocks_data
 
 
@@ -1348,7 +1346,7 @@ def load(path, *, mmap_mode=None, allow_pickle=False, verify=False):
                 "is not plain data); loading it runs code chosen by whoever wrote the "
                 "file. Pass allow_pickle=True only if you trust it.")
         if mmap_mode is None:
-            blocks_data = _read_blocks(f, header, _Progress(0, "", False), verify)
+            blocks_data = _read_blocks(f, header, verify)
         else:
             blocks_data = _map_blocks(f, header, mmap_mode)
             if verify:
@@ -1427,11 +1425,12 @@ class CheckpointInfo:
 
 
 def _human(n):
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n} B" if unit == "B" else f"{n:.1f} {unit}"
+    if n < 1024:
+        return f"{n} B"
+    for unit in ("KiB", "MiB", "GiB"):
         n /= 1024
-    return f"{n:.1f} TiB"  # pragma: no cover
+        if n < 1024 or unit == "GiB":
+            return f"{n:.1f} {unit}"
 
 
 def _array_line(info):

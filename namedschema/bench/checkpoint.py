@@ -2,9 +2,10 @@
 
 An Atari-like buffer (uint8 84x84 observations plus int64 action, float32
 reward and bool done; 1 GiB, or 32 MiB with ``--quick``) is saved and loaded
-by each contender in a fresh subprocess; contenders alternate round by round
-and the best of the rounds is kept. Every save has the same durability: a
-temporary file, ``fsync``, rename. Loads read a warm page cache.
+by each contender in a fresh subprocess; contenders alternate round by round,
+each round starting one contender later, and the best of the rounds is kept.
+Every save has the same durability: a temporary file, ``fsync``, rename.
+Loads read a warm page cache.
 
 Save times are compared with raw writes of the same bytes (``raw``: each
 array's memory written in 16 MiB pieces, the fastest plain way here); load
@@ -206,6 +207,12 @@ def _file_for(directory, contender):
     return os.path.join(directory, name.replace(".", "_") + ".bin")
 
 
+def _rotated(contenders, shift):
+    """The contenders starting at ``shift``: no one always runs first or after the same one."""
+    shift %= len(contenders)
+    return contenders[shift:] + contenders[:shift]
+
+
 def _importable(module):
     try:
         return importlib.util.find_spec(module) is not None
@@ -254,8 +261,8 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory(prefix="namedschema-ckpt-", dir=args.dir) as tmp:
         saved = {}
         # Loads need every file, so saves always run (their rows are reported if asked).
-        for _ in range(rounds):
-            for contender in savers:
+        for round_ in range(rounds):
+            for contender in _rotated(savers, round_):
                 out = _run_child({"op": "save", "contender": contender, "rows": rows,
                                   "path": _file_for(tmp, contender)})
                 best = saved.get(contender)
@@ -277,8 +284,8 @@ def main(argv=None) -> int:
                                       reference_value=saved["raw"]["size"] / MIB))
         if "load" in args.cases:
             loaded = {}
-            for _ in range(rounds):
-                for contender in loaders:
+            for round_ in range(rounds):
+                for contender in _rotated(loaders, round_):
                     out = _run_child({"op": "load", "contender": contender, "rows": rows,
                                       "path": _file_for(tmp, contender)})
                     best = loaded.get(contender)
