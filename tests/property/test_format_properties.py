@@ -147,3 +147,40 @@ class Box:
 
     def __init__(self, items):
         self.items = items
+
+
+
+file_names = st.builds(
+    lambda name, repeat: name * repeat,
+    st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="/\0"),
+            min_size=1, max_size=60),
+    st.sampled_from([1, 1, 2, 8])).filter(lambda n: n not in (".", ".."))
+
+
+@st.composite
+def name_pairs(draw):
+    """Two target names: unrelated, equal, or one a prefix/extension of the other."""
+    a = draw(file_names)
+    kind = draw(st.sampled_from(["other", "same", "longer", "tmp-like"]))
+    if kind == "other":
+        return a, draw(file_names)
+    if kind == "same":
+        return a, a
+    if kind == "longer":
+        return a, a + draw(st.sampled_from(["x", ".tmp-", "-1"]))
+    return a, f"{a}.tmp-0123abcd-7"
+
+
+@given(name_pairs(), st.integers(1, 2**22), st.binary(min_size=4, max_size=4),
+       st.booleans())
+def test_temp_names_belong_to_exactly_one_target(pair, pid, token, swap):
+    """A target's temp name fits in 255 bytes and matches another target's cleanup pattern never."""
+    from namedschema import format as fmt
+    a, b = reversed(pair) if swap else pair
+    tag = "0123abcd"
+    name = f"{fmt._temp_prefix(a, tag)}{pid}-{token.hex()}"
+    assert len(os.fsencode(name)) <= 255
+    prefix_b = fmt._temp_prefix(b, tag)
+    matches_b = (name.startswith(prefix_b)
+                 and fmt._TEMP_TAIL.fullmatch(name, len(prefix_b)) is not None)
+    assert matches_b == (a == b)
