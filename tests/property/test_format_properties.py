@@ -184,3 +184,35 @@ def test_temp_names_belong_to_exactly_one_target(pair, pid, token, swap):
     matches_b = (name.startswith(prefix_b)
                  and fmt._TEMP_TAIL.fullmatch(name, len(prefix_b)) is not None)
     assert matches_b == (a == b)
+
+
+huge_dims = st.sampled_from([0, 1, 3, 2**20, 2**31, 2**40, 2**59, 2**61, 2**62, 2**63 - 1, 2**64])
+
+
+@settings(max_examples=60)
+@given(st.lists(huge_dims, min_size=1, max_size=4).map(lambda dims: [0] + dims),
+       st.sampled_from(DTYPES), st.permutations(range(5)))
+def test_empty_array_shapes_load_exactly_when_numpy_can_make_them(dims, dtype, order):
+    """An empty array of any declared shape loads iff numpy can make it, else FormatError."""
+    from namedschema.errors import FormatError
+    from tests.unit.test_format_errors import rewrite
+    shape = [dims[i] for i in order if i < len(dims)]
+    try:
+        expected = np.empty(shape, np.dtype(dtype))
+    except ValueError:
+        expected = None
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "e.nsb")
+        namedschema.save({"e": np.zeros(0)}, path)
+
+        def edit(header, desc):
+            desc["arrays"][0].update(shape=shape, strides=[1] * len(shape), dtype=dtype)
+        rewrite(path, edit)
+        if expected is None:
+            try:
+                namedschema.load(path)
+            except FormatError:
+                return
+            raise AssertionError(f"shape {shape} of {dtype} loaded; numpy refuses it")
+        got = namedschema.load(path)["e"]
+        assert got.shape == expected.shape and got.dtype == expected.dtype
