@@ -109,8 +109,10 @@ files of other hosts, other targets, anything not a regular file) is kept.
 
 Trust. ``load`` checks the length prefix, the header checksum, every dtype
 against the allowlist (object, structured and string dtypes are never made
-from file bytes), every shape, stride and offset against its block, and every
-block against the real file size, before anything is allocated or mapped.
+from file bytes), every shape against numpy's size limit (the itemsize times
+the product of the nonzero dimensions must fit in ``intp``, for empty arrays
+too), every shape, stride and offset against its block, and every block
+against the real file size, before anything is allocated or mapped.
 Data checksums are checked with ``verify=True``.
 """
 
@@ -157,6 +159,9 @@ _CHUNK = 16 * 2**20
 _MAX_HEADER = 100_000_000  # the limit safetensors itself enforces
 _ZERO_CRC = "00000000"
 _MAX_INDEX = 2**62
+# numpy refuses a shape whose nonzero dimensions times the itemsize exceed
+# this, even when another dimension is 0.
+_MAX_NBYTES = int(np.iinfo(np.intp).max)
 
 # Built from kind letters and sizes rather than from file text, so that a
 # header can only ever name one of these.
@@ -1060,10 +1065,9 @@ def _check_arrays(name, desc, blocks):
         offset = _as_int(a.get("offset"), name, f"{where}: offset")
         block = a.get("block")
         size = math.prod(shape)
-        # numpy indexes with signed 64-bit integers and refuses any shape whose
-        # nonzero dimensions times the itemsize overflow that, even when another
-        # dimension is 0; stride-0 views could otherwise claim any element count.
-        if (math.prod(n for n in shape if n) * itemsize > _MAX_INDEX
+        # Checked for empty arrays too, and before the block bounds: stride-0
+        # views could otherwise claim any element count.
+        if (math.prod(n for n in shape if n) * itemsize > _MAX_NBYTES
                 or max((abs(s) for s in strides), default=0) > _MAX_INDEX
                 or offset > _MAX_INDEX):
             _fail(name, f"{where}: shape {tuple(shape)} with strides {tuple(strides)} "

@@ -244,11 +244,11 @@ def test_wrongly_typed_header_values_raise_format_error(saved, edit):
 
 
 @pytest.mark.parametrize("shape, dtype, ok", [
-    ([0, 2**62], "|u1", True),           # numpy can make this empty array
-    ([0, 2**59], "<f8", True),           # 2**62 bytes of nonzero dims: the limit
-    ([0, 2**62], "<f8", False),          # nonzero dims times itemsize overflow
+    ([0, 2**63 - 1], "|u1", True),       # numpy's limit exactly: it makes this array
+    ([0, 2**61, 3], "|u1", True),
+    ([0, 2**60], "<f8", False),          # nonzero dims times itemsize overflow
     ([2**31, 0, 2**31], "<f8", False),
-    ([0, 2**63 + 1], "|u1", False),
+    ([0, 2**63], "|u1", False),
 ])
 def test_empty_arrays_checked_against_numpy_limits(saved, shape, dtype, ok):
     """An empty array loads if numpy can make it, else FormatError names the field."""
