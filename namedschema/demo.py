@@ -549,7 +549,7 @@ def _scenario(capacity, workdir, seed, progress, out) -> int:
     if any(m[1] == "namedschema" for m in methods):
         from .cli import describe
         from .format import inspect as inspect_file
-        print(f"\n$ namedschema inspect replay.nsb   # reads only the header", file=out)
+        print("\n$ namedschema inspect replay.nsb   # reads only the header", file=out)
         try:
             print(describe(inspect_file(ns_path)).replace(ns_path, "replay.nsb"), file=out)
         except Exception as exc:  # noqa: BLE001 - a failed check, not a crash

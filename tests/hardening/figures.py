@@ -40,7 +40,7 @@ DESCRIPTIONS = {
     "fuzz.pickle_payloads_refused": "crafted pickle payloads refused (no code run)",
     "crash.kills": "savers killed with SIGKILL mid-overwrite",
     "crash.previous_intact": "... previous checkpoint still loaded and verified",
-    "crash.stray_temp_files": "temporary files left behind by a killed saver",
+    "crash.stray_temp_files": "stray temporary files after the last kill",
     "disk_full.saves": "saves into a full filesystem (real tmpfs and simulated ENOSPC)",
     "disk_full.old_file_intact": "... old file intact afterwards",
     "concurrency.threads": "threads unpickling or creating schemas at once",

@@ -11,7 +11,6 @@ Each hypothesis example runs a batch of mutations drawn from a seeded
 """
 
 import json
-import os
 import pickle
 import random
 import struct

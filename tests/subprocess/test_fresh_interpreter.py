@@ -1,7 +1,6 @@
 """Pickles loaded by processes that never made the schema: fresh interpreters and start methods."""
 
 import multiprocessing as mp
-import os
 import pickle
 
 import numpy as np
