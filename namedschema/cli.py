@@ -57,14 +57,8 @@ def parse_size(text: str) -> int:
 
 
 def _topic_list(text: str) -> tuple:
-    from .bench import TOPICS
-    chosen = tuple(t.strip() for t in text.split(",") if t.strip())
-    unknown = [t for t in chosen if t not in TOPICS]
-    if unknown or not chosen:
-        raise argparse.ArgumentTypeError(
-            f"unknown topic(s) {', '.join(unknown) or '(none given)'}; "
-            f"choose from {', '.join(TOPICS)}")
-    return chosen
+    from .bench import TOPICS, choice_list
+    return choice_list(TOPICS, "topic")(text)
 
 
 def _fail(prog: str, message: str) -> int:

@@ -239,21 +239,40 @@ def topic_parser(topic: str, description: str, cases: tuple) -> argparse.Argumen
     parser.add_argument("--quick", action="store_true",
                         help="tiny sizes and few repeats (under a minute; what CI runs)")
     parser.add_argument("--json", metavar="FILE", help="also write the results to FILE as JSON")
-    parser.add_argument("--cases", metavar="NAME,...", type=_case_list(cases),
+    parser.add_argument("--cases", metavar="NAME,...", type=choice_list(cases),
                         default=tuple(cases), help="run only these cases")
     return parser
 
 
-def _case_list(cases):
+def choice_list(choices, what: str = "case"):
+    """An argparse type for a comma-separated subset of ``choices``."""
     def parse(text):
         chosen = tuple(c.strip() for c in text.split(",") if c.strip())
-        unknown = [c for c in chosen if c not in cases]
+        unknown = [c for c in chosen if c not in choices]
         if unknown or not chosen:
             raise argparse.ArgumentTypeError(
-                f"unknown case(s) {', '.join(unknown) or '(none given)'}; "
-                f"choose from {', '.join(cases)}")
+                f"unknown {what}(s) {', '.join(unknown) or '(none given)'}; "
+                f"choose from {', '.join(choices)}")
         return chosen
     return parse
+
+
+def run_in_child(module: str, spec: dict, label: str, timeout: float = 1800) -> dict:
+    """Run ``namedschema.bench.<module>._child([json spec])`` in a fresh interpreter.
+
+    Measurements of memory and cold state need a process of their own; the
+    child prints one JSON line, returned here as a dict.
+    """
+    env = dict(os.environ)
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    proc = subprocess.run(
+        [sys.executable, "-c", f"import sys; from namedschema.bench.{module} import _child;"
+         " sys.exit(_child(sys.argv[1:]))", json.dumps(spec)],
+        capture_output=True, text=True, env=env, timeout=timeout)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{label} failed:\n{proc.stderr}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 def _fmt_value(value: float) -> str:

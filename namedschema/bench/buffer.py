@@ -25,11 +25,9 @@ main    run the cases, print the table, optionally write JSON
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 
-from . import finish, result, topic_parser
+from . import finish, result, run_in_child, topic_parser
 
 __all__ = ["CASES", "main"]
 
@@ -145,17 +143,8 @@ def _child(argv) -> int:
 
 # ---------------------------------------------------------------- parent side
 
-def _run_child(spec: dict) -> dict:
-    env = dict(os.environ)
-    parent = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    env["PYTHONPATH"] = parent + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    proc = subprocess.run(
-        [sys.executable, "-c", "import sys; from namedschema.bench.buffer import _child;"
-         " sys.exit(_child(sys.argv[1:]))", json.dumps(spec)],
-        capture_output=True, text=True, env=env, timeout=1800)
-    if proc.returncode != 0:
-        raise RuntimeError(f"{spec['case']} {spec['contender']} failed:\n{proc.stderr}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+def _run_child(spec) -> dict:
+    return run_in_child("buffer", spec, f"{spec['case']} {spec['contender']}")
 
 
 def _best(case: str, contenders, steps: int, rounds: int, key: str) -> dict:

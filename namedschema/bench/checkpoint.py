@@ -24,11 +24,10 @@ import importlib
 import importlib.util
 import json
 import os
-import subprocess
 import sys
 import tempfile
 
-from . import finish, result, topic_parser
+from . import finish, result, run_in_child, topic_parser
 
 __all__ = ["CASES", "main"]
 
@@ -188,17 +187,8 @@ def _child(argv):
 
 # ---------------------------------------------------------------- parent side
 
-def _run_child(spec):
-    env = dict(os.environ)
-    parent = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    env["PYTHONPATH"] = parent + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    proc = subprocess.run(
-        [sys.executable, "-c", "import sys; from namedschema.bench.checkpoint import _child;"
-         " sys.exit(_child(sys.argv[1:]))", json.dumps(spec)],
-        capture_output=True, text=True, env=env, timeout=1800)
-    if proc.returncode != 0:
-        raise RuntimeError(f"{spec['op']} {spec['contender']} failed:\n{proc.stderr}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+def _run_child(spec) -> dict:
+    return run_in_child("checkpoint", spec, f"{spec['op']} {spec['contender']}")
 
 
 def _file_for(directory, contender):
