@@ -43,13 +43,14 @@ def _source(n: int) -> str:
         " or getattr(value, '_fields', None) == self._fields):",
         f"            {unpack_values} = value",
     ]
+    # ``j`` tracks the field being written, for the error message; it starts at 0.
     for i, (f, v) in enumerate(zip(names, values)):
-        lines += [f"            j = {i}",
+        lines += [f"            j = {i}"] * (i > 0) + [
                   f"            if {f} is not None or {v} is not None:",
                   f"                {f}[loc] = {v}"]
     lines.append("            return")
     for i, f in enumerate(names):
-        lines += [f"        j = {i}",
+        lines += [f"        j = {i}"] * (i > 0) + [
                   f"        if {f} is not None:",
                   f"            {f}[loc] = value"]
     lines += ["    except Exception as exc:",

@@ -4,10 +4,12 @@ NamedTuple        base of every instance a NamedTupleSchema creates
 NamedArrayTuple   base of every instance a NamedArrayTupleSchema creates; adds
                   indexing and assignment applied to every field at once
 
-Per-schema pieces that must know the field count (``__new__``, ``_make`` and
-the field getters) are generated in ``_schema``; everything here is generic and
-shared, so a schema class adds no per-instance state: instances are plain
-tuples with ``__slots__ = ()``, exactly as large as a namedtuple's.
+Per-schema pieces that must know the fields (``__new__``, ``_make`` and the
+field getters) are made in ``_schema``, and unrolled indexing for array tuples
+in ``_codegen``; everything here is generic and shared, so a schema class adds
+no per-instance state: instances are plain tuples with ``__slots__ = ()``,
+exactly as large as a namedtuple's. The error reporters at the end run only
+after a failure, so the fast paths never pay for the detailed messages.
 """
 
 from __future__ import annotations
