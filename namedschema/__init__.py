@@ -3,6 +3,14 @@
 Schemas (``NamedTupleSchema``, ``NamedArrayTupleSchema``) are classes made at
 run time, like ``collections.namedtuple``'s, that carry their definition into
 every pickle, so instances load in any process, fresh interpreters included.
+
+NamedTupleSchema, NamedArrayTupleSchema   the schema metaclasses / factories
+NamedTuple, NamedArrayTuple               base classes of every instance
+namedtuple, namedarraytuple, ...          rlpyt-compatible functions (import swap)
+save, load, inspect                       checkpoints (namedschema.format, lazy)
+patch_rlpyt, unpatch_rlpyt                rlpyt drop-in (namedschema.rlpyt_compat, lazy)
+namedschema.buffer                        rlpyt's buffer helpers, shared memory
+namedschema.errors                        the exception classes (re-exported here)
 """
 
 from ._attrdict import AttrDict
