@@ -34,9 +34,12 @@ _PRELUDE = textwrap.dedent("""
     def outcome(fn, *args, seconds, **kwargs):
         '''Call fn; return 'ok', 'format', 'timeout', 'memory' or 'other:<what>'.'''
         from namedschema.errors import FormatError
-        signal.setitimer(signal.ITIMER_REAL, seconds)
         try:
-            fn(*args, **kwargs)
+            signal.setitimer(signal.ITIMER_REAL, seconds)
+            try:
+                fn(*args, **kwargs)
+            finally:
+                signal.setitimer(signal.ITIMER_REAL, 0)
             return "ok"
         except FormatError:
             return "format"
@@ -46,8 +49,6 @@ _PRELUDE = textwrap.dedent("""
             return "memory"
         except Exception as exc:
             return "other:" + type(exc).__name__ + ": " + str(exc)[:120]
-        finally:
-            signal.setitimer(signal.ITIMER_REAL, 0)
     """)
 
 CHECK_FILES = """
