@@ -7,7 +7,7 @@ every pickle, so instances load in any process, fresh interpreters included.
 NamedTupleSchema, NamedArrayTupleSchema   the schema metaclasses / factories
 NamedTuple, NamedArrayTuple               base classes of every instance
 namedtuple, namedarraytuple, ...          rlpyt-compatible functions (import swap)
-save, load, inspect                       checkpoints (namedschema.format, lazy)
+save, load, inspect                       checkpoints (namedschema.checkpoint, lazy)
 patch_rlpyt, unpatch_rlpyt                rlpyt drop-in (namedschema.rlpyt_compat, lazy)
 namedschema.buffer                        rlpyt's buffer helpers, shared memory
 namedschema.errors                        the exception classes (re-exported here)
@@ -40,9 +40,9 @@ __version__ = "0.1.0"
 
 # Heavier parts load on first use, so ``import namedschema`` costs only the core.
 _LAZY = {
-    "save": "format",
-    "load": "format",
-    "inspect": "format",
+    "save": "checkpoint",
+    "load": "checkpoint",
+    "inspect": "checkpoint",
     "patch_rlpyt": "rlpyt_compat",
     "unpatch_rlpyt": "rlpyt_compat",
 }
