@@ -5,7 +5,8 @@ run time, like ``collections.namedtuple``'s, that carry their definition into
 every pickle, so instances load in any process, fresh interpreters included.
 
 NamedTupleSchema, NamedArrayTupleSchema   the schema metaclasses / factories
-NamedTuple, NamedArrayTuple               base classes of every instance
+NamedTuple, NamedArrayTuple               base classes of every instance; subclass
+                                          one to define a schema with class syntax
 namedtuple, namedarraytuple, ...          rlpyt-compatible functions (import swap)
 save, load, inspect                       checkpoints (namedschema.format, lazy)
 patch_rlpyt, unpatch_rlpyt                rlpyt drop-in (namedschema.rlpyt_compat, lazy)
@@ -26,6 +27,7 @@ from ._factories import (
 )
 from ._instance import NamedArrayTuple, NamedTuple
 from ._schema import NamedArrayTupleSchema, NamedTupleSchema
+from . import _classdef  # noqa: F401, I001 - installs class syntax (class P(NamedTuple): ...)
 from .errors import (
     FieldError,
     FormatError,
