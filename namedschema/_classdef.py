@@ -31,7 +31,7 @@ from typing import Any
 
 from ._instance import NamedArrayTuple, NamedTuple, SchemaBaseMeta
 from ._schema import NamedArrayTupleSchema, NamedTupleSchema, _build
-from .errors import SchemaConflictError, SchemaDefinitionError
+from .errors import SchemaClassError, SchemaConflictError, SchemaDefinitionError
 
 __all__ = ["class_statement", "declared_dtypes", "has_class_body"]
 
@@ -64,8 +64,8 @@ _REASONS = {
 }
 
 
-def _refuse(base, qualname, what):
-    raise SchemaDefinitionError(f"class {qualname}({base.__name__}): {what}")
+def _refuse(base, name, what, cause=None):
+    raise SchemaClassError(f"class {name}({base.__name__}): {what}") from cause
 
 
 def _is_classvar(annotation) -> bool:
@@ -79,52 +79,59 @@ def _protected(base) -> frozenset:
     return frozenset(dir(base)) - _MAY_REPLACE | _SCHEMA_OWNED | _SILENT_FALLBACK
 
 
+def _owner(base, name) -> str:
+    for klass in base.__mro__:
+        if name in klass.__dict__:
+            return klass.__name__
+    return base.__name__
+
+
 _PROTECTED = {NamedTuple: _protected(NamedTuple), NamedArrayTuple: _protected(NamedArrayTuple)}
 
 
-def _split_body(base, qualname, namespace):
+def _split_body(base, name, namespace):
     """Validate a class body; return (fields, defaults, annotations, members)."""
     annotations = dict(namespace.get("__annotations__", {}))
     protected = _PROTECTED[base]
     fields, defaults = [], []
-    for name, annotation in annotations.items():
+    for field, annotation in annotations.items():
         if _is_classvar(annotation):
             continue
-        if name.startswith("_"):
-            _refuse(base, qualname, f"field {name!r} starts with an underscore "
+        if field.startswith("_"):
+            _refuse(base, name, f"field {field!r} starts with an underscore "
                     "(names starting with '_' are reserved for schema attributes "
                     "such as _fields)")
-        if name in protected and name not in ("count", "index"):
-            _refuse(base, qualname, f"field {name!r} would hide {base.__name__}.{name}, "
-                    "which every instance has")
-        if name in namespace:
-            defaults.append(namespace[name])
+        if field in protected and field not in ("count", "index"):  # as namedtuple allows
+            _refuse(base, name, f"field {field!r} would hide the method "
+                    f"{base.__name__}.{field}(), which every instance has")
+        if field in namespace:
+            defaults.append(namespace[field])
         elif defaults:
-            _refuse(base, qualname, f"field {name!r} without a default follows "
+            _refuse(base, name, f"field {field!r} without a default follows "
                     f"field {fields[-1]!r}, which has one")
-        fields.append(name)
+        fields.append(field)
     members = {}
-    for name, value in namespace.items():
-        if name in _SPECIAL or (name in annotations and name in fields):
+    for key, value in namespace.items():
+        if key in _SPECIAL or key in fields:
             continue
-        if name.startswith("_schema"):
-            _refuse(base, qualname, f"{name!r} cannot be defined: names starting "
+        if key.startswith("_schema"):
+            _refuse(base, name, f"{key!r} cannot be defined: names starting "
                     "with '_schema' are reserved for namedschema")
-        if name in protected:
-            reason = _REASONS.get(name) or (
-                "every instance has it and a copy loaded without the class body "
-                "would silently behave differently" if name in dir(base) else
-                "a copy loaded without the class body would silently fall back "
-                "to different behaviour")
-            _refuse(base, qualname, f"{name!r} cannot be defined in a schema: {reason}")
-        members[name] = value
+        if key in protected:
+            reason = _REASONS.get(key) or (
+                f"it would replace {_owner(base, key)}.{key}, which a copy loaded "
+                "without the class body would silently use instead" if key in dir(base)
+                else "a copy loaded without the class body would silently fall back "
+                "to other behaviour instead of failing")
+            _refuse(base, name, f"{key!r} cannot be defined in a schema: {reason}")
+        members[key] = value
     return fields, tuple(defaults), annotations, members
 
 
 def _class_syntax(base, name, namespace):
     kind = NamedArrayTupleSchema if base is NamedArrayTuple else NamedTupleSchema
     qualname = namespace.get("__qualname__", name)
-    fields, defaults, annotations, members = _split_body(base, qualname, namespace)
+    fields, defaults, annotations, members = _split_body(base, name, namespace)
     module = namespace.get("__module__")
     body = dict(members)
     if "__doc__" in namespace and namespace["__doc__"] is not None:
@@ -139,13 +146,13 @@ def _class_syntax(base, name, namespace):
         cls = _build(kind, name, fields, defaults=defaults or None, module=module,
                      module_level="<locals>" not in qualname, body=body)
     except SchemaDefinitionError as exc:
-        _refuse(base, qualname, str(exc))
+        _refuse(base, name, str(exc), exc)
     if BODY_MARK not in cls.__dict__:
         # Loaded (by value) before this module-level statement ran: give the
         # loaded class, and so every instance already loaded, the class body.
         _attach_body(cls, body)
     elif cls.__dict__[BODY_MARK] is not body[BODY_MARK]:  # pragma: no cover - ids are unique
-        raise SchemaConflictError(f"class {qualname}: schema id {cls._schema_id} is already "
+        raise SchemaConflictError(f"class {name}: schema id {cls._schema_id} is already "
                                   "taken by another class-syntax schema")
     return cls
 
@@ -164,36 +171,37 @@ def _attach_body(cls, body):
 
 def _subclass_of_schema(mcls, name, bases, namespace, kwargs):
     """``class Sub(SomeSchema)``: an ordinary subclass; it cannot add fields."""
-    qualname = namespace.get("__qualname__", name)
     known = set()
     for base in bases:
         known.update(getattr(base, "_fields", ()))
     for field, annotation in namespace.get("__annotations__", {}).items():
         if field not in known and not _is_classvar(annotation):
-            raise SchemaDefinitionError(
-                f"class {qualname}: annotation {field!r} would add a field, but "
-                "subclassing a schema adds no fields (as with typing.NamedTuple); "
+            raise SchemaClassError(
+                f"class {name}({_base_names(bases)}): annotation {field!r} would add "
+                "a field, but subclassing a schema adds no fields (as with typing.NamedTuple); "
                 "define a new schema with all the fields instead")
     return type.__new__(mcls, name, bases, namespace, **kwargs)
 
 
+def _base_names(bases) -> str:
+    return ", ".join(getattr(b, "__name__", repr(b)) for b in bases)
+
+
 def class_statement(mcls, name, bases, namespace, kwargs):
     """Build the class of a class statement that has a base class of ours."""
-    qualname = namespace.get("__qualname__", name)
-    if any(isinstance(base, NamedTupleSchema) for base in bases):
-        return _subclass_of_schema(mcls, name, bases, namespace, kwargs)
     ours = [b for b in bases if b is NamedTuple or b is NamedArrayTuple]
+    if not ours and any(isinstance(base, NamedTupleSchema) for base in bases):
+        return _subclass_of_schema(mcls, name, bases, namespace, kwargs)
     base = ours[0] if ours else NamedTuple
-    if mcls is not SchemaBaseMeta:
-        _refuse(base, qualname, f"metaclass {mcls.__name__} is not supported; "
-                "schemas have their own metaclass")
     if kwargs:
-        _refuse(base, qualname, f"class keywords {sorted(kwargs)} are not supported")
+        _refuse(base, name, f"class keywords {sorted(kwargs)} are not supported")
     if len(bases) != 1 or not ours:
-        others = ", ".join(getattr(b, "__qualname__", repr(b)) for b in bases
-                           if b not in ours)
-        _refuse(base, qualname, "a schema has exactly one base class, NamedTuple or "
-                f"NamedArrayTuple, and cannot also inherit from {others or 'both'}")
+        others = _base_names([b for b in bases if b is not base])
+        _refuse(base, name, "a schema has exactly one base class, NamedTuple or "
+                f"NamedArrayTuple, and cannot also inherit from {others}")
+    if mcls is not SchemaBaseMeta:
+        _refuse(base, name, f"metaclass {mcls.__name__} is not supported; "
+                "schemas have their own metaclass")
     return _class_syntax(base, name, namespace)
 
 
