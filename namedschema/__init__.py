@@ -14,6 +14,7 @@ namedschema.buffer                        rlpyt's buffer helpers, shared memory
 namedschema.errors                        the exception classes (re-exported here)
 """
 
+from . import _classdef  # noqa: F401 - installs class syntax (class P(NamedTuple): ...)
 from ._attrdict import AttrDict
 from ._factories import (
     NamedArrayTupleSchema_like,
@@ -27,7 +28,6 @@ from ._factories import (
 )
 from ._instance import NamedArrayTuple, NamedTuple
 from ._schema import NamedArrayTupleSchema, NamedTupleSchema
-from . import _classdef  # noqa: F401, I001 - installs class syntax (class P(NamedTuple): ...)
 from .errors import (
     FieldError,
     FormatError,

@@ -93,7 +93,8 @@ def _split_body(base, name, namespace):
     """Validate a class body; return (fields, defaults, annotations, members)."""
     annotations = dict(namespace.get("__annotations__", {}))
     protected = _PROTECTED[base]
-    fields, defaults = [], []
+    fields: list[str] = []
+    defaults: list[Any] = []
     for field, annotation in annotations.items():
         if _is_classvar(annotation):
             continue
@@ -171,7 +172,7 @@ def _attach_body(cls, body):
 
 def _subclass_of_schema(mcls, name, bases, namespace, kwargs):
     """``class Sub(SomeSchema)``: an ordinary subclass; it cannot add fields."""
-    known = set()
+    known: set[str] = set()
     for base in bases:
         known.update(getattr(base, "_fields", ()))
     for field, annotation in namespace.get("__annotations__", {}).items():

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from types import GenericAlias
-from typing import TYPE_CHECKING, Any, Self, SupportsIndex, dataclass_transform
+from typing import TYPE_CHECKING, Any, NoReturn, Self, SupportsIndex, dataclass_transform
 
 from .errors import FieldError, field_error_class
 
@@ -170,7 +170,7 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-def raise_read_error(nat, loc, exc):
+def raise_read_error(nat, loc, exc) -> NoReturn:
     """Re-raise a failed ``nat[loc]`` as a FieldError naming the failing field."""
     path, cause = _locate_read_failure(nat, loc, exc)
     if path is None:  # not a field's fault (a failing hook, or RecursionError)
@@ -182,7 +182,7 @@ def raise_read_error(nat, loc, exc):
     raise error from root
 
 
-def raise_write_error(nat, index, loc, value, exc):
+def raise_write_error(nat, index, loc, value, exc) -> NoReturn:
     """Re-raise a failed ``nat[loc] = value`` (at field ``index``) as a FieldError.
 
     The message lists the fields already written, since the assignment is

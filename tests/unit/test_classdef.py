@@ -6,15 +6,21 @@ import copy
 import inspect
 import pickle
 import typing
-from typing import Any, ClassVar, Optional
+from typing import Any, ClassVar
 
 import numpy as np
 import numpy.typing as npt
 import pytest
 
 import namedschema
-from namedschema import (NamedArrayTuple, NamedArrayTupleSchema, NamedTuple, NamedTupleSchema,
-                         SchemaClassError, SchemaDefinitionError)
+from namedschema import (
+    NamedArrayTuple,
+    NamedArrayTupleSchema,
+    NamedTuple,
+    NamedTupleSchema,
+    SchemaClassError,
+    SchemaDefinitionError,
+)
 from namedschema._classdef import declared_dtypes, has_class_body
 from namedschema.buffer import buffer_from_example
 from tests.subprocess import class_schemas as cs
@@ -286,7 +292,7 @@ def test_declared_dtypes():
         a: npt.NDArray[np.float32]
         b: np.ndarray[Any, np.dtype[np.uint8]]
         c: np.ndarray
-        d: Optional[npt.NDArray[np.int16]]
+        d: npt.NDArray[np.int16] | None
         e: np.float64
         f: typing.Annotated[npt.NDArray[np.bool_], "mask"]
         g: float
