@@ -8,6 +8,7 @@ NamedTupleSchema, NamedArrayTupleSchema   the schema metaclasses / factories
 NamedTuple, NamedArrayTuple               base classes of every instance
 namedtuple, namedarraytuple, ...          rlpyt-compatible functions (import swap)
 save, load, inspect                       checkpoints (namedschema.format, lazy)
+upgrade                                   map saved schemas onto today's (namedschema.evolution, lazy)
 patch_rlpyt, unpatch_rlpyt                rlpyt drop-in (namedschema.rlpyt_compat, lazy)
 namedschema.buffer                        rlpyt's buffer helpers, shared memory
 namedschema.errors                        the exception classes (re-exported here)
@@ -27,11 +28,15 @@ from ._factories import (
 from ._instance import NamedArrayTuple, NamedTuple
 from ._schema import NamedArrayTupleSchema, NamedTupleSchema
 from .errors import (
+    ExtraFieldError,
     FieldError,
+    FieldMismatchError,
     FormatError,
+    MissingFieldError,
     NamedSchemaError,
     SchemaConflictError,
     SchemaDefinitionError,
+    SchemaEvolutionError,
     StructureMismatchError,
     UnsafeLoadError,
 )
@@ -43,6 +48,7 @@ _LAZY = {
     "save": "format",
     "load": "format",
     "inspect": "format",
+    "upgrade": "evolution",
     "patch_rlpyt": "rlpyt_compat",
     "unpatch_rlpyt": "rlpyt_compat",
 }
@@ -65,8 +71,11 @@ def __dir__():
 
 __all__ = [
     "AttrDict",
+    "ExtraFieldError",
     "FieldError",
+    "FieldMismatchError",
     "FormatError",
+    "MissingFieldError",
     "NamedArrayTuple",
     "NamedArrayTupleSchema",
     "NamedArrayTupleSchema_like",
@@ -75,6 +84,7 @@ __all__ = [
     "NamedTupleSchema",
     "SchemaConflictError",
     "SchemaDefinitionError",
+    "SchemaEvolutionError",
     "StructureMismatchError",
     "UnsafeLoadError",
     "is_namedarraytuple",
@@ -87,6 +97,7 @@ __all__ = [
     "save",
     "load",
     "inspect",
+    "upgrade",
     "patch_rlpyt",
     "unpatch_rlpyt",
 ]
