@@ -419,8 +419,12 @@ class _Upgrader:
 
     # -- declared dtypes ---------------------------------------------------
 
-    def check_declared(self, plan, j, value, path):
-        """Validate a saved value against a declared dtype; return the dtype to cast to, or None."""
+    def check_declared(self, plan, j, value, path, leading):
+        """Check a saved value against its declared dtype and element shape.
+
+        Returns the dtype to cast to, or None. ``leading`` is the array
+        tuple's leading shape (None for plain named tuples).
+        """
         dtype, shape = plan.declared[j]
         target_name, name = _typename(plan.target), plan.target._fields[j]
         if value is None or type(value) in _NUMBERS:
@@ -433,13 +437,21 @@ class _Upgrader:
                 f"with element shape {shape}, but the saved value is a "
                 f"{type(value).__qualname__}", schema=target_name, field=name, path=path,
                 saved=type(value).__qualname__, expected=f"{_dtype_text(dtype)} {shape}")
-        if shape and saved_shape[len(saved_shape) - len(shape):] != shape \
-                or len(saved_shape) < len(shape):
+        if leading is not None:
+            ok = saved_shape == leading + shape
+            saved_element = saved_shape[len(leading):] if \
+                saved_shape[:len(leading)] == leading else saved_shape
+        else:  # no leading shape to go by: the element shape must end the saved one
+            ok = len(saved_shape) >= len(shape) and \
+                saved_shape[len(saved_shape) - len(shape):] == shape
+            saved_element = saved_shape
+        if not ok:
+            lead = "" if leading is None else f" (leading shape {leading})"
             raise FieldMismatchError(
-                f"{path}: {target_name}.{name} has saved shape {saved_shape}, which "
-                f"does not end with the declared element shape {shape} (shapes are "
-                f"never changed)", schema=target_name, field=name, path=path,
-                saved=saved_shape, expected=shape)
+                f"{path}: {target_name}.{name} has saved shape {saved_shape}{lead}, but "
+                f"the current schema declares element shape {shape}; shapes are never "
+                "changed", schema=target_name, field=name, path=path,
+                saved=saved_element, expected=shape)
         if saved_dtype == dtype:
             return None
         if not np.can_cast(saved_dtype, dtype, casting=self.casting):
@@ -456,12 +468,11 @@ class _Upgrader:
 
     # -- filling new fields ------------------------------------------------
 
-    def fill(self, plan, j, saved_values, path):
+    def fill(self, plan, j, leading, path):
         default = plan.fills[j]
         target_name, name = _typename(plan.target), plan.target._fields[j]
         if not plan.array or default is None:
             return default
-        leading = self.leading_shape(plan, saved_values)
         where = f"{path}: new field {target_name}.{name}"
         if callable(default) and not isinstance(default, type | np.ndarray | np.generic):
             if leading is None:
@@ -495,18 +506,36 @@ class _Upgrader:
             return np.zeros(full_shape, dtype=element.dtype)
         return np.full(full_shape, element, dtype=element.dtype)
 
-    def leading_shape(self, plan, saved_values):
-        """The saved instance's leading shape (None when nothing tells it)."""
-        for j, (_dtype, shape) in plan.declared.items():
-            src = plan.sources[j]
-            if src is None:
-                continue
-            saved = _leaf_shape(saved_values[src])
-            if saved is not None and len(saved) >= len(shape):
-                return saved[:len(saved) - len(shape)]
+    def leading_shape(self, plan, saved_values, hint):
+        """The saved array tuple's leading shape (None when nothing tells it).
+
+        Every array (and number) of an array tuple starts with the leading
+        shape, so it is a prefix of ``common``, the longest common prefix of
+        their shapes (nested instances included, no longer than the fewest
+        dimensions). Taken in order: the enclosing array tuple's (``hint``);
+        the shortest of those implied by fields whose current schema declares
+        an element shape; ``common`` itself.
+        """
         shapes: list = []
         _leaf_shapes(saved_values, shapes)
-        return _common_prefix(shapes)
+        common = _common_prefix(shapes)
+        if common is None:
+            return hint
+        if hint is not None and common[:len(hint)] == hint:
+            return hint
+        implied = []
+        for j, (_dtype, shape) in (plan.declared.items() if plan else ()):
+            src = plan.sources[j]
+            saved = None if src is None else _leaf_shape(saved_values[src])
+            if saved is not None and len(shape) <= len(saved):
+                lead = saved[:len(saved) - len(shape)]
+                if common[:len(lead)] == lead:
+                    implied.append(lead)
+        if not implied:
+            return common
+        # The one most declared fields agree on; on a tie the longest (the
+        # nearest to ``common``), so the odd field out is the one reported.
+        return max(set(implied), key=lambda lead: (implied.count(lead), len(lead)))
 
 
 class _Walk:
@@ -521,7 +550,7 @@ class _Walk:
         self.cycled: set = set()
         self.writes: list = []      # deferred in-place updates of mutable containers
 
-    def convert(self, obj, path):
+    def convert(self, obj, path, hint=None):
         if type(obj) in _ATOMS:
             return obj
         key = id(obj)
@@ -540,7 +569,7 @@ class _Walk:
             return obj
         if isinstance(obj, tuple):
             if _is_named_class(type(obj)):
-                return self.immutable(obj, path, self.instance)
+                return self.immutable(obj, path, lambda o, p: self.instance(o, p, hint))
             if type(obj) is tuple:
                 return self.immutable(obj, path, self.plain_tuple)
             return obj  # other tuple subclasses: unknown constructors, left alone
@@ -628,30 +657,34 @@ class _Walk:
         rec.classes += 1
         return plan_target
 
-    def instance(self, obj, path):
+    def instance(self, obj, path, hint=None):
         up = self.up
         cls = type(obj)
         base = path or _typename(cls)
         plan = up.plan(cls, base)
+        values = tuple(obj)
+        leading = None
+        if is_namedarraytuple_class(cls if plan is None else plan.target):
+            leading = up.leading_shape(plan, values, hint)
         if plan is None:
             if not self.dry:
                 up.unmatched.setdefault(_typename(cls), base)
-            new = [self.convert(v, f"{base}.{f}") for f, v in zip(cls._fields, obj, strict=True)]
-            if all(a is b for a, b in zip(obj, new, strict=True)):
+            new = [self.convert(v, f"{base}.{f}", leading)
+                   for f, v in zip(cls._fields, values, strict=True)]
+            if all(a is b for a, b in zip(values, new, strict=True)):
                 return obj
             return cls._make(new)
-        values = tuple(obj)
         rec = None if self.dry else up.record(plan, base)
         out = []
         for j, src in enumerate(plan.sources):
             name = plan.target._fields[j]
             fpath = f"{base}.{name}"
             if src is None:
-                out.append(None if self.dry else up.fill(plan, j, values, base))
+                out.append(None if self.dry else up.fill(plan, j, leading, base))
                 continue
             value = values[src]
             if j in plan.declared:
-                cast_to = up.check_declared(plan, j, value, fpath)
+                cast_to = up.check_declared(plan, j, value, fpath, leading)
                 if cast_to is not None:
                     if isinstance(value, np.ndarray):
                         if self.dry:
@@ -661,10 +694,10 @@ class _Walk:
                     if rec is not None:
                         rec.cast[(name, _dtype_text(values[src].dtype),
                                   _dtype_text(cast_to))] = None
-            out.append(self.convert(value, fpath))
+            out.append(self.convert(value, fpath, leading))
         for i, name in plan.extras:
             if up.extra == "keep":
-                value = self.convert(values[i], f"{base}.{name}")
+                value = self.convert(values[i], f"{base}.{name}", leading)
                 if not self.dry:
                     up.kept.append(KeptField(base, _typename(cls), name, value))
         if rec is None:  # the dry pass builds nothing
