@@ -204,7 +204,7 @@ def check_upgraded(new, old, pair, classes, leading, extra, report, path):
     cls = classes[pair.typename]
     assert type(new) is cls, (type(new), cls)
     assert new._fields == tuple(pair.order)
-    by_old = dict(zip(old._fields, old))
+    by_old = old._asdict()
     for f in pair.old:
         saved = by_old[f.name]
         if not f.kept:
