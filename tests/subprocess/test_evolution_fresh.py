@@ -7,9 +7,7 @@ lets ``upgrade(..., schemas=module)`` find the schemas by itself.
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
 import pickle
 import textwrap
 import uuid
