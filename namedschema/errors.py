@@ -12,8 +12,10 @@ Field*Error             FieldError plus the builtin type of the failure (Index, 
 FormatError             a checkpoint file is not valid (ValueError)
 UnsafeLoadError         a checkpoint needs pickle and allow_pickle was not given
 BufferShapeError        buffer arrays disagree in leading dimensions (ValueError)
-SchemaEvolutionError    saved data does not map onto today's schemas (ValueError);
-                        MissingFieldError, ExtraFieldError, FieldMismatchError refine it
+SchemaEvolutionError    saved data does not map onto today's schemas (ValueError)
+MissingFieldError       a new field without a default (a SchemaEvolutionError)
+ExtraFieldError         a saved field today's schema lacks (a SchemaEvolutionError)
+FieldMismatchError      a saved dtype/shape differs from the declared one (likewise)
 """
 
 from __future__ import annotations

@@ -111,6 +111,9 @@ def field_dtype(schema, field: str):
 class SchemaMapping:
     """One saved schema and the current schema its instances became.
 
+    The ``changed`` property is true when fields were added, dropped, cast
+    or reordered (not just the class swapped).
+
     Attributes:
         saved: the saved typename.
         saved_fields: the saved schema's fields, in saved order.
@@ -181,6 +184,9 @@ class KeptField:
 @dataclass(frozen=True)
 class UpgradeReport:
     """What :func:`upgrade` did; ``str()`` gives one line per saved schema.
+
+    ``kept_fields(path)`` returns the fields kept aside from the instance at
+    ``path`` as a dict by name.
 
     Attributes:
         mappings: a :class:`SchemaMapping` per saved schema that met a current one.
