@@ -5,7 +5,8 @@ run time, like ``collections.namedtuple``'s, that carry their definition into
 every pickle, so instances load in any process, fresh interpreters included.
 
 NamedTupleSchema, NamedArrayTupleSchema   the schema metaclasses / factories
-NamedTuple, NamedArrayTuple               base classes of every instance
+NamedTuple, NamedArrayTuple               base classes of every instance; subclass
+                                          one to define a schema with class syntax
 namedtuple, namedarraytuple, ...          rlpyt-compatible functions (import swap)
 save, load, inspect                       checkpoints (namedschema.format, lazy)
 upgrade                                   map saved schemas onto today's (namedschema.evolution, lazy)
@@ -14,6 +15,7 @@ namedschema.buffer                        rlpyt's buffer helpers, shared memory
 namedschema.errors                        the exception classes (re-exported here)
 """
 
+from . import _classdef  # noqa: F401 - installs class syntax (class P(NamedTuple): ...)
 from ._attrdict import AttrDict
 from ._factories import (
     NamedArrayTupleSchema_like,
@@ -34,6 +36,7 @@ from .errors import (
     FormatError,
     MissingFieldError,
     NamedSchemaError,
+    SchemaClassError,
     SchemaConflictError,
     SchemaDefinitionError,
     SchemaEvolutionError,
@@ -82,6 +85,7 @@ __all__ = [
     "NamedSchemaError",
     "NamedTuple",
     "NamedTupleSchema",
+    "SchemaClassError",
     "SchemaConflictError",
     "SchemaDefinitionError",
     "SchemaEvolutionError",
