@@ -38,6 +38,7 @@ from typing import Any
 
 import numpy as np
 
+from ._classdef import declared_dtypes, has_class_body
 from ._factories import is_namedarraytuple_class, is_namedtuple_class
 from ._schema import NamedTupleSchema
 from .errors import (
@@ -84,10 +85,14 @@ def _typename(cls) -> str:
 def field_dtype(schema, field: str):
     """The ``(dtype, element shape)`` that ``schema`` declares for ``field``, or None.
 
-    A field declares its dtype through a numpy-typed default: a numpy scalar
-    (``np.float32(0)`` declares float32 and shape ``()``) or a numpy array
-    (``np.zeros(3, np.int8)`` declares int8 and shape ``(3,)``). Defaults of
-    other types (Python numbers, None, callables) declare nothing.
+    Two things declare a dtype. An annotation of a class-syntax schema
+    (``reward: npt.NDArray[np.float32]``, or ``np.float32``) declares the
+    dtype but no shape (the element shape is then None: not checked). A
+    numpy-typed default declares both: a numpy scalar (``np.float32(0)``
+    declares float32 and shape ``()``) or a numpy array (``np.zeros(3,
+    np.int8)`` declares int8 and shape ``(3,)``). When both are present the
+    annotation's dtype wins. Other defaults (Python numbers, None,
+    callables) declare nothing.
 
     >>> import numpy as np, namedschema
     >>> S = namedschema.NamedArrayTupleSchema('S', 'obs reward', defaults=(np.float32(0),))
@@ -97,10 +102,14 @@ def field_dtype(schema, field: str):
     if field not in schema._fields:
         raise KeyError(f"{_typename(schema)} has no field {field!r} "
                        f"(fields: {', '.join(schema._fields)})")
+    dtype = shape = None
     default = schema._field_defaults.get(field, _MISSING)
     if isinstance(default, (np.ndarray, np.generic)) and not default.dtype.hasobject:
-        return default.dtype, tuple(default.shape)
-    return None
+        dtype, shape = default.dtype, tuple(default.shape)
+    annotated = declared_dtypes(schema).get(field) if has_class_body(schema) else None
+    if annotated is not None:
+        dtype = np.dtype(annotated)
+    return None if dtype is None else (dtype, shape)
 
 
 # --------------------------------------------------------------------------
@@ -439,11 +448,14 @@ class _Upgrader:
             saved_dtype, saved_shape = value.dtype, tuple(value.shape)
         else:
             raise FieldMismatchError(
-                f"{path}: {target_name}.{name} is declared as {_dtype_text(dtype)} "
-                f"with element shape {shape}, but the saved value is a "
+                f"{path}: {target_name}.{name} is declared as {_dtype_text(dtype)}"
+                f"{'' if shape is None else f' with element shape {shape}'}, but the "
+                "saved value is a "
                 f"{type(value).__qualname__}", schema=target_name, field=name, path=path,
                 saved=type(value).__qualname__, expected=f"{_dtype_text(dtype)} {shape}")
-        if leading is not None:
+        if shape is None:  # an annotation declares no shape
+            ok, saved_element = True, saved_shape
+        elif leading is not None:
             ok = saved_shape == leading + shape
             saved_element = saved_shape[len(leading):] if \
                 saved_shape[:len(leading)] == leading else saved_shape
@@ -532,6 +544,8 @@ class _Upgrader:
         implied = []
         for j, (_dtype, shape) in (plan.declared.items() if plan else ()):
             src = plan.sources[j]
+            if shape is None:
+                continue
             saved = None if src is None else _leaf_shape(saved_values[src])
             if saved is not None and len(shape) <= len(saved):
                 lead = saved[:len(saved) - len(shape)]

@@ -8,10 +8,16 @@ import pickle
 import types
 
 import numpy as np
+import numpy.typing as npt
 import pytest
 
 import namedschema
-from namedschema import NamedArrayTupleSchema, NamedTupleSchema, upgrade
+from namedschema import (
+    NamedArrayTuple,
+    NamedArrayTupleSchema,
+    NamedTupleSchema,
+    upgrade,
+)
 from namedschema.errors import (
     ExtraFieldError,
     FieldMismatchError,
@@ -496,3 +502,41 @@ def test_lazy_attribute():
     """namedschema.upgrade is the evolution module's function."""
     from namedschema import evolution
     assert namedschema.upgrade is evolution.upgrade
+
+
+# --------------------------------------------------------------------------
+# Class-syntax schemas: annotations declare dtypes
+# --------------------------------------------------------------------------
+
+def test_annotations_of_class_syntax_schemas_declare_dtypes():
+    """npt.NDArray[np.float64] on today's schema refuses a float32 reward unless casting allows."""
+    class Samples(NamedArrayTuple):
+        observation: npt.NDArray[np.uint8]
+        action: npt.NDArray[np.int64]
+        reward: npt.NDArray[np.float64]
+        timeout: npt.NDArray[np.bool_] = np.bool_(False)
+
+        def steps(self):
+            return self.reward.shape[0]
+
+    assert field_dtype(Samples, "reward") == (np.dtype(np.float64), None)
+    assert field_dtype(Samples, "timeout") == (np.dtype(np.bool_), ())
+    old = old_samples()
+    with pytest.raises(FieldMismatchError, match=r"Samples\.reward.*float32.*float64") as info:
+        upgrade(old, [Samples])
+    assert (info.value.saved, info.value.expected) == ("float32", "float64")
+    new = upgrade(old, [Samples], casting="safe")
+    assert type(new) is Samples and new.steps() == T and new.timeout.shape == (T, B)
+    assert new.observation is old.observation and new.reward.dtype == np.float64
+
+
+def test_annotation_without_shape_accepts_any_element_shape():
+    """An annotation declares a dtype only: element shapes are not checked."""
+    class Obs(NamedArrayTuple):
+        pixels: npt.NDArray[np.uint8]
+
+    Old = NamedArrayTupleSchema("Obs", "pixels")
+    old = Old(np.zeros((4, 2, 7, 7), np.uint8))
+    assert upgrade(old, [Obs]).pixels is old.pixels
+    with pytest.raises(FieldMismatchError, match="declared as uint8, but the saved value"):
+        upgrade(Old([1, 2]), [Obs])
