@@ -5,7 +5,8 @@ run time, like ``collections.namedtuple``'s, that carry their definition into
 every pickle, so instances load in any process, fresh interpreters included.
 
 NamedTupleSchema, NamedArrayTupleSchema   the schema metaclasses / factories
-NamedTuple, NamedArrayTuple               base classes of every instance
+NamedTuple, NamedArrayTuple               base classes of every instance; subclass
+                                          one to define a schema with class syntax
 namedtuple, namedarraytuple, ...          rlpyt-compatible functions (import swap)
 save, load, inspect                       checkpoints (namedschema.format, lazy)
 patch_rlpyt, unpatch_rlpyt                rlpyt drop-in (namedschema.rlpyt_compat, lazy)
@@ -13,6 +14,7 @@ namedschema.buffer                        rlpyt's buffer helpers, shared memory
 namedschema.errors                        the exception classes (re-exported here)
 """
 
+from . import _classdef  # noqa: F401 - installs class syntax (class P(NamedTuple): ...)
 from ._attrdict import AttrDict
 from ._factories import (
     NamedArrayTupleSchema_like,
@@ -30,6 +32,7 @@ from .errors import (
     FieldError,
     FormatError,
     NamedSchemaError,
+    SchemaClassError,
     SchemaConflictError,
     SchemaDefinitionError,
     StructureMismatchError,
@@ -73,6 +76,7 @@ __all__ = [
     "NamedSchemaError",
     "NamedTuple",
     "NamedTupleSchema",
+    "SchemaClassError",
     "SchemaConflictError",
     "SchemaDefinitionError",
     "StructureMismatchError",
