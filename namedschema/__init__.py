@@ -9,6 +9,7 @@ NamedTuple, NamedArrayTuple               base classes of every instance; subcla
                                           one to define a schema with class syntax
 namedtuple, namedarraytuple, ...          rlpyt-compatible functions (import swap)
 save, load, inspect                       checkpoints (namedschema.checkpoint, lazy)
+upgrade                                   map saved schemas onto today's (namedschema.evolution, lazy)
 patch_rlpyt, unpatch_rlpyt                rlpyt drop-in (namedschema.rlpyt_compat, lazy)
 namedschema.buffer                        rlpyt's buffer helpers, shared memory
 namedschema.errors                        the exception classes (re-exported here)
@@ -29,13 +30,17 @@ from ._factories import (
 from ._instance import NamedArrayTuple, NamedTuple
 from ._schema import NamedArrayTupleSchema, NamedTupleSchema
 from .errors import (
+    ExtraFieldError,
     FieldError,
+    FieldMismatchError,
     FormatError,
+    MissingFieldError,
     NamedSchemaError,
     NotDataError,
     SchemaClassError,
     SchemaConflictError,
     SchemaDefinitionError,
+    SchemaEvolutionError,
     StructureMismatchError,
     UnsafeLoadError,
 )
@@ -47,6 +52,7 @@ _LAZY = {
     "save": "checkpoint",
     "load": "checkpoint",
     "inspect": "checkpoint",
+    "upgrade": "evolution",
     "patch_rlpyt": "rlpyt_compat",
     "unpatch_rlpyt": "rlpyt_compat",
 }
@@ -69,8 +75,11 @@ def __dir__():
 
 __all__ = [
     "AttrDict",
+    "ExtraFieldError",
     "FieldError",
+    "FieldMismatchError",
     "FormatError",
+    "MissingFieldError",
     "NamedArrayTuple",
     "NamedArrayTupleSchema",
     "NamedArrayTupleSchema_like",
@@ -81,6 +90,7 @@ __all__ = [
     "SchemaClassError",
     "SchemaConflictError",
     "SchemaDefinitionError",
+    "SchemaEvolutionError",
     "StructureMismatchError",
     "UnsafeLoadError",
     "is_namedarraytuple",
@@ -93,6 +103,7 @@ __all__ = [
     "save",
     "load",
     "inspect",
+    "upgrade",
     "patch_rlpyt",
     "unpatch_rlpyt",
 ]
