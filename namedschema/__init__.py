@@ -9,6 +9,7 @@ NamedTuple, NamedArrayTuple               base classes of every instance; subcla
                                           one to define a schema with class syntax
 namedtuple, namedarraytuple, ...          rlpyt-compatible functions (import swap)
 save, load, inspect                       checkpoints (namedschema.format, lazy)
+upgrade                                   map saved schemas onto today's (namedschema.evolution, lazy)
 patch_rlpyt, unpatch_rlpyt                rlpyt drop-in (namedschema.rlpyt_compat, lazy)
 namedschema.buffer                        rlpyt's buffer helpers, shared memory
 namedschema.errors                        the exception classes (re-exported here)
@@ -29,12 +30,16 @@ from ._factories import (
 from ._instance import NamedArrayTuple, NamedTuple
 from ._schema import NamedArrayTupleSchema, NamedTupleSchema
 from .errors import (
+    ExtraFieldError,
     FieldError,
+    FieldMismatchError,
     FormatError,
+    MissingFieldError,
     NamedSchemaError,
     SchemaClassError,
     SchemaConflictError,
     SchemaDefinitionError,
+    SchemaEvolutionError,
     StructureMismatchError,
     UnsafeLoadError,
 )
@@ -46,6 +51,7 @@ _LAZY = {
     "save": "format",
     "load": "format",
     "inspect": "format",
+    "upgrade": "evolution",
     "patch_rlpyt": "rlpyt_compat",
     "unpatch_rlpyt": "rlpyt_compat",
 }
@@ -68,8 +74,11 @@ def __dir__():
 
 __all__ = [
     "AttrDict",
+    "ExtraFieldError",
     "FieldError",
+    "FieldMismatchError",
     "FormatError",
+    "MissingFieldError",
     "NamedArrayTuple",
     "NamedArrayTupleSchema",
     "NamedArrayTupleSchema_like",
@@ -79,6 +88,7 @@ __all__ = [
     "SchemaClassError",
     "SchemaConflictError",
     "SchemaDefinitionError",
+    "SchemaEvolutionError",
     "StructureMismatchError",
     "UnsafeLoadError",
     "is_namedarraytuple",
@@ -91,6 +101,7 @@ __all__ = [
     "save",
     "load",
     "inspect",
+    "upgrade",
     "patch_rlpyt",
     "unpatch_rlpyt",
 ]
