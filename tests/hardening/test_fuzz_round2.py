@@ -179,7 +179,7 @@ def _check_limited(files):
         proc = _limits.run_limited(_limits.CHECK_FILES, PATHS=[p for p, _ in batch],
                                    SECONDS=_seconds(biggest))
         outcomes = _limits.outcomes_of(proc)
-        for i, (path, what) in enumerate(batch):
+        for i, (_path, what) in enumerate(batch):
             results.extend((what, o) for o in outcomes[3 * i:3 * i + 3])
     return results
 
@@ -420,6 +420,7 @@ print(json.dumps([refused]))
 """
 
 
+@pytest.mark.xfail(strict=True, reason="core fix lands after the id unification")
 @settings(max_examples=40 if LONG else 3, phases=_NO_SHRINK)
 @given(seed=st.integers(0, 2**32 - 1))
 def test_forged_module_level_ids_never_change_a_schema(tmp_path_factory, seed):
