@@ -55,7 +55,10 @@ def allocate(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
                        prot=mmap.PROT_READ | mmap.PROT_WRITE)
     array = np.frombuffer(memory, dtype, count).reshape(shape)
     start = array.__array_interface__["data"][0]
-    ref = weakref.ref(memory, lambda _r, start=start: _forget(start))
+    def forget(_ref: weakref.ref[mmap.mmap], start: int = start) -> None:
+        _forget(start)
+
+    ref = weakref.ref(memory, forget)
     with _lock:
         i = bisect.bisect_left(_starts, start)
         _starts.insert(i, start)
