@@ -41,7 +41,8 @@ BODY_MARK = "_schema_body"
 # Namespace entries every class statement has, handled separately.
 _SPECIAL = frozenset({"__module__", "__qualname__", "__doc__", "__annotations__",
                       "__classcell__", "__firstlineno__", "__static_attributes__",
-                      "__orig_bases__"})
+                      "__orig_bases__", "__annotate__", "__annotate_func__",
+                      "__annotations_cache__"})
 # Inherited members that only change how an instance is displayed.
 _MAY_REPLACE = frozenset({"__repr__", "__str__", "__format__"})
 # Not inherited, but defined by every schema or its construction.
@@ -89,9 +90,24 @@ def _owner(base, name) -> str:
 _PROTECTED = {NamedTuple: _protected(NamedTuple), NamedArrayTuple: _protected(NamedArrayTuple)}
 
 
+def _namespace_annotations(namespace) -> dict[str, Any]:
+    """The annotations of a class body, in order (Python 3.14 defers them to a function)."""
+    if "__annotations__" in namespace:
+        return dict(namespace["__annotations__"])
+    try:
+        import annotationlib  # type: ignore[import-not-found,unused-ignore]  # Python 3.14+
+    except ImportError:
+        return {}
+    annotate = annotationlib.get_annotate_from_class_namespace(namespace)
+    if annotate is None:
+        return {}
+    return dict(annotationlib.call_annotate_function(annotate,
+                                                     annotationlib.Format.FORWARDREF))
+
+
 def _split_body(base, name, namespace):
     """Validate a class body; return (fields, defaults, annotations, members)."""
-    annotations = dict(namespace.get("__annotations__", {}))
+    annotations = _namespace_annotations(namespace)
     protected = _PROTECTED[base]
     fields: list[str] = []
     defaults: list[Any] = []
@@ -176,7 +192,7 @@ def _subclass_of_schema(mcls, name, bases, namespace, kwargs):
     known: set[str] = set()
     for base in bases:
         known.update(getattr(base, "_fields", ()))
-    for field, annotation in namespace.get("__annotations__", {}).items():
+    for field, annotation in _namespace_annotations(namespace).items():
         if field not in known and not _is_classvar(annotation):
             raise SchemaClassError(
                 f"class {name}({_base_names(bases)}): annotation {field!r} would add "
