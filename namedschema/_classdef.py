@@ -5,7 +5,7 @@ A class statement whose only base is :class:`NamedTuple` or
 use (so the same ``__new__``, field getters, indexing, id and pickling by
 value), with the class body's annotations as fields, its assignments to them
 as defaults, and its other members (docstring, methods, properties, class
-attributes) added to the class. ``SchemaBaseMeta`` (the base classes'
+attributes) then set on the class. ``SchemaBaseMeta`` (the base classes'
 metaclass) calls :func:`class_statement` for every class statement below it.
 
 A pickle carries a schema's definition, not its class body, so a process that
@@ -161,17 +161,17 @@ def _class_syntax(base, name, namespace):
             body[key] = namespace[key]
     try:
         cls = _build(kind, name, fields, defaults=defaults or None, module=module,
-                     module_level="<locals>" not in qualname, body=body)
+                     module_level="<locals>" not in qualname)
     except SchemaDefinitionError as exc:  # a name Python itself would reject
         message = str(exc).removeprefix(f"{kind.__name__} {name!r}: ")
         _refuse(base, name, message, exc)
-    if BODY_MARK not in cls.__dict__:
-        # Loaded (by value) before this module-level statement ran: give the
-        # loaded class, and so every instance already loaded, the class body.
-        _attach_body(cls, body)
-    elif cls.__dict__[BODY_MARK] is not body[BODY_MARK]:  # pragma: no cover - ids are unique
+    if BODY_MARK in cls.__dict__:  # pragma: no cover - module-level ids are unique
         raise SchemaConflictError(f"class {name}: schema id {cls._schema_id} is already "
                                   "taken by another class-syntax schema")
+    # A new class, or one loaded by value before this module-level statement
+    # ran (same id): either way it gets the body, so instances already loaded
+    # gain the methods too.
+    _attach_body(cls, body)
     return cls
 
 
