@@ -8,7 +8,7 @@ NamedTupleSchema, NamedArrayTupleSchema   the schema metaclasses / factories
 NamedTuple, NamedArrayTuple               base classes of every instance; subclass
                                           one to define a schema with class syntax
 namedtuple, namedarraytuple, ...          rlpyt-compatible functions (import swap)
-save, load, inspect                       checkpoints (namedschema.format, lazy)
+save, load, inspect                       checkpoints (namedschema.checkpoint, lazy)
 upgrade                                   map saved schemas onto today's (namedschema.evolution, lazy)
 patch_rlpyt, unpatch_rlpyt                rlpyt drop-in (namedschema.rlpyt_compat, lazy)
 namedschema.buffer                        rlpyt's buffer helpers, shared memory
@@ -36,6 +36,7 @@ from .errors import (
     FormatError,
     MissingFieldError,
     NamedSchemaError,
+    NotDataError,
     SchemaClassError,
     SchemaConflictError,
     SchemaDefinitionError,
@@ -48,9 +49,9 @@ __version__ = "0.1.0"
 
 # Heavier parts load on first use, so ``import namedschema`` costs only the core.
 _LAZY = {
-    "save": "format",
-    "load": "format",
-    "inspect": "format",
+    "save": "checkpoint",
+    "load": "checkpoint",
+    "inspect": "checkpoint",
     "upgrade": "evolution",
     "patch_rlpyt": "rlpyt_compat",
     "unpatch_rlpyt": "rlpyt_compat",
@@ -85,6 +86,7 @@ __all__ = [
     "NamedSchemaError",
     "NamedTuple",
     "NamedTupleSchema",
+    "NotDataError",
     "SchemaClassError",
     "SchemaConflictError",
     "SchemaDefinitionError",

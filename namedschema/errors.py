@@ -12,6 +12,7 @@ FieldError              reading or writing a field failed; names schema and fiel
 Field*Error             FieldError plus the builtin type of the failure (Index, Key, ...)
 FormatError             a checkpoint file is not valid (ValueError)
 UnsafeLoadError         a checkpoint needs pickle and allow_pickle was not given
+NotDataError            save met a value that is not data and allow_pickle was not given
 BufferShapeError        buffer arrays disagree in leading dimensions (ValueError)
 SchemaEvolutionError    saved data does not map onto today's schemas (ValueError)
 MissingFieldError       a new field without a default (a SchemaEvolutionError)
@@ -37,6 +38,7 @@ __all__ = [
     "FieldValueError",
     "FormatError",
     "UnsafeLoadError",
+    "NotDataError",
     "BufferShapeError",
     "SchemaEvolutionError",
     "MissingFieldError",
@@ -168,6 +170,25 @@ class FormatError(NamedSchemaError, ValueError):
 
 class UnsafeLoadError(FormatError):
     """A checkpoint holds pickled objects and ``allow_pickle`` was not set."""
+
+
+class NotDataError(NamedSchemaError, TypeError):
+    """``save`` met a value that is not data, and ``allow_pickle`` was not set.
+
+    Attributes:
+        file: the checkpoint path being saved.
+        path: where the value is in the saved graph, such as ``replay._lock``.
+        type_name: the value's type, ``module.qualname``.
+    """
+
+    def __init__(self, file: str, path: str, type_name: str, why: str = ""):
+        self.file, self.path, self.type_name, self.why = file, path, type_name, why
+        super().__init__(f"{file!r}: value at {path} ({type_name}) is not data"
+                         + (f": {why}" if why else "")
+                         + "; pass allow_pickle=True to pickle it")
+
+    def __reduce__(self):
+        return type(self), (self.file, self.path, self.type_name, self.why)
 
 
 class BufferShapeError(NamedSchemaError, ValueError):
