@@ -8,7 +8,8 @@ NamedTupleSchema, NamedArrayTupleSchema   the schema metaclasses / factories
 NamedTuple, NamedArrayTuple               base classes of every instance; subclass
                                           one to define a schema with class syntax
 namedtuple, namedarraytuple, ...          rlpyt-compatible functions (import swap)
-save, load, inspect                       checkpoints (namedschema.format, lazy)
+save, load, inspect                       checkpoints (namedschema.checkpoint, lazy)
+upgrade                                   map saved schemas onto today's (namedschema.evolution, lazy)
 patch_rlpyt, unpatch_rlpyt                rlpyt drop-in (namedschema.rlpyt_compat, lazy)
 namedschema.buffer                        rlpyt's buffer helpers, shared memory
 namedschema.errors                        the exception classes (re-exported here)
@@ -29,12 +30,17 @@ from ._factories import (
 from ._instance import NamedArrayTuple, NamedTuple
 from ._schema import NamedArrayTupleSchema, NamedTupleSchema
 from .errors import (
+    ExtraFieldError,
     FieldError,
+    FieldMismatchError,
     FormatError,
+    MissingFieldError,
     NamedSchemaError,
+    NotDataError,
     SchemaClassError,
     SchemaConflictError,
     SchemaDefinitionError,
+    SchemaEvolutionError,
     StructureMismatchError,
     UnsafeLoadError,
 )
@@ -43,9 +49,10 @@ __version__ = "0.1.0"
 
 # Heavier parts load on first use, so ``import namedschema`` costs only the core.
 _LAZY = {
-    "save": "format",
-    "load": "format",
-    "inspect": "format",
+    "save": "checkpoint",
+    "load": "checkpoint",
+    "inspect": "checkpoint",
+    "upgrade": "evolution",
     "patch_rlpyt": "rlpyt_compat",
     "unpatch_rlpyt": "rlpyt_compat",
 }
@@ -68,17 +75,22 @@ def __dir__():
 
 __all__ = [
     "AttrDict",
+    "ExtraFieldError",
     "FieldError",
+    "FieldMismatchError",
     "FormatError",
+    "MissingFieldError",
     "NamedArrayTuple",
     "NamedArrayTupleSchema",
     "NamedArrayTupleSchema_like",
     "NamedSchemaError",
     "NamedTuple",
     "NamedTupleSchema",
+    "NotDataError",
     "SchemaClassError",
     "SchemaConflictError",
     "SchemaDefinitionError",
+    "SchemaEvolutionError",
     "StructureMismatchError",
     "UnsafeLoadError",
     "is_namedarraytuple",
@@ -91,6 +103,7 @@ __all__ = [
     "save",
     "load",
     "inspect",
+    "upgrade",
     "patch_rlpyt",
     "unpatch_rlpyt",
 ]

@@ -24,11 +24,16 @@ import keyword
 import sys
 import unicodedata
 import uuid
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any, overload
 
 from . import _pickle
 from ._codegen import accessors_for
 from ._instance import NamedArrayTuple, NamedTuple, SchemaBaseMeta
 from .errors import SchemaDefinitionError
+
+if TYPE_CHECKING:
+    from ._typing import DynamicNamedArrayTuple, DynamicNamedTuple
 
 try:  # CPython's C descriptor, as used by collections.namedtuple
     from _collections import _tuplegetter
@@ -225,6 +230,16 @@ class NamedTupleSchema(SchemaBaseMeta):
     _instance_base = NamedTuple
     _reserved: frozenset = frozenset()
 
+    # For type checkers: a call makes a class whose fields they cannot know; a
+    # class statement below a schema calls the metaclass with three arguments.
+    @overload
+    def __new__(mcls, typename: str, field_names: str | Iterable[str], /, *,
+                rename: bool = False, defaults: Iterable[Any] | None = None,
+                module: str | None = None) -> type[DynamicNamedTuple]: ...
+    @overload
+    def __new__(mcls, typename: str, field_names: tuple[type, ...],
+                namespace: dict[str, Any], /, **kwargs: Any) -> NamedTupleSchema: ...
+
     def __new__(mcls, typename, field_names, namespace=None, /, *,
                 rename=False, defaults=None, module=None, **kwargs):
         if namespace is not None:
@@ -248,10 +263,6 @@ class NamedTupleSchema(SchemaBaseMeta):
         return _build(mcls, typename, field_names, rename=rename, defaults=defaults,
                       module=caller_module if module is None else module,
                       module_level=module_level)
-
-    def __init__(cls, *args, **kwargs):
-        # Everything happens in __new__; type.__init__ would reject our keywords.
-        pass
 
     def __eq__(cls, other):
         if cls is other:
@@ -300,17 +311,26 @@ class NamedArrayTupleSchema(NamedTupleSchema):
     _instance_base = NamedArrayTuple
     _reserved = frozenset({"get", "items"})
 
+    if TYPE_CHECKING:  # the inherited __new__, with this kind's return type
+        @overload
+        def __new__(mcls, typename: str, field_names: str | Iterable[str], /, *,
+                    rename: bool = False, defaults: Iterable[Any] | None = None,
+                    module: str | None = None) -> type[DynamicNamedArrayTuple]: ...
+        @overload
+        def __new__(mcls, typename: str, field_names: tuple[type, ...],
+                    namespace: dict[str, Any], /,
+                    **kwargs: Any) -> NamedArrayTupleSchema: ...
+        def __new__(mcls, /, *args: Any, **kwargs: Any) -> Any: ...
+
 
 def _build(mcls, typename, field_names, *, rename=False, defaults=None,
-           module=None, schema_id=None, module_level=False, body=None):
+           module=None, schema_id=None, module_level=False):
     """Make, register and return one schema class (also used by unpickling).
 
     ``module_level`` marks a call from module-level code: the id is then
     derived from the definition, and if this process already holds a live
     schema under that id (it arrived in a pickle before the module was
-    imported), that class is returned so both sides agree. ``body`` holds the
-    extra class members of a class-syntax definition (validated by
-    ``_classdef``); it is not applied to such an existing class.
+    imported), that class is returned so both sides agree.
     """
     typename, fields = _normalize_names(mcls.__name__, typename, field_names,
                                         rename, mcls._reserved)
@@ -357,8 +377,6 @@ def _build(mcls, typename, field_names, *, rename=False, defaults=None,
         accessors = accessors_for(len(fields))
         if accessors is not None:
             namespace["__getitem__"], namespace["__setitem__"] = accessors
-    if body:
-        namespace.update(body)
     cls = type.__new__(mcls, typename, (mcls._instance_base,), namespace)
     _pickle.register_schema(cls, schema_id)
     return cls
