@@ -252,7 +252,8 @@ def final_state(runner):
     out["params"] = digest({k: v for k, v in runner.agent.state_dict().items()})
     out["optimizers"] = digest({k: v.state_dict() for k, v in vars(runner.algo).items()
                                 if isinstance(v, torch.optim.Optimizer)})
-    out["eps_sample"] = repr(getattr(runner.agent, "eps_sample", None))
+    eps = getattr(runner.agent, "eps_sample", None)
+    out["eps_sample"] = None if eps is None else np.asarray(eps, np.float64).tolist()
     out["beta"] = repr(getattr(runner.algo.replay_buffer, "beta", None))
     if hasattr(runner.sampler, "collector"):
         out["envs"] = digest([vars(env) for env in runner.sampler.collector.envs])

@@ -150,8 +150,8 @@ def test_without_the_epsilon_handler_a_resume_diverges(tmp_path, tmp_path_factor
     resumed = drive(tmp_path, "resumed", "dqn_uniform", "--ckpt", ckpt,
                     "--disable-handler", key)
     twin_run = twin(tmp_path_factory, "dqn_uniform")
-    assert twin_run["final"]["eps_sample"] == "0.05"
-    assert resumed["final"]["eps_sample"] == "1"
+    assert twin_run["final"]["eps_sample"] == 0.05
+    assert resumed["final"]["eps_sample"] == 1.0
     first_twin = next(e for e in twin_run["events"] if e[0] == 30 and e[1] == "batch")
     first_resumed = next(e for e in resumed["events"] if e[0] == 30 and e[1] == "batch")
     assert first_twin != first_resumed
