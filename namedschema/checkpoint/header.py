@@ -45,7 +45,6 @@ from .constants import (
     KNOWN_FEATURES,
     MAX_HEADER,
     MAX_INDEX,
-    MAX_JSON_VALUES,
     MAX_NBYTES,
     MAX_NDIM,
     READ_MAJOR,
@@ -54,6 +53,7 @@ from .constants import (
     ZERO_CRC,
     torch_numpy_dtype,
 )
+from .jsontext import parse_bounded
 
 _CRC_MARKER = b'"header_crc32":"'
 _CRC_TEXT = re.compile(r"[0-9a-f]{8}", re.ASCII)
@@ -78,34 +78,6 @@ def _as_int(value: Any, name: str, what: str, minimum: int = 0) -> int:
     if type(value) is not int or value < minimum:
         fail(name, f"{what} is not an integer >= {minimum}: {value!r}")
     return value
-
-
-def _reject_constant(text: str) -> NoReturn:
-    raise ValueError(f"non-standard JSON constant {text}")
-
-
-def _parse_json(text: str | bytes) -> Any:
-    return json.loads(text, parse_constant=_reject_constant)
-
-
-def _parse_bounded(name: str, text: str | bytes, what: str) -> Any:
-    """Parse JSON ``text`` after bounding its number of values (so its memory) cheaply.
-
-    Every value but the first follows a ``,``, a ``:`` or an opening bracket,
-    so counting those bytes (string contents included, which only
-    overestimates) bounds the values before ``json`` builds any of them.
-    Nesting is bounded by the parser itself (RecursionError).
-    """
-    if not isinstance(text, (str, bytes)):
-        raise TypeError(f"expected JSON text, got {type(text).__name__}")
-    if isinstance(text, bytes):
-        values = 1 + sum(text.count(m) for m in (b",", b":", b"[", b"{"))
-    else:
-        values = 1 + sum(text.count(m) for m in (",", ":", "[", "{"))
-    if values > MAX_JSON_VALUES:
-        fail(name, f"{what} holds up to {values:,} JSON values, more than the limit of "
-             f"{MAX_JSON_VALUES:,} (a hostile or corrupt header?)")
-    return _parse_json(text)
 
 
 # --------------------------------------------------------------------------
@@ -494,7 +466,7 @@ def read_header(f: BinaryIO, name: str, file_size: int) -> Header:
     if len(raw) != length:
         fail(name, "is truncated while reading the header (file changed?)")
     try:
-        doc = _parse_bounded(name, raw.decode("utf-8"), "header")
+        doc = parse_bounded(name, raw.decode("utf-8"), "header")
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         if isinstance(exc, FormatError):
             raise
@@ -587,7 +559,7 @@ def _check_metadata(name: str, meta: Any, raw: bytes) -> tuple[dict, str]:
 
 def _parse_description(name: str, meta: dict) -> dict:
     try:
-        desc = _parse_bounded(name, meta["namedschema"], "namedschema description")
+        desc = parse_bounded(name, meta["namedschema"], "namedschema description")
     except (KeyError, TypeError, ValueError, RecursionError) as exc:
         if isinstance(exc, FormatError):
             raise
