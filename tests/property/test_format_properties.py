@@ -119,7 +119,7 @@ SAFETENSORS_DTYPES = {"|b1", "|u1", "|i1", "<u2", "<i2", "<u4", "<i4", "<u8", "<
 def _span_bytes(a):
     """The bytes of memory from the lowest to the highest byte a non-empty view touches."""
     lo = hi = a.__array_interface__["data"][0]
-    for n, s in zip(a.shape, a.strides):
+    for n, s in zip(a.shape, a.strides, strict=True):
         lo, hi = (lo + (n - 1) * s, hi) if s < 0 else (lo, hi + (n - 1) * s)
     return ctypes.string_at(lo, hi + a.itemsize - lo)
 
