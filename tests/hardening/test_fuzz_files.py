@@ -132,6 +132,31 @@ def test_byte_level_damage_outcome_counts(tmp_path):
     assert changed == 10 * BATCH and refused >= 115, (refused, changed)
 
 
+def test_data_section_flips_are_refused_or_harmless(tmp_path):
+    """120 single-bit flips in data sections: verify refuses each, or it hit padding (same content)."""
+    rng = random.Random(20261202)
+    seeds = [p for p in _files.seed_files() if "empty" not in p]
+    refused = harmless = 0
+    for i in range(120):
+        seed = rng.choice(seeds)
+        data = bytearray(open(seed, "rb").read())
+        (n,) = struct.unpack("<Q", data[:8])
+        pos = rng.randrange(8 + n, len(data))
+        data[pos] ^= 1 << rng.randrange(8)
+        path = tmp_path / f"{i}.nsb"
+        path.write_bytes(bytes(data))
+        pickled = "pickled" in seed  # our own file: its pickle may be loaded
+        if _files.attempt(load, path, verify=True, allow_pickle=pickled) == "format":
+            refused += 1
+        else:
+            assert _same(load(path, verify=True, allow_pickle=pickled),
+                         load(seed, allow_pickle=pickled)), (seed, pos)
+            harmless += 1
+    record("fuzz.cases", 120)
+    record("fuzz.format_errors", refused)
+    assert refused + harmless == 120 and refused >= 50, (refused, harmless)
+
+
 def test_damage_in_data_bytes_is_detected_by_verify(tmp_path):
     """Every single-bit flip in array data is found by load(verify=True) (CRC-32)."""
     data = open(_files.seed_files()[0], "rb").read()
