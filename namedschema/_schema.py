@@ -324,15 +324,13 @@ class NamedArrayTupleSchema(NamedTupleSchema):
 
 
 def _build(mcls, typename, field_names, *, rename=False, defaults=None,
-           module=None, schema_id=None, module_level=False, body=None):
+           module=None, schema_id=None, module_level=False):
     """Make, register and return one schema class (also used by unpickling).
 
     ``module_level`` marks a call from module-level code: the id is then
     derived from the definition, and if this process already holds a live
     schema under that id (it arrived in a pickle before the module was
-    imported), that class is returned so both sides agree. ``body`` holds the
-    extra class members of a class-syntax definition (validated by
-    ``_classdef``); it is not applied to such an existing class.
+    imported), that class is returned so both sides agree.
     """
     typename, fields = _normalize_names(mcls.__name__, typename, field_names,
                                         rename, mcls._reserved)
@@ -379,8 +377,6 @@ def _build(mcls, typename, field_names, *, rename=False, defaults=None,
         accessors = accessors_for(len(fields))
         if accessors is not None:
             namespace["__getitem__"], namespace["__setitem__"] = accessors
-    if body:
-        namespace.update(body)
     cls = type.__new__(mcls, typename, (mcls._instance_base,), namespace)
     _pickle.register_schema(cls, schema_id)
     return cls
