@@ -16,6 +16,7 @@ The package, one module per concern (each imports only those listed before it):
 * ``arrays``: the table of arrays a graph holds; arrays rebuilt from blocks
 * ``nodes``: the node kinds, each with encode, parse, decode and describe
 * ``pickled``: the pickle path for graphs that are not data
+* ``graph``: a graph encoded as nodes, or pickled when allowed (both ways of saving)
 * ``blocks``: block I/O: chunked writes with CRC-32 and fdatasync, reads, maps
 * ``layout``: arrays grouped into blocks and placed in the file
 * ``atomic``: the atomic file writer and the stale temporary file reaper
