@@ -8,7 +8,7 @@ NamedTupleSchema, NamedArrayTupleSchema   the schema metaclasses / factories
 NamedTuple, NamedArrayTuple               base classes of every instance
 namedtuple, namedarraytuple, ...          rlpyt-compatible functions (import swap)
 save, load, inspect                       checkpoints (namedschema.format, lazy)
-patch_rlpyt, unpatch_rlpyt                rlpyt drop-in (namedschema.rlpyt_compat, lazy)
+patch_rlpyt, unpatch_rlpyt                rlpyt drop-in (namedschema.rlpyt.patch, lazy)
 namedschema.buffer                        rlpyt's buffer helpers, shared memory
 namedschema.errors                        the exception classes (re-exported here)
 """
@@ -33,6 +33,7 @@ from .errors import (
     SchemaConflictError,
     SchemaDefinitionError,
     StructureMismatchError,
+    UnpicklableError,
     UnsafeLoadError,
 )
 
@@ -43,8 +44,8 @@ _LAZY = {
     "save": "format",
     "load": "format",
     "inspect": "format",
-    "patch_rlpyt": "rlpyt_compat",
-    "unpatch_rlpyt": "rlpyt_compat",
+    "patch_rlpyt": "rlpyt.patch",
+    "unpatch_rlpyt": "rlpyt.patch",
 }
 
 
@@ -76,6 +77,7 @@ __all__ = [
     "SchemaConflictError",
     "SchemaDefinitionError",
     "StructureMismatchError",
+    "UnpicklableError",
     "UnsafeLoadError",
     "is_namedarraytuple",
     "is_namedarraytuple_class",

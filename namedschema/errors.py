@@ -12,6 +12,7 @@ Field*Error             FieldError plus the builtin type of the failure (Index, 
 FormatError             a checkpoint file is not valid (ValueError)
 UnsafeLoadError         a checkpoint needs pickle and allow_pickle was not given
 BufferShapeError        buffer arrays disagree in leading dimensions (ValueError)
+UnpicklableError        an attribute of an object being pickled cannot be (TypeError)
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ __all__ = [
     "FormatError",
     "UnsafeLoadError",
     "BufferShapeError",
+    "UnpicklableError",
 ]
 
 _short = reprlib.Repr()
@@ -158,3 +160,21 @@ class UnsafeLoadError(FormatError):
 
 class BufferShapeError(NamedSchemaError, ValueError):
     """Buffer arrays disagree in their leading dimensions, or a shape is invalid."""
+
+
+class UnpicklableError(NamedSchemaError, TypeError):
+    """A value inside an object being pickled cannot be pickled.
+
+    Attributes:
+        path: where it is, from the object's class name down, such as
+            ``AsyncUniformReplayBuffer.priority_tree.queue``.
+        what: the value's type (``module.qualname``).
+        reason: what pickle said about it.
+    """
+
+    def __init__(self, path: str, what: str, reason: str):
+        self.path, self.what, self.reason = path, what, reason
+        super().__init__(f"{path}: cannot pickle {what}: {reason}")
+
+    def __reduce__(self):
+        return type(self), (self.path, self.what, self.reason)

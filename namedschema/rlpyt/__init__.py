@@ -1,0 +1,36 @@
+"""rlpyt support: the drop-in patch and pickling that keeps buffers right.
+
+patch_rlpyt, unpatch_rlpyt, is_patched, RlpytPatch, RlpytImportError
+    the drop-in (namedschema.rlpyt.patch)
+namedschema.rlpyt.pickling
+    the reductions the patch gives rlpyt's replay buffers and locks
+
+Nothing here imports rlpyt (or torch) until a name is used.
+"""
+
+from importlib import import_module
+
+# public name -> submodule that defines it; loaded on first use.
+_LAZY = {
+    "patch_rlpyt": "patch",
+    "unpatch_rlpyt": "patch",
+    "is_patched": "patch",
+    "RlpytPatch": "patch",
+    "RlpytImportError": "patch",
+}
+
+
+def __getattr__(name):
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY))
+
+
+__all__ = sorted(_LAZY)
