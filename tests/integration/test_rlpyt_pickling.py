@@ -214,3 +214,105 @@ def test_property_buffer_round_trip():
         print("ok")
         """)
     assert proc.stdout.decode().strip().splitlines()[-1] == "ok"
+
+
+def _traj_run(save_patch, load_patch, methods, directory):
+    """Step a TrajInfo 3 times, save it each way; a fresh process loads it and steps 3 more.
+
+    Returns (twin items, {method: loaded items}) after all six steps.
+    """
+    saver = _last_json(_run(f"""
+        import json, pickle
+        import namedschema
+        if {save_patch}:
+            namedschema.patch_rlpyt()
+        from rlpyt.samplers.collections import TrajInfo
+        t = TrajInfo()
+        for r in (1.0, 0.0, 2.5):
+            t.step(None, 0, r, False, None, None)
+        for method in {methods!r}:
+            path = {str(directory)!r} + "/traj." + method
+            if method == "save":
+                namedschema.save({{"traj": t, "itr": 3}}, path)
+            else:
+                with open(path, "wb") as f:
+                    pickle.dump(t, f, protocol=int(method[6:]))
+        for r in (0.5, 0.0, 1.0):
+            t.step(None, 0, r, False, None, None)
+        print(json.dumps(dict(t)))
+        """))
+    loader = _last_json(_run(f"""
+        import json, pickle
+        import namedschema
+        if {load_patch}:
+            namedschema.patch_rlpyt()
+        out = {{}}
+        for method in {methods!r}:
+            path = {str(directory)!r} + "/traj." + method
+            if method == "save":
+                t = namedschema.load(path, allow_pickle=True)["traj"]
+            else:
+                with open(path, "rb") as f:
+                    t = pickle.load(f)
+            for r in (0.5, 0.0, 1.0):
+                t.step(None, 0, r, False, None, None)
+            out[method] = dict(t, self_dict=t.__dict__ is t)
+        print(json.dumps(out))
+        """))
+    return saver, loader
+
+
+@pytest.mark.parametrize("load_patch", [True, False])
+def test_trajinfo_keeps_counting_after_round_trip(tmp_path, load_patch):
+    """An in-progress TrajInfo pickled under the patch counts on after loading, patched or not."""
+    twin, loaded = _traj_run(True, load_patch, METHODS, tmp_path)
+    assert twin["Length"] == 6 and twin["Return"] == 5.0
+    for method in METHODS:
+        got = dict(loaded[method])
+        assert got.pop("self_dict") is True, method
+        assert got == twin, method
+
+
+def test_old_trajinfo_pickle_repaired_under_the_patch(tmp_path):
+    """A TrajInfo pickled without the patch (rlpyt's own bytes) loads right under it."""
+    methods = ["pickle2", "pickle5"]
+    twin, loaded = _traj_run(False, True, methods, tmp_path)
+    for method in methods:
+        got = dict(loaded[method])
+        assert got.pop("self_dict") is True and got == twin, method
+
+
+def test_negative_unpatched_trajinfo_stops_counting(tmp_path):
+    """Negative control: rlpyt's AttrDict unpatched on both sides; logged items stop counting."""
+    methods = ["pickle2", "pickle4"]
+    twin, loaded = _traj_run(False, False, methods, tmp_path)
+    for method in methods:
+        got = dict(loaded[method])
+        assert got.pop("self_dict") is False
+        assert got["Length"] == 3 and twin["Length"] == 6  # the item stayed at 3
+
+
+def test_patch_reports_methods_and_unpatch_removes_them():
+    """patch_rlpyt lists the methods it gave rlpyt classes; unpatch_rlpyt takes them away."""
+    out = _last_json(_run("""
+        import json
+        import rlpyt.replays.base, rlpyt.replays.sum_tree, rlpyt.utils.synchronize
+        from rlpyt.utils.collections import AttrDict
+        import namedschema
+        report = namedschema.patch_rlpyt()
+        during = "__reduce_ex__" in vars(rlpyt.replays.base.BaseReplayBuffer)
+        namedschema.unpatch_rlpyt()
+        after = [name for cls in (AttrDict, rlpyt.replays.base.BaseReplayBuffer,
+                                  rlpyt.replays.sum_tree.SumTree,
+                                  rlpyt.utils.synchronize.RWLock)
+                 for name in ("__reduce_ex__", "__setstate__") if name in vars(cls)]
+        print(json.dumps({"methods": sorted(report.methods), "during": during,
+                          "after": after}))
+        """))
+    assert out["methods"] == [
+        "rlpyt.replays.base.BaseReplayBuffer.__reduce_ex__",
+        "rlpyt.replays.sum_tree.SumTree.__reduce_ex__",
+        "rlpyt.utils.collections.AttrDict.__reduce_ex__",
+        "rlpyt.utils.collections.AttrDict.__setstate__",
+        "rlpyt.utils.synchronize.RWLock.__reduce_ex__"]
+    assert out["during"] and out["after"] == []
