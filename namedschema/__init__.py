@@ -5,14 +5,22 @@ run time, like ``collections.namedtuple``'s, that carry their definition into
 every pickle, so instances load in any process, fresh interpreters included.
 
 NamedTupleSchema, NamedArrayTupleSchema   the schema metaclasses / factories
-NamedTuple, NamedArrayTuple               base classes of every instance
+NamedTuple, NamedArrayTuple               base classes of every instance; subclass
+                                          one to define a schema with class syntax
 namedtuple, namedarraytuple, ...          rlpyt-compatible functions (import swap)
+<<<<<<< HEAD
 save, load, inspect                       checkpoints (namedschema.format, lazy)
 patch_rlpyt, unpatch_rlpyt                rlpyt drop-in (namedschema.rlpyt.patch, lazy)
+=======
+save, load, inspect                       checkpoints (namedschema.checkpoint, lazy)
+upgrade                                   map saved schemas onto today's (namedschema.evolution, lazy)
+patch_rlpyt, unpatch_rlpyt                rlpyt drop-in (namedschema.rlpyt_compat, lazy)
+>>>>>>> main
 namedschema.buffer                        rlpyt's buffer helpers, shared memory
 namedschema.errors                        the exception classes (re-exported here)
 """
 
+from . import _classdef  # noqa: F401 - installs class syntax (class P(NamedTuple): ...)
 from ._attrdict import AttrDict
 from ._factories import (
     NamedArrayTupleSchema_like,
@@ -27,11 +35,17 @@ from ._factories import (
 from ._instance import NamedArrayTuple, NamedTuple
 from ._schema import NamedArrayTupleSchema, NamedTupleSchema
 from .errors import (
+    ExtraFieldError,
     FieldError,
+    FieldMismatchError,
     FormatError,
+    MissingFieldError,
     NamedSchemaError,
+    NotDataError,
+    SchemaClassError,
     SchemaConflictError,
     SchemaDefinitionError,
+    SchemaEvolutionError,
     StructureMismatchError,
     UnpicklableError,
     UnsafeLoadError,
@@ -41,11 +55,20 @@ __version__ = "0.1.0"
 
 # Heavier parts load on first use, so ``import namedschema`` costs only the core.
 _LAZY = {
+<<<<<<< HEAD
     "save": "format",
     "load": "format",
     "inspect": "format",
     "patch_rlpyt": "rlpyt.patch",
     "unpatch_rlpyt": "rlpyt.patch",
+=======
+    "save": "checkpoint",
+    "load": "checkpoint",
+    "inspect": "checkpoint",
+    "upgrade": "evolution",
+    "patch_rlpyt": "rlpyt_compat",
+    "unpatch_rlpyt": "rlpyt_compat",
+>>>>>>> main
 }
 
 
@@ -66,16 +89,22 @@ def __dir__():
 
 __all__ = [
     "AttrDict",
+    "ExtraFieldError",
     "FieldError",
+    "FieldMismatchError",
     "FormatError",
+    "MissingFieldError",
     "NamedArrayTuple",
     "NamedArrayTupleSchema",
     "NamedArrayTupleSchema_like",
     "NamedSchemaError",
     "NamedTuple",
     "NamedTupleSchema",
+    "NotDataError",
+    "SchemaClassError",
     "SchemaConflictError",
     "SchemaDefinitionError",
+    "SchemaEvolutionError",
     "StructureMismatchError",
     "UnpicklableError",
     "UnsafeLoadError",
@@ -89,6 +118,7 @@ __all__ = [
     "save",
     "load",
     "inspect",
+    "upgrade",
     "patch_rlpyt",
     "unpatch_rlpyt",
 ]

@@ -24,11 +24,16 @@ import keyword
 import sys
 import unicodedata
 import uuid
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any, overload
 
 from . import _pickle
 from ._codegen import accessors_for
-from ._instance import NamedArrayTuple, NamedTuple
+from ._instance import NamedArrayTuple, NamedTuple, SchemaBaseMeta
 from .errors import SchemaDefinitionError
+
+if TYPE_CHECKING:
+    from ._typing import DynamicNamedArrayTuple, DynamicNamedTuple
 
 try:  # CPython's C descriptor, as used by collections.namedtuple
     from _collections import _tuplegetter
@@ -180,7 +185,7 @@ def _defaults_equal(a: tuple, b: tuple) -> bool:
     return True
 
 
-class NamedTupleSchema(type):
+class NamedTupleSchema(SchemaBaseMeta):
     """A named tuple type that pickles by value.
 
     ``NamedTupleSchema(typename, field_names, *, rename=False, defaults=None,
@@ -225,6 +230,16 @@ class NamedTupleSchema(type):
     _instance_base = NamedTuple
     _reserved: frozenset = frozenset()
 
+    # For type checkers: a call makes a class whose fields they cannot know; a
+    # class statement below a schema calls the metaclass with three arguments.
+    @overload
+    def __new__(mcls, typename: str, field_names: str | Iterable[str], /, *,
+                rename: bool = False, defaults: Iterable[Any] | None = None,
+                module: str | None = None) -> type[DynamicNamedTuple]: ...
+    @overload
+    def __new__(mcls, typename: str, field_names: tuple[type, ...],
+                namespace: dict[str, Any], /, **kwargs: Any) -> NamedTupleSchema: ...
+
     def __new__(mcls, typename, field_names, namespace=None, /, *,
                 rename=False, defaults=None, module=None, **kwargs):
         if namespace is not None:
@@ -248,10 +263,6 @@ class NamedTupleSchema(type):
         return _build(mcls, typename, field_names, rename=rename, defaults=defaults,
                       module=caller_module if module is None else module,
                       module_level=module_level)
-
-    def __init__(cls, *args, **kwargs):
-        # Everything happens in __new__; type.__init__ would reject our keywords.
-        pass
 
     def __eq__(cls, other):
         if cls is other:
@@ -299,6 +310,17 @@ class NamedArrayTupleSchema(NamedTupleSchema):
 
     _instance_base = NamedArrayTuple
     _reserved = frozenset({"get", "items"})
+
+    if TYPE_CHECKING:  # the inherited __new__, with this kind's return type
+        @overload
+        def __new__(mcls, typename: str, field_names: str | Iterable[str], /, *,
+                    rename: bool = False, defaults: Iterable[Any] | None = None,
+                    module: str | None = None) -> type[DynamicNamedArrayTuple]: ...
+        @overload
+        def __new__(mcls, typename: str, field_names: tuple[type, ...],
+                    namespace: dict[str, Any], /,
+                    **kwargs: Any) -> NamedArrayTupleSchema: ...
+        def __new__(mcls, /, *args: Any, **kwargs: Any) -> Any: ...
 
 
 def _build(mcls, typename, field_names, *, rename=False, defaults=None,

@@ -82,7 +82,7 @@ def _run_demo(args) -> int:
 def _run_inspect(args) -> int:
     from .errors import FormatError
     try:
-        from .format import inspect as inspect_file
+        from .checkpoint import inspect as inspect_file
     except ImportError as exc:
         return _fail("namedschema inspect",
                      f"this installation has no checkpoint format module ({exc})")

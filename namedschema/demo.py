@@ -185,7 +185,7 @@ def _child_load(method: str, path: str, seed: int) -> dict:
         with open(path, "rb") as f:
             state = pickle.load(f)
     else:
-        from .format import load
+        from .checkpoint import load
         state = load(path)
     report["load_s"] = time.perf_counter() - start
     report["peak_rss"] = _peak_rss()
@@ -462,7 +462,7 @@ def _scenario(capacity, workdir, seed, progress, out) -> int:
 
     save_error = None
     try:
-        from .format import save as ns_save
+        from .checkpoint import save as ns_save
     except ImportError as exc:
         ns_save, save_error = None, f"namedschema.format is missing ({exc})"
 
@@ -548,7 +548,7 @@ def _scenario(capacity, workdir, seed, progress, out) -> int:
     ns_path = os.path.join(workdir, "replay.nsb")
     if any(m[1] == "namedschema" for m in methods):
         from .cli import describe
-        from .format import inspect as inspect_file
+        from .checkpoint import inspect as inspect_file
         print("\n$ namedschema inspect replay.nsb   # reads only the header", file=out)
         try:
             print(describe(inspect_file(ns_path)).replace(ns_path, "replay.nsb"), file=out)

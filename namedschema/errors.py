@@ -5,14 +5,23 @@ already catches ``ValueError`` / ``TypeError`` / ``IndexError`` keeps working.
 
 NamedSchemaError        base of everything namedschema raises on purpose
 SchemaDefinitionError   a schema definition is invalid (ValueError)
+SchemaClassError        a class statement cannot define a schema (also a TypeError)
 SchemaConflictError     an unpickled schema disagrees with one this process has
 StructureMismatchError  a value does not have the expected structure (TypeError)
 FieldError              reading or writing a field failed; names schema and field
 Field*Error             FieldError plus the builtin type of the failure (Index, Key, ...)
 FormatError             a checkpoint file is not valid (ValueError)
 UnsafeLoadError         a checkpoint needs pickle and allow_pickle was not given
+NotDataError            save met a value that is not data and allow_pickle was not given
 BufferShapeError        buffer arrays disagree in leading dimensions (ValueError)
+<<<<<<< HEAD
 UnpicklableError        an attribute of an object being pickled cannot be (TypeError)
+=======
+SchemaEvolutionError    saved data does not map onto today's schemas (ValueError)
+MissingFieldError       a new field without a default (a SchemaEvolutionError)
+ExtraFieldError         a saved field today's schema lacks (a SchemaEvolutionError)
+FieldMismatchError      a saved dtype/shape differs from the declared one (likewise)
+>>>>>>> main
 """
 
 from __future__ import annotations
@@ -22,6 +31,7 @@ import reprlib
 __all__ = [
     "NamedSchemaError",
     "SchemaDefinitionError",
+    "SchemaClassError",
     "SchemaConflictError",
     "StructureMismatchError",
     "FieldError",
@@ -32,8 +42,16 @@ __all__ = [
     "FieldValueError",
     "FormatError",
     "UnsafeLoadError",
+    "NotDataError",
     "BufferShapeError",
+<<<<<<< HEAD
     "UnpicklableError",
+=======
+    "SchemaEvolutionError",
+    "MissingFieldError",
+    "ExtraFieldError",
+    "FieldMismatchError",
+>>>>>>> main
 ]
 
 _short = reprlib.Repr()
@@ -52,6 +70,10 @@ class NamedSchemaError(Exception):
 
 class SchemaDefinitionError(NamedSchemaError, ValueError):
     """A typename, field name or default is invalid."""
+
+
+class SchemaClassError(SchemaDefinitionError, TypeError):
+    """A class statement cannot define a schema; a TypeError too, as with typing.NamedTuple."""
 
 
 class SchemaConflictError(NamedSchemaError, ValueError):
@@ -158,10 +180,30 @@ class UnsafeLoadError(FormatError):
     """A checkpoint holds pickled objects and ``allow_pickle`` was not set."""
 
 
+class NotDataError(NamedSchemaError, TypeError):
+    """``save`` met a value that is not data, and ``allow_pickle`` was not set.
+
+    Attributes:
+        file: the checkpoint path being saved.
+        path: where the value is in the saved graph, such as ``replay._lock``.
+        type_name: the value's type, ``module.qualname``.
+    """
+
+    def __init__(self, file: str, path: str, type_name: str, why: str = ""):
+        self.file, self.path, self.type_name, self.why = file, path, type_name, why
+        super().__init__(f"{file!r}: value at {path} ({type_name}) is not data"
+                         + (f": {why}" if why else "")
+                         + "; pass allow_pickle=True to pickle it")
+
+    def __reduce__(self):
+        return type(self), (self.file, self.path, self.type_name, self.why)
+
+
 class BufferShapeError(NamedSchemaError, ValueError):
     """Buffer arrays disagree in their leading dimensions, or a shape is invalid."""
 
 
+<<<<<<< HEAD
 class UnpicklableError(NamedSchemaError, TypeError):
     """A value inside an object being pickled cannot be pickled.
 
@@ -178,3 +220,42 @@ class UnpicklableError(NamedSchemaError, TypeError):
 
     def __reduce__(self):
         return type(self), (self.path, self.what, self.reason)
+=======
+class SchemaEvolutionError(NamedSchemaError, ValueError):
+    """Saved data cannot be mapped onto today's schemas by the evolution rules.
+
+    Raised by :func:`namedschema.upgrade` (and ``load(schemas=...)``) before
+    anything was changed. See the rules in the "Schema evolution" docs page.
+
+    Attributes:
+        schema: typename of the current schema concerned (or None).
+        field: the field concerned (or None).
+        path: where in the structure the instance was found.
+    """
+
+    def __init__(self, message: str, *, schema: str | None = None,
+                 field: str | None = None, path: str = ""):
+        super().__init__(message)
+        self.schema, self.field, self.path = schema, field, path
+
+
+class MissingFieldError(SchemaEvolutionError):
+    """A field of the current schema is absent from the saved data and has no default."""
+
+
+class ExtraFieldError(SchemaEvolutionError):
+    """A saved field is absent from the current schema, and ``extra="error"``."""
+
+
+class FieldMismatchError(SchemaEvolutionError):
+    """A saved dtype or shape differs from what the current schema declares.
+
+    Attributes:
+        saved: the saved dtype (text) or shape.
+        expected: the declared dtype (text) or shape.
+    """
+
+    def __init__(self, message: str, *, saved=None, expected=None, **kwargs):
+        super().__init__(message, **kwargs)
+        self.saved, self.expected = saved, expected
+>>>>>>> main

@@ -1,9 +1,12 @@
-"""rlpyt support: the drop-in patch and pickling that keeps buffers right.
+"""rlpyt support: resume a training run exactly, and the rlpyt drop-in patch.
 
+resumable   make an rlpyt runner continue from its checkpoint (namedschema.rlpyt.resume)
 patch_rlpyt, unpatch_rlpyt, is_patched, RlpytPatch, RlpytImportError
-    the drop-in (namedschema.rlpyt.patch)
+            the drop-in (namedschema.rlpyt.patch; ``namedschema.rlpyt_compat`` is
+            its old name)
 namedschema.rlpyt.pickling
-    the reductions the patch gives rlpyt's replay buffers and locks
+            the reductions the patch gives rlpyt's replay buffers, sum trees,
+            ``RWLock`` and ``AttrDict``, so plain pickle keeps views and locks right
 
 Nothing here imports rlpyt (or torch) until a name is used.
 """
@@ -12,6 +15,10 @@ from importlib import import_module
 
 # public name -> submodule that defines it; loaded on first use.
 _LAZY = {
+    "resumable": "resume",
+    "ResumeError": "resume",
+    "ResumeWarning": "resume",
+    "register_handler": "state",
     "patch_rlpyt": "patch",
     "unpatch_rlpyt": "patch",
     "is_patched": "patch",

@@ -117,7 +117,7 @@ def test_namedschema_save_load(tmp_path):
     t = Traj(info=AttrDict(k=1))
     t.step(0.5)
     path = tmp_path / "t.nsc"
-    namedschema.save({"traj": t, "n": 3}, path)
+    namedschema.save({"traj": t, "n": 3}, path, allow_pickle=True)
     back = namedschema.load(path, allow_pickle=True)["traj"]
     assert_self_dict(back)
     back.step(0.5)
