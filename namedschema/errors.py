@@ -14,14 +14,11 @@ FormatError             a checkpoint file is not valid (ValueError)
 UnsafeLoadError         a checkpoint needs pickle and allow_pickle was not given
 NotDataError            save met a value that is not data and allow_pickle was not given
 BufferShapeError        buffer arrays disagree in leading dimensions (ValueError)
-<<<<<<< HEAD
 UnpicklableError        an attribute of an object being pickled cannot be (TypeError)
-=======
 SchemaEvolutionError    saved data does not map onto today's schemas (ValueError)
 MissingFieldError       a new field without a default (a SchemaEvolutionError)
 ExtraFieldError         a saved field today's schema lacks (a SchemaEvolutionError)
 FieldMismatchError      a saved dtype/shape differs from the declared one (likewise)
->>>>>>> main
 """
 
 from __future__ import annotations
@@ -44,14 +41,11 @@ __all__ = [
     "UnsafeLoadError",
     "NotDataError",
     "BufferShapeError",
-<<<<<<< HEAD
     "UnpicklableError",
-=======
     "SchemaEvolutionError",
     "MissingFieldError",
     "ExtraFieldError",
     "FieldMismatchError",
->>>>>>> main
 ]
 
 _short = reprlib.Repr()
@@ -203,7 +197,6 @@ class BufferShapeError(NamedSchemaError, ValueError):
     """Buffer arrays disagree in their leading dimensions, or a shape is invalid."""
 
 
-<<<<<<< HEAD
 class UnpicklableError(NamedSchemaError, TypeError):
     """A value inside an object being pickled cannot be pickled.
 
@@ -220,7 +213,8 @@ class UnpicklableError(NamedSchemaError, TypeError):
 
     def __reduce__(self):
         return type(self), (self.path, self.what, self.reason)
-=======
+
+
 class SchemaEvolutionError(NamedSchemaError, ValueError):
     """Saved data cannot be mapped onto today's schemas by the evolution rules.
 
@@ -258,4 +252,3 @@ class FieldMismatchError(SchemaEvolutionError):
     def __init__(self, message: str, *, saved=None, expected=None, **kwargs):
         super().__init__(message, **kwargs)
         self.saved, self.expected = saved, expected
->>>>>>> main
