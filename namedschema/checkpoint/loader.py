@@ -11,6 +11,7 @@ from . import pickled
 from .arrays import make_arrays
 from .blocks import MMAP_ACCESS, map_blocks, read_blocks, verify
 from .header import fail, read_header
+from .incremental import reading, recover
 from .nodes import Decoder
 
 
@@ -73,7 +74,8 @@ def load(path: str | os.PathLike[str], *, mmap_mode: Literal["r", "r+", "c"] | N
 def _load(name: str, mmap_mode: str | None, allow_pickle: bool, check: bool) -> Any:
     if mmap_mode is not None and mmap_mode not in MMAP_ACCESS:
         raise ValueError(f"mmap_mode must be None, 'r', 'r+' or 'c', got {mmap_mode!r}")
-    with open(name, "r+b" if mmap_mode == "r+" else "rb", buffering=0) as f:
+    recover(name)  # an incremental save that was interrupted is finished first
+    with open(name, "r+b" if mmap_mode == "r+" else "rb", buffering=0) as f, reading(f, name):
         header = read_header(f, name, os.fstat(f.fileno()).st_size)
         if header.description.pickle is not None and not allow_pickle:
             raise UnsafeLoadError(

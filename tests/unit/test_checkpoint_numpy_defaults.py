@@ -129,3 +129,16 @@ def test_hostile_numpy_nodes_are_refused(tmp_path, node, why):
     path = _save_with_node(tmp_path, node)
     with pytest.raises(FormatError, match=why):
         namedschema.load(path)
+
+
+def test_incremental_saves_list_the_feature_too(tmp_path):
+    """Full and in-place incremental saves of numpy defaults both declare the feature."""
+    Samples = NamedArrayTupleSchema("Samples", "obs reward", defaults=(np.float32(0),))
+    buf = Samples(np.zeros((64, 8), np.uint8), np.zeros(64, np.float32))
+    path = str(tmp_path / "inc.nsb")
+    namedschema.save(buf, path, incremental=True)
+    buf.obs[3] = 7
+    namedschema.save(buf, path, incremental=True)
+    assert _header(path)["features"] == ["numpy-defaults"]
+    back = namedschema.load(path)
+    assert type(back) is Samples and back.obs[3, 0] == 7
