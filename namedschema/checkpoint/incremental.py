@@ -43,7 +43,7 @@ from .header import (
     TensorEntry,
     read_header,
 )
-from .nodes import Encoder, NotData
+from .nodes import Encoder, NotData, features_of
 
 __all__ = ["save", "recover", "reading", "wait"]
 
@@ -101,7 +101,8 @@ def _description(enc: _Encoded, plan: layout.Layout, blocks, saved: SaveRecord) 
                                                                  str(enc.not_data))
     return Description(blocks=tuple(blocks), arrays=plan.arrays,
                        schemas=tuple(enc.encoder.schemas), structure=enc.structure,
-                       pickle=pickle_entry, checkpoint_id=uuid.uuid4().hex, saved=saved)
+                       pickle=pickle_entry, checkpoint_id=uuid.uuid4().hex, saved=saved,
+                       features=features_of(enc.encoder.schemas))
 
 
 # --------------------------------------------------------------------------

@@ -13,7 +13,7 @@ from .atomic import AtomicFile
 from .blocks import Progress, write_all, write_blocks
 from .header import Description, Header, PickleEntry
 from .incremental import save as incremental_save
-from .nodes import Encoder, NotData
+from .nodes import Encoder, NotData, features_of
 
 
 def save(obj: Any, path: str | os.PathLike[str], *, allow_pickle: bool = False,
@@ -86,7 +86,8 @@ def save(obj: Any, path: str | os.PathLike[str], *, allow_pickle: bool = False,
                                                              str(not_data))
     header = Header(
         Description(blocks=plan.blocks, arrays=plan.arrays, schemas=tuple(encoder.schemas),
-                    structure=structure, pickle=pickle_entry, checkpoint_id=uuid.uuid4().hex),
+                    structure=structure, pickle=pickle_entry, checkpoint_id=uuid.uuid4().hex,
+                    features=features_of(encoder.schemas)),
         plan.tensors, name=path)
     # The data starts after the header, whose checksums are known only once
     # the data is written: reserve the header's room (its fixed-width fields
