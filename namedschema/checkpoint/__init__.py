@@ -98,6 +98,11 @@ as safetensors requires) and has a ``__metadata__`` object of strings:
     * ``{"schema": s}``: the schema class ``s`` of ``schemas`` itself
     * ``{"nt": s, "values": [node, ...]}``: an instance of schema ``s`` (a
       schema, a stdlib namedtuple or an rlpyt namedarraytuple)
+    * ``{"numpy": [dtype, shape, [value, ...]]}``: a numpy scalar (shape
+      ``[]``) or array of at most 4096 elements held in the node, values in C
+      order (``"nan"``/``"inf"``/``"-inf"`` for such floats, ``[re, im]`` for
+      complex); used for schema defaults such as ``np.float32(0)``, which
+      declare a dtype, and listed as the feature ``"numpy-defaults"``
 
     A node object has exactly the keys shown. The data path keeps array
     identity but not container identity: a list that appears twice comes back
@@ -112,7 +117,9 @@ as safetensors requires) and has a ``__metadata__`` object of strings:
 
     ``features``: names of optional features the file uses; a reader must
     refuse a file listing a feature it does not know. Version 1.0 writes
-    ``[]``.
+    ``[]``, or ``["numpy-defaults"]`` when a schema default is a ``numpy``
+    node (readers before that feature refuse such files instead of
+    misreading them).
 
     ``checkpoint_id`` (random hex, new at every save) and ``parent``
     (``null``, reserved).

@@ -44,6 +44,7 @@ from .header import (
     TensorEntry,
     read_header,
 )
+from .nodes import features_of
 
 __all__ = ["save", "recover", "reading", "wait"]
 
@@ -74,7 +75,8 @@ def _description(enc: EncodedGraph, plan: layout.Layout, blocks, saved: SaveReco
                                                                  str(enc.not_data))
     return Description(blocks=tuple(blocks), arrays=plan.arrays,
                        schemas=tuple(enc.encoder.schemas), structure=enc.structure,
-                       pickle=pickle_entry, checkpoint_id=uuid.uuid4().hex, saved=saved)
+                       pickle=pickle_entry, checkpoint_id=uuid.uuid4().hex, saved=saved,
+                       features=features_of(enc.encoder.schemas))
 
 
 # --------------------------------------------------------------------------

@@ -13,6 +13,7 @@ from .blocks import Progress, write_all, write_blocks
 from .graph import encode_graph
 from .header import Description, Header, PickleEntry
 from .incremental import save as incremental_save
+from .nodes import features_of
 
 
 def save(obj: Any, path: str | os.PathLike[str], *, allow_pickle: bool = False,
@@ -71,7 +72,9 @@ def save(obj: Any, path: str | os.PathLike[str], *, allow_pickle: bool = False,
                                                                    str(graph.not_data))
     header = Header(
         Description(blocks=plan.blocks, arrays=plan.arrays,
-                    schemas=tuple(graph.encoder.schemas), structure=graph.structure, pickle=pickle_entry, checkpoint_id=uuid.uuid4().hex),
+                    schemas=tuple(graph.encoder.schemas), structure=graph.structure,
+                    pickle=pickle_entry, checkpoint_id=uuid.uuid4().hex,
+                    features=features_of(graph.encoder.schemas)),
         plan.tensors, name=path)
     # The data starts after the header, whose checksums are known only once
     # the data is written: reserve the header's room (its fixed-width fields
