@@ -6,8 +6,13 @@ import numpy as np
 
 import namedschema
 import namedschema.checkpoint
-from namedschema import (FieldError, NamedSchemaError, SchemaClassError, SchemaConflictError,
-                         SchemaDefinitionError)
+from namedschema import (
+    FieldError,
+    NamedSchemaError,
+    SchemaClassError,
+    SchemaConflictError,
+    SchemaDefinitionError,
+)
 
 
 class Step(namedschema.NamedArrayTuple):

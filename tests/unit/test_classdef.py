@@ -157,6 +157,7 @@ REFUSED = [
     ("_schema_id = 'x'", "'_schema_id' cannot be defined"),
     ("_schema_extra = 1", "names starting with '_schema' are reserved"),
     ("def __copy__(self): return self", "'__copy__' cannot be defined"),
+    ("def __iadd__(self, other): return self", "'__iadd__' cannot be defined"),
 ]
 
 
