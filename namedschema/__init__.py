@@ -6,12 +6,21 @@ every pickle, so instances load in any process, fresh interpreters included.
 
 NamedTupleSchema, NamedArrayTupleSchema   the schema metaclasses / factories
 NamedTuple, NamedArrayTuple               base classes of every instance
+same_definition                           whether two schemas have one definition
 namedtuple, namedarraytuple, ...          rlpyt-compatible functions (import swap)
 save, load, inspect                       checkpoints (namedschema.format, lazy)
 patch_rlpyt, unpatch_rlpyt                rlpyt drop-in (namedschema.rlpyt_compat, lazy)
 namedschema.buffer                        rlpyt's buffer helpers, shared memory
 namedschema.errors                        the exception classes (re-exported here)
+
+The lazy names load their module on first use, so ``import namedschema``
+costs only the core (the standard library). They are not in ``__all__``:
+``from namedschema import *`` would otherwise import them all and replace
+the stdlib ``inspect`` module in the importing namespace. Type checkers see
+them through the ``TYPE_CHECKING`` imports below, with their real signatures.
 """
+
+from typing import TYPE_CHECKING
 
 from ._attrdict import AttrDict
 from ._factories import (
@@ -25,7 +34,7 @@ from ._factories import (
     namedtuple,
 )
 from ._instance import NamedArrayTuple, NamedTuple
-from ._schema import NamedArrayTupleSchema, NamedTupleSchema
+from ._schema import NamedArrayTupleSchema, NamedTupleSchema, same_definition
 from .errors import (
     FieldError,
     FormatError,
@@ -38,6 +47,14 @@ from .errors import (
 
 __version__ = "0.1.0"
 
+if TYPE_CHECKING:
+    # ``x as x``: an explicit re-export (PEP 484), though not in __all__.
+    from .format import inspect as inspect
+    from .format import load as load
+    from .format import save as save
+    from .rlpyt_compat import patch_rlpyt as patch_rlpyt
+    from .rlpyt_compat import unpatch_rlpyt as unpatch_rlpyt
+
 # Heavier parts load on first use, so ``import namedschema`` costs only the core.
 _LAZY = {
     "save": "format",
@@ -48,7 +65,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name):
+def __getattr__(name: str):
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'namedschema' has no attribute {name!r}")
@@ -84,11 +101,7 @@ __all__ = [
     "namedarraytuple",
     "namedarraytuple_like",
     "namedtuple",
-    "save",
-    "load",
-    "inspect",
-    "patch_rlpyt",
-    "unpatch_rlpyt",
+    "same_definition",
 ]
 
 # Hooks that wait for torch / cloudpickle to be imported (neither is imported

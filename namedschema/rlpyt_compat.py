@@ -19,10 +19,11 @@ import importlib.abc
 import sys
 import threading
 from dataclasses import dataclass
+from typing import Any
 
 from . import _factories
 from ._instance import NamedArrayTuple, NamedTuple
-from ._schema import NamedArrayTupleSchema, NamedTupleSchema, _build
+from ._schema import NamedArrayTupleSchema, NamedTupleSchema, build_schema
 from .errors import NamedSchemaError
 
 __all__ = ["patch_rlpyt", "unpatch_rlpyt", "is_patched", "RlpytPatch",
@@ -77,6 +78,9 @@ class RlpytPatch:
 
 class _State:
     def __init__(self):
+        self.reset()
+
+    def reset(self):
         self.active = False
         # (module, name, original value, value we set), in the order applied.
         self.records: list = []
@@ -84,7 +88,7 @@ class _State:
         # so its id cannot be reused while the patch is active.
         self.replacements: dict = {}
         self.classic_nat_codes: frozenset = frozenset()
-        self.hook = None
+        self.hook: Any = None  # the import hook while active
 
 
 _state = _State()
@@ -154,8 +158,8 @@ def _replacement_for_type(cls):
         return entry[1]
     # Made as if by the module's own top-level code, so the id matches the one
     # a process gets when it patches before importing that module (spawn workers).
-    schema = _build(NamedArrayTupleSchema, cls.__name__, tuple(cls._fields),
-                    module=cls.__module__, module_level=True)
+    schema = build_schema(NamedArrayTupleSchema, cls.__name__, tuple(cls._fields),
+                          module=cls.__module__, module_level=True)
     _state.replacements[id(cls)] = (cls, schema)
     return schema
 
@@ -303,7 +307,8 @@ def patch_rlpyt(*, stdlib_namedtuple: bool = True,
     """
     with _lock:
         if _state.active:
-            rebound, recreated = [], []
+            rebound: list = []
+            recreated: list = []
             _walk_loaded(rebound, recreated, _state.hook.recreate_types)
             return RlpytPatch(tuple(rebound), tuple(recreated), True)
 
@@ -352,7 +357,7 @@ def _undo():
         # lazily assigned BufferSamples) has set since.
         if module.__dict__.get(name) is new:
             setattr(module, name, old)
-    _state.__init__()
+    _state.reset()
 
 
 def unpatch_rlpyt() -> bool:
