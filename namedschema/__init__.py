@@ -5,7 +5,8 @@ run time, like ``collections.namedtuple``'s, that carry their definition into
 every pickle, so instances load in any process, fresh interpreters included.
 
 NamedTupleSchema, NamedArrayTupleSchema   the schema metaclasses / factories
-NamedTuple, NamedArrayTuple               base classes of every instance
+NamedTuple, NamedArrayTuple               base classes of every instance; subclass
+                                          one to define a schema with class syntax
 same_definition                           whether two schemas have one definition
 namedtuple, namedarraytuple, ...          rlpyt-compatible functions (import swap)
 save, load, inspect                       checkpoints (namedschema.format, lazy)
@@ -22,6 +23,7 @@ them through the ``TYPE_CHECKING`` imports below, with their real signatures.
 
 from typing import TYPE_CHECKING
 
+from . import _classdef  # noqa: F401 - installs class syntax (class P(NamedTuple): ...)
 from ._attrdict import AttrDict
 from ._factories import (
     NamedArrayTupleSchema_like,
@@ -39,6 +41,7 @@ from .errors import (
     FieldError,
     FormatError,
     NamedSchemaError,
+    SchemaClassError,
     SchemaConflictError,
     SchemaDefinitionError,
     StructureMismatchError,
@@ -90,6 +93,7 @@ __all__ = [
     "NamedSchemaError",
     "NamedTuple",
     "NamedTupleSchema",
+    "SchemaClassError",
     "SchemaConflictError",
     "SchemaDefinitionError",
     "StructureMismatchError",

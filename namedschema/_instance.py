@@ -14,32 +14,63 @@ after a failure, so the fast paths never pay for the detailed messages.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Iterator
 from types import GenericAlias
-from typing import Any
+from typing import TYPE_CHECKING, Any, NoReturn, Self, SupportsIndex, dataclass_transform
 
 from .errors import FieldError, field_error_class
 
-__all__ = ["NamedTuple", "NamedArrayTuple"]
+__all__ = ["NamedTuple", "NamedArrayTuple", "SchemaBaseMeta"]
 
 _tuple_new = tuple.__new__
 _tuple_getitem = tuple.__getitem__
 
 
-class NamedTuple(tuple):
+class SchemaBaseMeta(type):
+    """Metaclass of the base classes; routes class statements that subclass them.
+
+    ``class Samples(NamedArrayTuple): ...`` must make a schema, not a plain
+    tuple subclass. ``_classdef`` installs the builder in ``class_statement``
+    (so this module never imports it); schema metaclasses derive from this
+    one, so subclasses of schemas pass through it as well.
+    """
+
+    class_statement: Any = None
+
+    def __new__(mcls, name, bases, namespace, /, **kwargs):
+        build = SchemaBaseMeta.class_statement
+        if build is None:  # the core's own base classes, before _classdef loads
+            return super().__new__(mcls, name, bases, namespace, **kwargs)
+        return build(mcls, name, bases, namespace, kwargs)
+
+
+# frozen_default: fields are read-only, as on any tuple. Type checkers then
+# read a class body's annotations as the fields and check constructor calls
+# against them; at run time ``_classdef`` builds the schema.
+@dataclass_transform(frozen_default=True)
+class NamedTuple(tuple, metaclass=SchemaBaseMeta):
     """Base class of all instances made by a ``NamedTupleSchema``.
 
     Use it in ``isinstance`` checks: ``isinstance(x, NamedTuple)`` is true
-    for instances of every schema, array schemas included.
+    for instances of every schema, array schemas included. Subclassing it
+    with a class statement defines a schema (see ``_classdef``).
     """
 
     __slots__ = ()
     _fields: tuple[str, ...] = ()
     _field_defaults: dict[str, Any] = {}
     _typename: str = "NamedTuple"
-    _make: Callable[..., Any]  # a classmethod each schema defines (see _schema)
 
-    def _replace(self, /, **kwds):
+    if TYPE_CHECKING:
+        # Seen only by type checkers: every schema's real ``__new__`` is generated
+        # with its fields, and the dataclass_transform ``__init__`` carries the
+        # signature they check calls against.
+        def __new__(cls, *args: Any, **kwargs: Any) -> Self: ...
+
+        @classmethod
+        def _make(cls, iterable: Any) -> Self: ...
+
+    def _replace(self, /, **kwds: Any) -> Self:
         """Return a new instance with the given fields replaced."""
         result = self._make(map(kwds.pop, self._fields, self))
         if kwds:
@@ -47,7 +78,7 @@ class NamedTuple(tuple):
                              f"names {list(kwds)!r} (fields: {', '.join(self._fields)})")
         return result
 
-    def _asdict(self):
+    def _asdict(self) -> dict[str, Any]:
         """Return a new dict mapping field names to their values."""
         return dict(zip(self._fields, self, strict=True))
 
@@ -101,14 +132,14 @@ class NamedArrayTuple(NamedTuple):
 
     # Schemas with up to ``_codegen.MAX_UNROLLED_FIELDS`` fields get unrolled
     # versions of these two methods (see ``_codegen``); these loops serve the rest.
-    def __getitem__(self, loc):
+    def __getitem__(self, loc: Any) -> Self:
         try:
             return _tuple_new(self.__class__,
                               [None if v is None else v[loc] for v in self])
         except Exception as exc:
             raise_read_error(self, loc, exc)
 
-    def __setitem__(self, loc, value):
+    def __setitem__(self, loc: Any, value: Any) -> None:
         index = 0  # the loops below set it; the except clause reads it (B007 noqa)
         try:
             if isinstance(value, tuple) and getattr(value, "_fields", None) == self._fields:
@@ -126,11 +157,11 @@ class NamedArrayTuple(NamedTuple):
         """True if ``key`` is a field name (like a dict, unlike a tuple)."""
         return key in self._fields
 
-    def get(self, index):
+    def get(self, index: SupportsIndex) -> Any:
         """Plain tuple indexing: the value of field number ``index``."""
         return _tuple_getitem(self, index)
 
-    def items(self):
+    def items(self) -> Iterator[tuple[str, Any]]:
         """Iterate over ``(field_name, value)`` pairs in field order."""
         return zip(self._fields, self, strict=True)
 
@@ -139,7 +170,7 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-def raise_read_error(nat, loc, exc):
+def raise_read_error(nat, loc, exc) -> NoReturn:
     """Re-raise a failed ``nat[loc]`` as a FieldError naming the failing field."""
     path, cause = _locate_read_failure(nat, loc, exc)
     if path is None:  # not a field's fault (a failing hook, or RecursionError)
@@ -151,7 +182,7 @@ def raise_read_error(nat, loc, exc):
     raise error from root
 
 
-def raise_write_error(nat, index, loc, value, exc):
+def raise_write_error(nat, index, loc, value, exc) -> NoReturn:
     """Re-raise a failed ``nat[loc] = value`` (at field ``index``) as a FieldError.
 
     The message lists the fields already written, since the assignment is

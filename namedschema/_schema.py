@@ -32,7 +32,7 @@ from typing import Any
 
 from . import _pickle
 from ._codegen import accessors_for
-from ._instance import NamedArrayTuple, NamedTuple
+from ._instance import NamedArrayTuple, NamedTuple, SchemaBaseMeta
 from .errors import SchemaDefinitionError
 
 try:  # CPython's C descriptor, as used by collections.namedtuple
@@ -204,7 +204,7 @@ def same_definition(a, b) -> bool:
                                 tuple(b._field_defaults.values())))
 
 
-class NamedTupleSchema(type):
+class NamedTupleSchema(SchemaBaseMeta):
     """A named tuple type that pickles by value.
 
     ``NamedTupleSchema(typename, field_names, *, rename=False, defaults=None,
@@ -316,15 +316,18 @@ class NamedArrayTupleSchema(NamedTupleSchema):
 
 
 def build_schema(mcls, typename, field_names, *, rename=False, defaults=None,
-                 module=None, schema_id=None, module_level=False):
+                 module=None, schema_id=None, module_level=False, body=None):
     """Make, register and return one schema class of metaclass ``mcls``.
 
-    The factories, unpickling and ``rlpyt_compat`` all make schemas here.
+    The factories, class syntax, unpickling and ``rlpyt_compat`` all make
+    schemas here.
 
     ``module_level`` marks a call from module-level code: the id is then
     derived from the definition, and if this process already holds a live
     schema under that id (it arrived in a pickle before the module was
-    imported), that class is returned so both sides agree.
+    imported), that class is returned so both sides agree. ``body`` holds the
+    extra class members of a class-syntax definition (validated by
+    ``_classdef``); it is not applied to such an existing class.
     """
     typename, fields = _normalize_names(mcls.__name__, typename, field_names,
                                         rename, mcls._reserved)
@@ -370,6 +373,8 @@ def build_schema(mcls, typename, field_names, *, rename=False, defaults=None,
         accessors = accessors_for(len(fields))
         if accessors is not None:
             namespace["__getitem__"], namespace["__setitem__"] = accessors
+    if body:
+        namespace.update(body)
     cls = type.__new__(mcls, typename, (mcls._instance_base,), namespace)
     _pickle.register_schema(cls, schema_id)
     return cls

@@ -5,6 +5,7 @@ already catches ``ValueError`` / ``TypeError`` / ``IndexError`` keeps working.
 
 NamedSchemaError        base of everything namedschema raises on purpose
 SchemaDefinitionError   a schema definition is invalid (ValueError)
+SchemaClassError        a class statement cannot define a schema (also a TypeError)
 SchemaConflictError     an unpickled schema disagrees with one this process has
 StructureMismatchError  a value does not have the expected structure (TypeError)
 FieldError              reading or writing a field failed; names schema and field
@@ -21,6 +22,7 @@ import reprlib
 __all__ = [
     "NamedSchemaError",
     "SchemaDefinitionError",
+    "SchemaClassError",
     "SchemaConflictError",
     "StructureMismatchError",
     "FieldError",
@@ -50,6 +52,10 @@ class NamedSchemaError(Exception):
 
 class SchemaDefinitionError(NamedSchemaError, ValueError):
     """A typename, field name or default is invalid."""
+
+
+class SchemaClassError(SchemaDefinitionError, TypeError):
+    """A class statement cannot define a schema; a TypeError too, as with typing.NamedTuple."""
 
 
 class SchemaConflictError(NamedSchemaError, ValueError):

@@ -1,0 +1,32 @@
+"""rlpyt support: resume a training run exactly, and the rlpyt drop-in patch.
+
+resumable   make an rlpyt runner continue from its checkpoint (namedschema.rlpyt.resume)
+
+Nothing here imports rlpyt (or torch) until a name is used.
+"""
+
+from importlib import import_module
+
+# public name -> submodule that defines it; loaded on first use.
+_LAZY = {
+    "resumable": "resume",
+    "ResumeError": "resume",
+    "ResumeWarning": "resume",
+    "register_handler": "state",
+}
+
+
+def __getattr__(name):
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY))
+
+
+__all__ = sorted(_LAZY)
