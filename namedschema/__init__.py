@@ -7,10 +7,11 @@ every pickle, so instances load in any process, fresh interpreters included.
 NamedTupleSchema, NamedArrayTupleSchema   the schema metaclasses / factories
 NamedTuple, NamedArrayTuple               base classes of every instance; subclass
                                           one to define a schema with class syntax
-same_definition                           whether two schemas have one definition
 namedtuple, namedarraytuple, ...          rlpyt-compatible functions (import swap)
-save, load, inspect                       checkpoints (namedschema.format, lazy)
+save, load, inspect                       checkpoints (namedschema.checkpoint, lazy)
+upgrade                                   map saved schemas onto today's (namedschema.evolution, lazy)
 patch_rlpyt, unpatch_rlpyt                rlpyt drop-in (namedschema.rlpyt_compat, lazy)
+same_definition                           whether two schemas have one definition
 namedschema.buffer                        rlpyt's buffer helpers, shared memory
 namedschema.errors                        the exception classes (re-exported here)
 
@@ -38,12 +39,17 @@ from ._factories import (
 from ._instance import NamedArrayTuple, NamedTuple
 from ._schema import NamedArrayTupleSchema, NamedTupleSchema, same_definition
 from .errors import (
+    ExtraFieldError,
     FieldError,
+    FieldMismatchError,
     FormatError,
+    MissingFieldError,
     NamedSchemaError,
+    NotDataError,
     SchemaClassError,
     SchemaConflictError,
     SchemaDefinitionError,
+    SchemaEvolutionError,
     StructureMismatchError,
     UnsafeLoadError,
 )
@@ -52,17 +58,19 @@ __version__ = "0.1.0"
 
 if TYPE_CHECKING:
     # ``x as x``: an explicit re-export (PEP 484), though not in __all__.
-    from .format import inspect as inspect
-    from .format import load as load
-    from .format import save as save
+    from .checkpoint import inspect as inspect
+    from .checkpoint import load as load
+    from .checkpoint import save as save
+    from .evolution import upgrade as upgrade
     from .rlpyt_compat import patch_rlpyt as patch_rlpyt
     from .rlpyt_compat import unpatch_rlpyt as unpatch_rlpyt
 
 # Heavier parts load on first use, so ``import namedschema`` costs only the core.
 _LAZY = {
-    "save": "format",
-    "load": "format",
-    "inspect": "format",
+    "save": "checkpoint",
+    "load": "checkpoint",
+    "inspect": "checkpoint",
+    "upgrade": "evolution",
     "patch_rlpyt": "rlpyt_compat",
     "unpatch_rlpyt": "rlpyt_compat",
 }
@@ -85,17 +93,22 @@ def __dir__():
 
 __all__ = [
     "AttrDict",
+    "ExtraFieldError",
     "FieldError",
+    "FieldMismatchError",
     "FormatError",
+    "MissingFieldError",
     "NamedArrayTuple",
     "NamedArrayTupleSchema",
     "NamedArrayTupleSchema_like",
     "NamedSchemaError",
     "NamedTuple",
     "NamedTupleSchema",
+    "NotDataError",
     "SchemaClassError",
     "SchemaConflictError",
     "SchemaDefinitionError",
+    "SchemaEvolutionError",
     "StructureMismatchError",
     "UnsafeLoadError",
     "is_namedarraytuple",

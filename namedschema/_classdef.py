@@ -146,8 +146,9 @@ def _class_syntax(base, name, namespace):
     try:
         cls = build_schema(kind, name, fields, defaults=defaults or None, module=module,
                            module_level="<locals>" not in qualname, body=body)
-    except SchemaDefinitionError as exc:
-        _refuse(base, name, str(exc), exc)
+    except SchemaDefinitionError as exc:  # a name Python itself would reject
+        message = str(exc).removeprefix(f"{kind.__name__} {name!r}: ")
+        _refuse(base, name, message, exc)
     if BODY_MARK not in cls.__dict__:
         # Loaded (by value) before this module-level statement ran: give the
         # loaded class, and so every instance already loaded, the class body.

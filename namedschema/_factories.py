@@ -15,11 +15,17 @@ is_namedarraytuple[_class]  named array tuple instance / class
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 
 from ._instance import NamedArrayTuple, NamedTuple
 from ._pickle import is_registered_schema
 from ._schema import NamedArrayTupleSchema, NamedTupleSchema, _caller, build_schema
+
+if TYPE_CHECKING:
+    from ._typing import DynamicNamedArrayTuple, DynamicNamedTuple
+
+_NAT = TypeVar("_NAT", bound=NamedArrayTuple)
 
 __all__ = [
     "namedtuple", "namedarraytuple", "namedarraytuple_like",
@@ -30,7 +36,9 @@ __all__ = [
 _CLASSIC_NT_ATTRS = ("_fields", "_asdict", "_make", "_replace")
 
 
-def namedtuple(typename, field_names, *, rename=False, defaults=None, module=None):
+def namedtuple(typename: str, field_names: str | Iterable[str], *, rename: bool = False,
+               defaults: Iterable[Any] | None = None,
+               module: str | None = None) -> type[DynamicNamedTuple]:
     """``collections.namedtuple``'s signature, returning a :class:`NamedTupleSchema`.
 
     >>> Point = namedtuple('Point', ['x', 'y'])
@@ -41,6 +49,22 @@ def namedtuple(typename, field_names, *, rename=False, defaults=None, module=Non
     return build_schema(NamedTupleSchema, typename, field_names, rename=rename,
                         defaults=defaults, module=caller_module if module is None else module,
                         module_level=module_level)
+
+
+@overload
+def namedarraytuple(typename: str, field_names: str | Iterable[str],
+                    return_namedtuple_cls: Literal[False] = False,
+                    classname_suffix: bool = False) -> type[DynamicNamedArrayTuple]: ...
+@overload
+def namedarraytuple(typename: str, field_names: str | Iterable[str],
+                    return_namedtuple_cls: Literal[True],
+                    classname_suffix: bool = False,
+                    ) -> tuple[type[DynamicNamedArrayTuple], type[DynamicNamedTuple]]: ...
+@overload
+def namedarraytuple(typename: str, field_names: str | Iterable[str],
+                    return_namedtuple_cls: bool, classname_suffix: bool = False,
+                    ) -> (type[DynamicNamedArrayTuple]
+                          | tuple[type[DynamicNamedArrayTuple], type[DynamicNamedTuple]]): ...
 
 
 def namedarraytuple(typename, field_names, return_namedtuple_cls=False,
@@ -120,6 +144,14 @@ def _name_and_fields(example):
     return None
 
 
+@overload
+def namedarraytuple_like(namedtuple_or_class: type[_NAT] | _NAT,
+                         classname_suffix: bool = False) -> type[_NAT]: ...
+@overload
+def namedarraytuple_like(namedtuple_or_class: Any,
+                         classname_suffix: bool = False) -> type[DynamicNamedArrayTuple]: ...
+
+
 def namedarraytuple_like(namedtuple_or_class, classname_suffix=False):
     """An array schema with the name and fields of a named tuple instance or class.
 
@@ -143,6 +175,12 @@ def namedarraytuple_like(namedtuple_or_class, classname_suffix=False):
         typename += "_nat"
     return NamedArrayTupleSchema(typename, fields, module=cls.__module__
                                  if isinstance(cls.__module__, str) else None)
+
+
+@overload
+def NamedArrayTupleSchema_like(example: type[_NAT] | _NAT) -> type[_NAT]: ...  # noqa: N802
+@overload
+def NamedArrayTupleSchema_like(example: Any) -> type[DynamicNamedArrayTuple]: ...  # noqa: N802
 
 
 def NamedArrayTupleSchema_like(example):  # noqa: N802 - rlpyt's name

@@ -43,6 +43,12 @@ class SchemaBaseMeta(type):
             return super().__new__(mcls, name, bases, namespace, **kwargs)
         return build(mcls, name, bases, namespace, kwargs)
 
+    def __init__(cls, *args, **kwargs):
+        # Everything happens in __new__; type.__init__ would reject the keywords
+        # of the schema factories (and type checkers read the schema
+        # metaclasses' __new__ only while __init__ is not defined beside it).
+        pass
+
 
 # frozen_default: fields are read-only, as on any tuple. Type checkers then
 # read a class body's annotations as the fields and check constructor calls

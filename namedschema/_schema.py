@@ -28,12 +28,16 @@ import sys
 import threading
 import unicodedata
 import uuid
-from typing import Any
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any, overload
 
 from . import _pickle
 from ._codegen import accessors_for
 from ._instance import NamedArrayTuple, NamedTuple, SchemaBaseMeta
 from .errors import SchemaDefinitionError
+
+if TYPE_CHECKING:
+    from ._typing import DynamicNamedArrayTuple, DynamicNamedTuple
 
 try:  # CPython's C descriptor, as used by collections.namedtuple
     from _collections import _tuplegetter
@@ -148,7 +152,7 @@ def _make_new(typename, fields, defaults):
     # Field names are validated identifiers that cannot start with '_', so
     # they never collide with '_cls' / '_tuple_new'. No builtins are exposed.
     namespace: dict[str, Any] = {"_tuple_new": _tuple_new, "__builtins__": {},
-                 "__name__": f"namedschema_{typename}"}
+                                 "__name__": f"namedschema_{typename}"}
     exec(compile(source, f"<namedschema {typename}.__new__>", "exec"), namespace)
     new = namespace["__new__"]
     new.__qualname__ = f"{typename}.__new__"
@@ -256,6 +260,16 @@ class NamedTupleSchema(SchemaBaseMeta):
     _field_defaults: dict[str, Any]
     _schema_id: str
 
+    # For type checkers: a call makes a class whose fields they cannot know; a
+    # class statement below a schema calls the metaclass with three arguments.
+    @overload
+    def __new__(mcls, typename: str, field_names: str | Iterable[str], /, *,
+                rename: bool = False, defaults: Iterable[Any] | None = None,
+                module: str | None = None) -> type[DynamicNamedTuple]: ...
+    @overload
+    def __new__(mcls, typename: str, field_names: tuple[type, ...],
+                namespace: dict[str, Any], /, **kwargs: Any) -> NamedTupleSchema: ...
+
     def __new__(mcls, typename, field_names, namespace=None, /, *,
                 rename=False, defaults=None, module=None, **kwargs):
         if namespace is not None:
@@ -277,12 +291,8 @@ class NamedTupleSchema(SchemaBaseMeta):
                             f"{sorted(kwargs)}")
         caller_module, module_level = _caller(1)
         return build_schema(mcls, typename, field_names, rename=rename, defaults=defaults,
-                      module=caller_module if module is None else module,
-                      module_level=module_level)
-
-    def __init__(cls, *args, **kwargs):
-        # Everything happens in __new__; type.__init__ would reject our keywords.
-        pass
+                            module=caller_module if module is None else module,
+                            module_level=module_level)
 
     # Equality and hashing are type's: by identity, as for namedtuple classes.
     # Two calls with one definition make two distinct types (isinstance tells
@@ -313,6 +323,17 @@ class NamedArrayTupleSchema(NamedTupleSchema):
 
     _instance_base = NamedArrayTuple
     _reserved = frozenset({"get", "items"})
+
+    if TYPE_CHECKING:  # the inherited __new__, with this kind's return type
+        @overload
+        def __new__(mcls, typename: str, field_names: str | Iterable[str], /, *,
+                    rename: bool = False, defaults: Iterable[Any] | None = None,
+                    module: str | None = None) -> type[DynamicNamedArrayTuple]: ...
+        @overload
+        def __new__(mcls, typename: str, field_names: tuple[type, ...],
+                    namespace: dict[str, Any], /,
+                    **kwargs: Any) -> NamedArrayTupleSchema: ...
+        def __new__(mcls, /, *args: Any, **kwargs: Any) -> Any: ...
 
 
 def build_schema(mcls, typename, field_names, *, rename=False, defaults=None,

@@ -188,7 +188,7 @@ def _child_load(method: str, path: str, seed: int) -> dict:
         with open(path, "rb") as f:
             state = pickle.load(f)
     else:
-        from .format import load
+        from .checkpoint import load
         state = load(path)
     report["load_s"] = time.perf_counter() - start
     report["peak_rss"] = _peak_rss()
@@ -459,7 +459,7 @@ def _scenario(capacity, workdir, seed, progress, out) -> int:
     state = replay.state(state_cls)
     digests = _digest_fields(state.samples)
 
-    from .format import save as ns_save
+    from .checkpoint import save as ns_save
 
     save_error = None
     methods: list[tuple[str, str, str, float, int]] = []
@@ -540,11 +540,10 @@ def _scenario(capacity, workdir, seed, progress, out) -> int:
           "place; pickle.dump writes in place without syncing)", file=out)
     ns_path = os.path.join(workdir, "replay.nsb")
     if any(m[1] == "namedschema" for m in methods):
-        from .cli import describe
-        from .format import inspect as inspect_file
+        from .checkpoint import inspect as inspect_file
         print("\n$ namedschema inspect replay.nsb   # reads only the header", file=out)
         try:
-            print(describe(inspect_file(ns_path)).replace(ns_path, "replay.nsb"), file=out)
+            print(str(inspect_file(ns_path)).replace(ns_path, "replay.nsb"), file=out)
         except Exception as exc:  # noqa: BLE001 - a failed check, not a crash
             checks.append(("namedschema inspect reads the checkpoint", False,
                            f"{type(exc).__name__}: {exc}"))

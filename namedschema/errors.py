@@ -12,7 +12,12 @@ FieldError              reading or writing a field failed; names schema and fiel
 Field*Error             FieldError plus the builtin type of the failure (Index, Key, ...)
 FormatError             a checkpoint file is not valid (ValueError)
 UnsafeLoadError         a checkpoint needs pickle and allow_pickle was not given
+NotDataError            save met a value that is not data and allow_pickle was not given
 BufferShapeError        buffer arrays disagree in leading dimensions (ValueError)
+SchemaEvolutionError    saved data does not map onto today's schemas (ValueError)
+MissingFieldError       a new field without a default (a SchemaEvolutionError)
+ExtraFieldError         a saved field today's schema lacks (a SchemaEvolutionError)
+FieldMismatchError      a saved dtype/shape differs from the declared one (likewise)
 """
 
 from __future__ import annotations
@@ -33,7 +38,12 @@ __all__ = [
     "FieldValueError",
     "FormatError",
     "UnsafeLoadError",
+    "NotDataError",
     "BufferShapeError",
+    "SchemaEvolutionError",
+    "MissingFieldError",
+    "ExtraFieldError",
+    "FieldMismatchError",
 ]
 
 _short = reprlib.Repr()
@@ -162,5 +172,63 @@ class UnsafeLoadError(FormatError):
     """A checkpoint holds pickled objects and ``allow_pickle`` was not set."""
 
 
+class NotDataError(NamedSchemaError, TypeError):
+    """``save`` met a value that is not data, and ``allow_pickle`` was not set.
+
+    Attributes:
+        file: the checkpoint path being saved.
+        path: where the value is in the saved graph, such as ``replay._lock``.
+        type_name: the value's type, ``module.qualname``.
+    """
+
+    def __init__(self, file: str, path: str, type_name: str, why: str = ""):
+        self.file, self.path, self.type_name, self.why = file, path, type_name, why
+        super().__init__(f"{file!r}: value at {path} ({type_name}) is not data"
+                         + (f": {why}" if why else "")
+                         + "; pass allow_pickle=True to pickle it")
+
+    def __reduce__(self):
+        return type(self), (self.file, self.path, self.type_name, self.why)
+
+
 class BufferShapeError(NamedSchemaError, ValueError):
     """Buffer arrays disagree in their leading dimensions, or a shape is invalid."""
+
+
+class SchemaEvolutionError(NamedSchemaError, ValueError):
+    """Saved data cannot be mapped onto today's schemas by the evolution rules.
+
+    Raised by :func:`namedschema.upgrade` (and ``load(schemas=...)``) before
+    anything was changed. See the rules in the "Schema evolution" docs page.
+
+    Attributes:
+        schema: typename of the current schema concerned (or None).
+        field: the field concerned (or None).
+        path: where in the structure the instance was found.
+    """
+
+    def __init__(self, message: str, *, schema: str | None = None,
+                 field: str | None = None, path: str = ""):
+        super().__init__(message)
+        self.schema, self.field, self.path = schema, field, path
+
+
+class MissingFieldError(SchemaEvolutionError):
+    """A field of the current schema is absent from the saved data and has no default."""
+
+
+class ExtraFieldError(SchemaEvolutionError):
+    """A saved field is absent from the current schema, and ``extra="error"``."""
+
+
+class FieldMismatchError(SchemaEvolutionError):
+    """A saved dtype or shape differs from what the current schema declares.
+
+    Attributes:
+        saved: the saved dtype (text) or shape.
+        expected: the declared dtype (text) or shape.
+    """
+
+    def __init__(self, message: str, *, saved=None, expected=None, **kwargs):
+        super().__init__(message, **kwargs)
+        self.saved, self.expected = saved, expected

@@ -39,7 +39,7 @@ __all__ = [
     "finish", "format_table", "write_json", "plot_results", "run_topics", "run_bench",
 ]
 
-# Topics run in this order; a topic whose module is absent is skipped with a note.
+# Topics run in this order (each is a module of this package).
 TOPICS = ("core", "pickling", "buffer", "checkpoint")
 
 RATIO_NOTE = ("ratio = value / reference value measured in the same run; "
@@ -390,10 +390,6 @@ RLPYT_SKIP_NOTE = "RLPYT_SRC is not set: rlpyt rows skipped (set it to an rlpyt 
 # --------------------------------------------------------------------------- runner
 
 
-def _topic_available(topic: str) -> bool:
-    return importlib.util.find_spec(f"{__name__}.{topic}") is not None
-
-
 def _child_env() -> dict:
     """Environment for topic subprocesses: they must import this very namedschema."""
     env = dict(os.environ)
@@ -422,11 +418,6 @@ def run_topics(topics, *, quick: bool, verbose: bool = False, timeout: float = 3
     documents, notes, ok = [], [], True
     with tempfile.TemporaryDirectory(prefix="namedschema-bench-") as tmp:
         for topic in topics:
-            if not _topic_available(topic):
-                notes.append(f"topic {topic!r} skipped: module namedschema.bench.{topic} "
-                             "is not installed")
-                print(f"[bench] {topic}: skipped (no module)", file=log, flush=True)
-                continue
             out = os.path.join(tmp, f"{topic}.json")
             cmd = [sys.executable, "-m", f"{__name__}.{topic}", "--json", out]
             if quick:

@@ -162,7 +162,7 @@ def _child(argv):
 
     import numpy as np  # noqa: F401
 
-    import namedschema.format  # noqa: F401
+    import namedschema.checkpoint  # noqa: F401
     if contender in OPTIONAL:
         importlib.import_module(OPTIONAL[contender])
     samples = _buffer(rows) if spec["op"] == "save" else None

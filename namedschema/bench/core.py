@@ -4,7 +4,9 @@ Small objects are compared with ``collections.namedtuple`` (the reference);
 array indexing is compared with rlpyt's class-per-type ``namedarraytuple``
 (the reference when ``RLPYT_SRC`` points at an rlpyt source tree), with
 rlpyt's ``NamedArrayTupleSchema`` as a second contender and a hand-written
-loop over a plain tuple of the arrays as the floor.
+loop over a plain tuple of the arrays as the floor. The ``class_*`` cases
+time schemas defined with class syntax (``class C(NamedTuple): a: int``)
+against the same definitions made by the factories (the reference).
 
 CASES   the case names, in running order
 main    run the cases, print the table, optionally write JSON
@@ -22,7 +24,9 @@ __all__ = ["CASES", "main"]
 
 CASES = ("construct_positional", "construct_keyword", "make", "attr_access_8",
          "instance_bytes", "getitem_int", "getitem_slice", "setitem_same_fields",
-         "setitem_scalar")
+         "setitem_scalar", "class_construct_positional", "class_construct_keyword",
+         "class_attr_access_8", "class_getitem_int", "class_getitem_slice",
+         "class_setitem_same_fields")
 
 # Targets from the core issue, as conditions on value / reference value.
 SMALL_TARGETS = {
@@ -31,6 +35,8 @@ SMALL_TARGETS = {
 }
 # "At least 1.4x faster than rlpyt's namedarraytuple": time ratio <= 1 / 1.4.
 ARRAY_TARGET = f"<= {1 / 1.4:.3f}"
+# Class syntax builds the factory's class: the same speed, within timing noise.
+CLASS_TARGET = "<= 1.05"
 
 FIELDS4 = ("a", "b", "c", "d")
 FIELDS8 = ("a", "b", "c", "d", "e", "f", "g", "h")
@@ -165,6 +171,50 @@ def _array_cases(cases, quick, rl):
     return rows
 
 
+def _class_schema(kind, name, fields):
+    """A schema with ``fields`` defined by a class statement below ``kind``."""
+    import types
+
+    def body(namespace):
+        namespace["__annotations__"] = dict.fromkeys(fields, "object")
+    return types.new_class(name, (kind,), exec_body=body)
+
+
+def _class_cases(cases, quick):
+    """Class-syntax schemas against the same schemas made by the factories."""
+    import numpy as np
+
+    from .. import NamedArrayTuple, NamedArrayTupleSchema, NamedTuple, NamedTupleSchema
+    rows = []
+    repeat, min_time = (15, 0.002) if quick else (61, 0.005)
+    small = {"factory": NamedTupleSchema("Small", FIELDS8),
+             "class syntax": _class_schema(NamedTuple, "Small", FIELDS8)}
+    arrays = {"factory": NamedArrayTupleSchema("Batch", FIELDS4),
+              "class syntax": _class_schema(NamedArrayTuple, "Batch", FIELDS4)}
+    ns = {}
+    for i, name in enumerate(small):
+        ns[f"C{i}"], ns[f"s{i}"] = small[name], small[name](*range(8))
+        x = arrays[name](*[np.random.default_rng(k).random((1000, 8)) for k in range(4)])
+        ns[f"x{i}"], ns[f"o{i}"] = x, x[7]
+    keywords = ", ".join(f"{f}={n}" for n, f in enumerate(FIELDS8))
+    statements = {
+        "class_construct_positional": ("C{i}(0, 1, 2, 3, 4, 5, 6, 7)", "ns", 1e9),
+        "class_construct_keyword": (f"C{{i}}({keywords})", "ns", 1e9),
+        "class_attr_access_8": ("; ".join(f"s{{i}}.{f}" for f in FIELDS8), "ns", 1e9 / 8),
+        "class_getitem_int": ("x{i}[5]", "us", 1e6),
+        "class_getitem_slice": ("x{i}[10:20]", "us", 1e6),
+        "class_setitem_same_fields": ("x{i}[3] = o{i}", "us", 1e6),
+    }
+    for case, (stmt, unit, scale) in statements.items():
+        if case not in cases:
+            continue
+        contenders = {name: stmt.format(i=i) for i, name in enumerate(small)}
+        times = best_times(contenders, repeat=repeat, min_time=min_time, globals_=ns)
+        rows += compare(case, "time", unit, times, "factory",
+                        {"class syntax": CLASS_TARGET}, scale=scale)
+    return rows
+
+
 def main(argv=None) -> int:
     """Run the core benchmarks (see the module docstring); return the exit status."""
     parser = topic_parser("core", __doc__.split("\n\n")[0], CASES)
@@ -175,6 +225,10 @@ def main(argv=None) -> int:
         notes.append(RLPYT_SKIP_NOTE + "; array cases use the plain loop as reference")
     rows = _small_cases(args.cases, args.quick, rl)
     rows += _array_cases(args.cases, args.quick, rl)
+    rows += _class_cases(args.cases, args.quick)
+    notes.append("class_* cases: the same schema defined by class syntax and by the factory "
+                 "(eight fields for construction and attributes, the array case's four "
+                 "fields for indexing)")
     notes.append("array cases: NamedArrayTuple of four float64 (1000, 8) fields; "
                  "target 'at least 1.4x faster than rlpyt NAT' is a time ratio <= 0.714")
     return finish("core", args, rows, notes)

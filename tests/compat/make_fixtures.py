@@ -41,7 +41,7 @@ def main() -> None:
     os.makedirs(DATA, exist_ok=True)
     obj = expected()
     version = namedschema.__version__
-    namedschema.save(obj, os.path.join(DATA, f"format-{namedschema.format.FORMAT_VERSION}.nsb"))
+    namedschema.save(obj, os.path.join(DATA, f"format-{namedschema.checkpoint.FORMAT_VERSION}.nsb"))
     for protocol in (2, 4, 5):
         with open(os.path.join(DATA, f"pickle-{version}-protocol{protocol}.pkl"), "wb") as f:
             pickle.dump(obj, f, protocol=protocol)

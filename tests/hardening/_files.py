@@ -39,7 +39,7 @@ def seed_files() -> list:
     global _seed_dir
     if _seeds:
         return _seeds
-    from namedschema.format import save
+    from namedschema.checkpoint import save
     _seed_dir = tempfile.mkdtemp(prefix="namedschema-fuzz-seeds-")
     Obs = NamedArrayTupleSchema("Obs", "pos vel", defaults=(None,))
     Step = NamedArrayTupleSchema("Step", "obs reward done")
@@ -58,7 +58,7 @@ def seed_files() -> list:
     }
     for name, obj in objects.items():
         path = os.path.join(_seed_dir, f"{name}.nsb")
-        save(obj, path)
+        save(obj, path, allow_pickle=(name == "pickled"))
         _seeds.append(path)
     return _seeds
 

@@ -194,7 +194,7 @@ def test_pickle_then_cloudpickle_in_one_process_give_one_class():
 
 def test_many_processes_memory_map_and_read_one_checkpoint(tmp_path):
     """8 processes map one checkpoint at once; every one verifies it and reads the same sums."""
-    from namedschema.format import save
+    from namedschema.checkpoint import save
     Step = NamedArrayTupleSchema("Step", "obs reward done")
     rng = np.random.default_rng(0)
     buf = Step(rng.integers(0, 255, (2048, 16, 16), dtype=np.uint8),
@@ -206,7 +206,7 @@ def test_many_processes_memory_map_and_read_one_checkpoint(tmp_path):
         import sys
         from multiprocessing import get_context
         def read(_):
-            from namedschema.format import load
+            from namedschema.checkpoint import load
             d = load({str(path)!r}, mmap_mode="r", verify=True)
             b = d["buffer"]
             assert not b.obs.flags.writeable

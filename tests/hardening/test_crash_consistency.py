@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from namedschema import NamedArrayTupleSchema
-from namedschema.format import load, save
+from namedschema.checkpoint import load, save
 from tests.hardening.figures import record
 from tests.helpers import REPO_ROOT
 
@@ -31,7 +31,7 @@ _SAVER = textwrap.dedent("""
     import sys
     import numpy as np
     from namedschema import NamedArrayTupleSchema
-    from namedschema.format import save
+    from namedschema.checkpoint import save
     Snap = NamedArrayTupleSchema("Snap", "data step")
     path, first = sys.argv[1], int(sys.argv[2])
     arr = np.empty({n})
@@ -119,11 +119,10 @@ def test_next_save_removes_temp_files_left_by_killed_savers(tmp_path):
 
 def test_failed_save_in_process_leaves_old_file_and_no_temp(tmp_path, monkeypatch):
     """An exception in the middle of writing blocks keeps the old file and removes the temp file."""
-    import namedschema.format as fmt
     path = str(tmp_path / "ckpt.nsb")
     save({"version": 0, "data": np.zeros(1000)}, path)
     calls = {"n": 0}
-    real = fmt._write_all
+    real = os.write
 
     def failing(fd, buf):
         calls["n"] += 1
@@ -131,7 +130,7 @@ def test_failed_save_in_process_leaves_old_file_and_no_temp(tmp_path, monkeypatc
             raise KeyboardInterrupt  # the user pressing Ctrl-C mid-save
         return real(fd, buf)
 
-    monkeypatch.setattr(fmt, "_write_all", failing)
+    monkeypatch.setattr(os, "write", failing)
     with pytest.raises(KeyboardInterrupt):
         save({"version": 1, "data": np.ones(100_000)}, path)
     monkeypatch.undo()

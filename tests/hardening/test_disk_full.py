@@ -14,8 +14,7 @@ import uuid
 import numpy as np
 import pytest
 
-import namedschema.format as fmt
-from namedschema.format import load, save
+from namedschema.checkpoint import load, save
 from tests.hardening.figures import record
 
 
@@ -69,9 +68,9 @@ def _writes_of_a_save(tmp_path, monkeypatch, obj):
         calls["n"] += 1
         return real(fd, data)
 
-    monkeypatch.setattr(fmt.os, "write", counting)
+    monkeypatch.setattr(os, "write", counting)
     try:
-        save(obj, tmp_path / "count.nsb")
+        save(obj, tmp_path / "count.nsb", allow_pickle=True)
     finally:
         monkeypatch.undo()
     os.unlink(tmp_path / "count.nsb")
@@ -97,10 +96,10 @@ def test_simulated_enospc_at_every_write_keeps_the_old_file(tmp_path, monkeypatc
                 raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
             return real(fd, data)
 
-        monkeypatch.setattr(fmt.os, "write", write)
+        monkeypatch.setattr(os, "write", write)
         try:
             with pytest.raises(OSError) as info:
-                save(big, path)
+                save(big, path, allow_pickle=True)
         finally:
             monkeypatch.undo()
         assert info.value.errno == errno.ENOSPC and "No space" in str(info.value)
@@ -119,7 +118,7 @@ def test_short_writes_are_completed_not_truncated(tmp_path, monkeypatch):
         view = memoryview(data)
         return real(fd, view[: max(1, min(len(view), 4099))])
 
-    monkeypatch.setattr(fmt.os, "write", short_write)
+    monkeypatch.setattr(os, "write", short_write)
     try:
         save({"a": np.arange(50_000)}, path)
     finally:

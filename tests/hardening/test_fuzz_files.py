@@ -24,7 +24,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from namedschema.errors import FormatError, UnsafeLoadError
-from namedschema.format import inspect, load, save
+from namedschema.checkpoint import inspect, load, save
 from tests.hardening import _files
 from tests.hardening.figures import record
 from tests.helpers import run_fresh
@@ -348,7 +348,7 @@ def test_hostile_files_never_allocate_more_than_the_file_justifies(tmp_path):
         files.append(str(path))
     proc = run_fresh(textwrap.dedent(f"""
         import json, resource, sys
-        from namedschema.format import load, inspect
+        from namedschema.checkpoint import load, inspect
         from tests.hardening import _files
         with open("/proc/self/status") as f:
             vm = next(int(l.split()[1]) * 1024 for l in f if l.startswith("VmSize"))
@@ -389,7 +389,7 @@ class _Marker:
 def _payload_file(tmp_path, marker, how):
     """A checkpoint whose pickle block, if unpickled, creates ``marker``."""
     seed = tmp_path / "seed.nsb"
-    save({"set": {1, 2}, "arr": np.arange(4)}, seed)  # a file with a pickle block
+    save({"set": {1, 2}, "arr": np.arange(4)}, seed, allow_pickle=True)  # a file with a pickle block
     header, desc, body = _files.split(seed.read_bytes())
     evil = pickle.dumps(_Marker(str(marker)), protocol=5)
     pblock = desc["pickle"]["block"]

@@ -147,7 +147,7 @@ def _save(buf, method, path):
             pickle.dump(buf, f, protocol=4)
     else:
         import namedschema
-        namedschema.save(buf, path)
+        namedschema.save(buf, path, allow_pickle=True)
 
 
 def _load(method, path):

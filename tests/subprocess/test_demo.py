@@ -46,15 +46,15 @@ def test_demo_command_passes_every_check():
 
 def test_demo_detects_a_broken_checkpoint(monkeypatch, tmp_path):
     """When namedschema.save writes a damaged file, the demo reports FAILED and returns 1."""
-    format_module = pytest.importorskip("namedschema.format")
-    real_save = format_module.save
+    import namedschema.checkpoint as checkpoint_module
+    real_save = checkpoint_module.save
 
     def damaged_save(obj, path, **kwargs):
         real_save(obj, path, **kwargs)
         with open(path, "r+b") as f:
             f.truncate(os.path.getsize(path) // 2)
 
-    monkeypatch.setattr(format_module, "save", damaged_save)
+    monkeypatch.setattr(checkpoint_module, "save", damaged_save)
     out = io.StringIO()
     status = demo.run_demo(size=600_000, workdir=str(tmp_path), progress=False, out=out)
     assert status == 1

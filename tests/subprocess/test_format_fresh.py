@@ -62,7 +62,8 @@ def test_file_written_by_fresh_interpreter_loads_here(tmp_path):
 def test_fresh_interpreter_refuses_pickle_and_import_is_lazy(tmp_path):
     """A fresh interpreter refuses a pickled checkpoint by default and never imports torch to load arrays."""
     path = str(tmp_path / "p.nsb")
-    namedschema.save({"arr": np.arange(3), "obj": fractions.Fraction(1, 3)}, path)
+    namedschema.save({"arr": np.arange(3), "obj": fractions.Fraction(1, 3)}, path,
+                     allow_pickle=True)
     proc = run_fresh(f"""
         import sys, namedschema
         from namedschema.errors import UnsafeLoadError

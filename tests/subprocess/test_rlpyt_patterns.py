@@ -41,18 +41,6 @@ def _driver(root, call):
     return _last_json(_run(root, "from tests.rlpyt_patterns.driver import *\n" + call))
 
 
-def _has_format():
-    try:
-        importlib.import_module("namedschema.format")
-    except ImportError:
-        return False
-    return True
-
-
-needs_format = pytest.mark.skipif(not _has_format(),
-                                  reason="namedschema.format not available yet")
-
-
 def test_patch_without_rlpyt_raises_clear_import_error():
     """patch_rlpyt() raises RlpytImportError (ImportError + NamedSchemaError) without rlpyt."""
     proc = run_fresh("""
@@ -205,7 +193,6 @@ def test_plain_pickle_breaks_sum_tree_view_and_diverges(fake_root, tmp_path):
     assert resumed["resumed"] != twin["twin"]
 
 
-@needs_format
 @pytest.mark.parametrize("kind", ["UniformRing", "FrameRing", "PrioritizedRing",
                                   "PrioritizedFrameRing"])
 def test_buffer_resumes_from_save_load(fake_root, tmp_path, kind):
@@ -262,15 +249,6 @@ def test_property_patched_buffer_pickle_round_trip(patched_fake, sizes, seed):
         np.testing.assert_array_equal(a, b)
 
 
-def _has_buffer():
-    try:
-        importlib.import_module("namedschema.buffer")
-    except ImportError:
-        return False
-    return True
-
-
-@pytest.mark.skipif(not _has_buffer(), reason="namedschema.buffer not available yet")
 def test_import_swap_buffer_loads_in_fresh_interpreter(tmp_path):
     """rlpyt-style code with only its imports swapped builds buffers that load anywhere."""
     path = str(tmp_path / "swap.pkl")

@@ -45,6 +45,8 @@ def test_class_syntax_makes_a_schema_like_the_factory():
     assert cls.__bases__ == factory.__bases__ == (NamedArrayTuple,)
     assert cls._fields == factory._fields and cls._field_defaults == factory._field_defaults
     assert str(inspect.signature(cls)) == str(inspect.signature(factory))
+    assert cls.__new__.__code__.co_code == factory.__new__.__code__.co_code
+    assert cls.__new__.__defaults__ == factory.__new__.__defaults__
     assert cls.__getitem__ is factory.__getitem__ and cls.__setitem__ is factory.__setitem__
     assert type(cls.__dict__["action"]) is type(factory.__dict__["action"])
     assert cls.__slots__ == () and cls.__match_args__ == cls._fields
@@ -336,3 +338,16 @@ def test_checkpoint_round_trip_in_process(tmp_path):
         assert type(back["buf"]) is cs.Transition and back["buf"].total_reward() == 3.0
         assert np.array_equal(back["buf"].observation, buf.observation)
         assert back["cfg"].discount(0) == 1.0
+
+
+def test_bench_core_times_class_syntax_against_the_factory(tmp_path):
+    import json
+
+    from namedschema.bench import core
+    out = tmp_path / "core.json"
+    cases = "class_construct_keyword,class_attr_access_8,class_getitem_slice"
+    assert core.main(["--quick", "--cases", cases, "--json", str(out)]) == 0
+    rows = json.loads(out.read_text())["results"]
+    assert {(r["case"], r["contender"]) for r in rows} == {
+        (case, who) for case in cases.split(",") for who in ("factory", "class syntax")}
+    assert all(r.get("reference") == "factory" for r in rows if r["contender"] != "factory")

@@ -81,14 +81,26 @@ def test_parse_size_rejects_garbage(text):
 
 def test_inspect_prints_tree_of_saved_file(tmp_path, capsys):
     """inspect shows schema names, fields, dtypes and shapes, and the allow_pickle answer."""
-    pytest.importorskip("namedschema.format")
     Step = namedschema.NamedArrayTupleSchema("Step", "obs reward")
     path = tmp_path / "buf.nsb"
     namedschema.save(Step(np.zeros((5, 3), np.uint8), np.arange(5.0)), path)
     assert cli.main(["inspect", str(path)]) == 0
     out = capsys.readouterr().out
     assert "Step" in out and "obs" in out and "uint8" in out and "(5, 3)" in out
-    assert "allow_pickle" in out
+    lines = out.splitlines()
+    assert lines[-1] == "loading needs allow_pickle=True: no"
+    assert sum("allow_pickle" in line for line in lines) == 1
+
+
+def test_inspect_says_pickled_file_needs_allow_pickle(tmp_path, capsys):
+    """For a pickled file, inspect says allow_pickle is needed, and why; never 'no'."""
+    path = tmp_path / "obj.nsb"
+    namedschema.save({"tags": {"a", "b"}, "x": np.arange(3)}, path, allow_pickle=True)
+    assert cli.main(["inspect", str(path)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "needs allow_pickle=True: tags: builtins.set" in lines
+    assert not any(line.endswith("allow_pickle=True: no") for line in lines)
+    assert sum("allow_pickle" in line for line in lines) == 1
 
 
 def test_inspect_missing_file_is_one_line_no_traceback():
@@ -102,7 +114,6 @@ def test_inspect_missing_file_is_one_line_no_traceback():
 @pytest.mark.parametrize("content", [b"", b"just some text\n", b"\x80\x04K\x01." * 50])
 def test_inspect_non_namedschema_file_is_one_line(tmp_path, content):
     """Files that are not checkpoints (empty, text, a pickle) fail with one line and status 2."""
-    pytest.importorskip("namedschema.format")
     path = tmp_path / "not-a-checkpoint"
     path.write_bytes(content)
     proc = _run("inspect", str(path))
@@ -113,7 +124,6 @@ def test_inspect_non_namedschema_file_is_one_line(tmp_path, content):
 
 def test_inspect_truncated_checkpoint_is_one_line(tmp_path):
     """A checkpoint cut short is reported in one line, not a traceback."""
-    pytest.importorskip("namedschema.format")
     path = tmp_path / "cut.nsb"
     namedschema.save({"x": np.arange(1000.0)}, path)
     path.write_bytes(path.read_bytes()[:40])

@@ -6,15 +6,23 @@ import collections
 import json
 import math
 import os
+import pickle
 import struct
+import threading
+from fractions import Fraction
 
 import numpy as np
 import pytest
 
 import namedschema
 from namedschema import NamedArrayTupleSchema, NamedTupleSchema
-from namedschema.errors import StructureMismatchError, UnsafeLoadError
-from namedschema.format import CheckpointInfo, FieldInfo, FORMAT_VERSION
+from namedschema.checkpoint import FORMAT_VERSION, CheckpointInfo, FieldInfo
+from namedschema.errors import (
+    NamedSchemaError,
+    NotDataError,
+    StructureMismatchError,
+    UnsafeLoadError,
+)
 
 MODES = [None, "r", "r+", "c"]
 
@@ -170,21 +178,63 @@ def test_one_schema_is_one_class_and_schema_values(path):
 
 
 def test_pickled_structure_needs_allow_pickle(path):
-    """A non-data object is pickled; load refuses it by default and names the type."""
+    """A non-data object is pickled only with allow_pickle; load refuses it by default."""
     data = np.arange(20.0)
-    namedschema.save({"buffer": Holder(data)}, path)
+    namedschema.save({"buffer": Holder(data)}, path, allow_pickle=True)
     with pytest.raises(UnsafeLoadError, match=r"buffer.*Holder") as info:
         namedschema.load(path)
     assert isinstance(info.value, ValueError) and "allow_pickle=True" in str(info.value)
     assert namedschema.inspect(path).needs_pickle
 
 
+def test_save_refuses_non_data_without_allow_pickle(path):
+    """save without allow_pickle raises NotDataError naming file, path and type; writes nothing."""
+    namedschema.save({"old": 1}, path)
+    before = open(path, "rb").read()
+    graph = {"replay": [np.zeros(3), {"lock": threading.Lock()}], "ok": 1}
+    with pytest.raises(NotDataError) as info:
+        namedschema.save(graph, path)
+    assert str(info.value) == (f"{path!r}: value at replay[1].lock (_thread.lock) is not "
+                               "data; pass allow_pickle=True to pickle it")
+    assert isinstance(info.value, TypeError) and isinstance(info.value, NamedSchemaError)
+    assert (info.value.file, info.value.path, info.value.type_name) == (
+        path, "replay[1].lock", "_thread.lock")
+    back = pickle.loads(pickle.dumps(info.value))
+    assert type(back) is NotDataError and str(back) == str(info.value)
+    assert open(path, "rb").read() == before
+    assert [n for n in os.listdir(os.path.dirname(path)) if ".tmp-" in n] == []
+
+
+@pytest.mark.parametrize("value, where, type_name", [
+    ({1, 2}, "<root>", "builtins.set"),
+    ([1, Fraction(1, 3)], "[1]", "fractions.Fraction"),
+    ({"d": {3: "int key"}}, "d", "builtins.int"),
+    ({"cls": Holder}, "cls", "builtins.type"),
+])
+def test_save_error_names_first_non_data_value(path, value, where, type_name):
+    """The error names the path and type of the first value that is not data."""
+    with pytest.raises(NotDataError, match=r"value at (?P<p>.*) \((?P<t>.*)\)") as info:
+        namedschema.save(value, path)
+    assert (info.value.path, info.value.type_name) == (where, type_name)
+    assert not os.path.exists(path)
+
+
+def test_save_refuses_too_deep_nesting_without_allow_pickle(path):
+    """A graph too deep for the data path needs allow_pickle like any non-data graph."""
+    deep: list = []
+    for _ in range(5000):
+        deep = [deep]
+    with pytest.raises(NotDataError, match="nested too deeply"):
+        namedschema.save(deep, path)
+    assert not os.path.exists(path)
+
+
 @pytest.mark.parametrize("mode", [None, "r"])
 def test_pickled_structure_keeps_identity_and_aliasing(path, mode):
     """With allow_pickle, arrays are raw blocks, views still alias and shared lists stay shared."""
     h = Holder(np.arange(20.0))
-    back = namedschema.load(path, allow_pickle=True, mmap_mode=mode) if not \
-        namedschema.save(h, path) else None
+    namedschema.save(h, path, allow_pickle=True)
+    back = namedschema.load(path, allow_pickle=True, mmap_mode=mode)
     assert type(back) is Holder and np.array_equal(back.data, h.data)
     assert np.shares_memory(back.data, back.recent)
     assert back.twice[0] is back.twice[1] is back.same

@@ -210,7 +210,7 @@ def test_bad_schema_definition_refused(saved):
 def test_pickle_required_error_names_type(tmp_path):
     """A graph with a non-data object needs allow_pickle; the error names path and type."""
     path = str(tmp_path / "p.nsb")
-    namedschema.save({"replay": [1, Buffer()]}, path)
+    namedschema.save({"replay": [1, Buffer()]}, path, allow_pickle=True)
     with pytest.raises(UnsafeLoadError, match=r"replay\[1\].*Buffer.*runs code"):
         namedschema.load(path)
     with pytest.raises(UnsafeLoadError):

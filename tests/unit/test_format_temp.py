@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import namedschema
-from namedschema import format as fmt
+from namedschema.checkpoint import atomic
 
 pytestmark = pytest.mark.skipif(not os.path.isdir("/proc/self"),
                                 reason="stale temp files are recognised through /proc")
@@ -25,7 +25,7 @@ def path(tmp_path):
 def temp_name(path, pid, token="0badc0de", *, target=None, tag=None):
     """A temp file for ``target`` (default: path) as a saver with ``pid`` would name it."""
     target = target or os.path.basename(path)
-    prefix = fmt._temp_prefix(target, tag or fmt._host_tag())
+    prefix = atomic.temp_prefix(target, tag or atomic.host_tag())
     full = os.path.join(os.path.dirname(path), f"{prefix}{pid}-{token}")
     with open(full, "wb") as f:
         f.write(b"half a checkpoint")
@@ -87,7 +87,7 @@ def test_unreaped_dead_saver_counts_as_dead(path):
         child.kill()
         # Wait for the exit without reaping it, so the pid stays a zombie.
         os.waitid(os.P_PID, child.pid, os.WEXITED | os.WNOWAIT)
-        assert fmt._process_state(child.pid)[0] == "Z"
+        assert atomic.process_state(child.pid)[0] == "Z"
         namedschema.save(np.zeros(3), path)
         assert not os.path.exists(stale)
     finally:
@@ -107,7 +107,7 @@ def test_files_that_are_not_this_targets_stale_temps_are_kept(path, kind):
         keep = temp_name(path, pid) + "-extra"
         os.rename(keep[:-len("-extra")], keep)
     else:
-        keep = os.path.join(directory, f"{fmt._temp_prefix('ckpt.nsb', fmt._host_tag())}"
+        keep = os.path.join(directory, f"{atomic.temp_prefix('ckpt.nsb', atomic.host_tag())}"
                                        f"{pid}-0badc0de")
         os.mkdir(keep)
     namedschema.save(np.zeros(3), path)
@@ -122,9 +122,9 @@ def test_long_target_name_gets_a_short_unique_temp_prefix(tmp_path):
     namedschema.save(np.arange(3), long_a)
     namedschema.save(np.arange(4), long_b)
     assert namedschema.load(long_a).tolist() == [0, 1, 2]
-    tag = fmt._host_tag()
-    prefix_a = fmt._temp_prefix("a" * 250, tag)
-    assert len(prefix_a) < 100 and prefix_a != fmt._temp_prefix("a" * 249 + "b", tag)
+    tag = atomic.host_tag()
+    prefix_a = atomic.temp_prefix("a" * 250, tag)
+    assert len(prefix_a) < 100 and prefix_a != atomic.temp_prefix("a" * 249 + "b", tag)
     stale = temp_name(long_a, dead_pid())
     namedschema.save(np.arange(3), long_b)
     assert os.path.exists(stale)  # another target's file

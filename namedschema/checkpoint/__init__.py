@@ -1,0 +1,153 @@
+"""Whole-buffer checkpoints: save any object graph with its arrays written raw, once.
+
+save            write an object graph to a checkpoint file, atomically
+load            read a checkpoint, fully or memory-mapped, refusing pickle by default
+inspect         describe a checkpoint from its header alone (a ``CheckpointInfo``)
+CheckpointInfo  what ``inspect`` returns: printable tree plus attributes
+FieldInfo       one stored array as ``inspect`` reports it
+FORMAT_NAME     the value of the ``format`` metadata key
+FORMAT_VERSION  the format version this package writes (independent of the package)
+
+The package, one module per concern (each imports only those listed before it):
+
+* ``constants``: the format's name, version, limits and dtype tables
+* ``header``: typed header records with ``to_json``/``from_json``, and every
+  check of untrusted header data (the trust boundary)
+* ``arrays``: the table of arrays a graph holds; arrays rebuilt from blocks
+* ``nodes``: the node kinds, each with encode, parse, decode and describe
+* ``pickled``: the pickle path for graphs that are not data
+* ``blocks``: block I/O: chunked writes with CRC-32 and fdatasync, reads, maps
+* ``layout``: arrays grouped into blocks and placed in the file
+* ``atomic``: the atomic file writer and the stale temporary file reaper
+* ``saver``, ``loader``, ``inspector``: ``save``, ``load``, ``inspect``
+
+File format, version 1.0
+------------------------
+
+A checkpoint is a valid `safetensors <https://github.com/huggingface/safetensors>`_
+file::
+
+    8 bytes     little-endian unsigned header length N
+    N bytes     UTF-8 JSON header, padded with spaces so that 8 + N is a
+                multiple of 64
+    data        the blocks, back to back, in header order
+
+The header maps tensor names to ``{"dtype", "shape", "data_offsets"}``
+(offsets relative to the data section, contiguous, in order, without holes,
+as safetensors requires) and has a ``__metadata__`` object of strings:
+
+``format``
+    ``"namedschema.checkpoint"``. Files without it are not checkpoints, even
+    when they are valid safetensors files written by other tools.
+``format_version``
+    ``"MAJOR.MINOR"``. Readers accept any minor version of the major versions
+    they know; a file whose features they do not know is refused (below).
+``header_crc32``
+    eight hex digits: CRC-32 of the raw header bytes with this value replaced
+    by ``00000000``. Any change to the header is detected on every load.
+``namedschema``
+    the description, a JSON object:
+
+    ``blocks``: one entry per stored block of memory,
+    ``{"tensor": name, "nbytes": n, "crc32": "8 hex digits"}``. A block is the
+    span of memory that a group of arrays share (arrays are grouped when they
+    view one base array or overlap in memory), stored once. When a block holds
+    exactly one array in C (or Fortran) order with a dtype safetensors knows,
+    the tensor is declared with that dtype and shape (the reversed shape for
+    Fortran order), so safetensors readers get the array itself; otherwise it
+    is declared ``U8`` with shape ``[nbytes]``. A block holding one sparse
+    view (more than half of its span unused) stores a C-order copy of the
+    view's elements. Tensors named ``__pad__.K`` are zero padding that keeps
+    every block 64-byte aligned in the file.
+
+    ``arrays``: one entry per array object,
+    ``{"block", "offset", "shape", "strides", "dtype", "path"}`` plus, for
+    torch tensors, ``"torch": dtype name`` and ``"requires_grad"``. ``dtype``
+    is numpy's ``dtype.str`` and must be one of the bool, integer, float and
+    complex types in ``constants.ALLOWED_DTYPES`` (either byte order). Every
+    array is rebuilt as a view ``np.ndarray(shape, dtype, buffer=block,
+    offset=offset, strides=strides)``, so arrays that shared memory share it
+    again. An empty array has ``"block": null``.
+
+    ``schemas``: ``{"kind", "typename", "fields", "id", "defaults",
+    "module"}`` for each schema (``kind`` is ``NamedTupleSchema`` or
+    ``NamedArrayTupleSchema``; ``defaults`` are structure nodes that refer to
+    no array or schema). Loading rebuilds them through the pickle registry, so
+    one ``id`` is one class per process. A stdlib namedtuple is recorded as a
+    ``NamedTupleSchema`` with an id derived from its definition; an rlpyt
+    namedarraytuple class as a ``NamedArrayTupleSchema``.
+
+    ``structure``: the object graph as a node, or ``null`` when pickled. The
+    node kinds (``nodes.KINDS``, in this order):
+
+    * JSON ``null``/``true``/``false``/numbers/strings: None, bool, int, float, str
+    * ``{"float": "nan"|"inf"|"-inf"}``: a float that is not finite
+    * ``{"list": [node, ...]}``: a list
+    * ``{"tuple": [node, ...]}``: a tuple
+    * ``{"dict": [[key, node], ...]}``: a dict with str keys, in order
+    * ``{"array": i}``: entry ``i`` of ``arrays`` (a numpy array or torch
+      tensor; one object stored once is one object after loading)
+    * ``{"scalar": i}``: a numpy scalar (``np.float32(1.5)``), stored as the
+      0-d array ``i`` of ``arrays`` and loaded as ``array[()]``
+    * ``{"schema": s}``: the schema class ``s`` of ``schemas`` itself
+    * ``{"nt": s, "values": [node, ...]}``: an instance of schema ``s`` (a
+      schema, a stdlib namedtuple or an rlpyt namedarraytuple)
+
+    A node object has exactly the keys shown. The data path keeps array
+    identity but not container identity: a list that appears twice comes back
+    as two equal lists. Subclasses of the builtin types (an ``IntEnum``, a
+    ``str`` subclass) are not data.
+
+    ``pickle``: ``null``, or ``{"block": b, "reason": text}`` when the graph
+    holds objects that are not data (saved with ``allow_pickle=True``). Block
+    ``b`` then holds a protocol-5 pickle of the whole graph whose arrays are
+    persistent references ``("array", i)`` into ``arrays``; pickle keeps all
+    identity. ``load`` refuses such files unless ``allow_pickle=True``.
+
+    ``features``: names of optional features the file uses; a reader must
+    refuse a file listing a feature it does not know. Version 1.0 writes
+    ``[]``.
+
+    ``checkpoint_id`` (random hex) and ``parent`` (``null``): reserved for
+    incremental checkpoints, see below.
+
+Incremental checkpoints (planned). A later minor version can add a feature
+``"delta"``: a delta file sets ``parent`` to the ``checkpoint_id`` of the file
+it updates and gives some blocks a ``"rows"`` entry, a list of
+``[byte_start, byte_stop]`` ranges of the parent's block that the stored bytes
+replace (the rows of a ring buffer written since the parent). Full files, such
+as every file written now, have ``parent: null`` and no features, so they stay
+valid, and a reader that does not know ``"delta"`` refuses a delta file
+rather than loading half a buffer.
+
+Writing. ``save`` writes ``.<name>.tmp-<host>-<pid>-<random>`` in the
+target's directory (``<name>`` is the target's file name, or its first 40
+characters, ``~`` and a hash when it is longer than 200 bytes; ``<host>`` is
+eight hex digits of a hash of the host name and pid namespace, ``<pid>`` the
+saver's process id), fills it, syncs it, renames it over the target and syncs
+the directory, so the target always holds a complete checkpoint. A saver that
+is killed leaves its temporary file behind; before writing, every later save
+to the same target removes such files, and only those whose name carries its
+own ``<host>`` and whose ``<pid>`` is no longer writing: no process has that
+pid, or it is a zombie, or it started more than 10 seconds after the file was
+last modified (the pid was reused). Whatever cannot be decided (no ``/proc``,
+files of other hosts, other targets, anything not a regular file) is kept.
+
+Trust. ``load`` checks the length prefix, the header checksum, every dtype
+against the allowlist (object, structured and string dtypes are never made
+from file bytes), every shape against numpy's size limit (the itemsize times
+the product of the nonzero dimensions must fit in ``intp``, for empty arrays
+too), every shape, stride and offset against its block, and every block
+against the real file size, before anything is allocated or mapped.
+Data checksums are checked with ``verify=True``.
+"""
+
+from __future__ import annotations
+
+from .constants import FORMAT_NAME, FORMAT_VERSION
+from .inspector import CheckpointInfo, FieldInfo, inspect
+from .loader import load
+from .saver import save
+
+__all__ = ["save", "load", "inspect", "CheckpointInfo", "FieldInfo",
+           "FORMAT_NAME", "FORMAT_VERSION"]

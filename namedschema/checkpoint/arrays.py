@@ -1,0 +1,144 @@
+"""Arrays in and out: the table of arrays a graph holds, and arrays rebuilt from blocks.
+
+ArrayTable        one entry per array object found while encoding (numpy or torch)
+is_storable       whether an object is an array the file stores raw
+make_arrays       numpy arrays / torch tensors rebuilt as views of loaded blocks
+
+torch is never imported to save (a graph holding tensors has loaded it) and
+only imported to load when the file holds tensors.
+"""
+
+from __future__ import annotations
+
+import sys
+import warnings
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..errors import StructureMismatchError
+from .constants import ALLOWED_DTYPES, TORCH_DTYPES, TORCH_VIA
+from .header import ArrayEntry
+
+
+def _torch() -> Any:
+    # Never import torch: if the caller has tensors, torch is already loaded.
+    return sys.modules.get("torch")
+
+
+def is_tensor(obj: Any) -> bool:
+    torch = _torch()
+    return torch is not None and type(obj) is torch.Tensor
+
+
+def is_storable(obj: Any) -> bool:
+    """A numpy array of an allowed dtype, or a torch tensor (checked further when added)."""
+    return (type(obj) in (np.ndarray, np.memmap) and obj.dtype.str in ALLOWED_DTYPES) \
+        or is_tensor(obj)
+
+
+def _tensor_view(tensor: Any, path: str) -> tuple[np.ndarray, str]:
+    """(numpy view, torch dtype name) of a CPU tensor, sharing its memory."""
+    torch = _torch()
+    if tensor.device.type != "cpu":
+        raise StructureMismatchError(path or "<root>", "a CPU tensor",
+                                     f"a tensor on {tensor.device}",
+                                     "move it with .cpu() before saving")
+    if tensor.layout is not torch.strided:
+        raise StructureMismatchError(path or "<root>", "a strided (dense) tensor",
+                                     f"layout {tensor.layout}")
+    name = str(tensor.dtype).removeprefix("torch.")
+    if name not in TORCH_DTYPES:
+        raise StructureMismatchError(path or "<root>", "a tensor of a numeric or bool "
+                                     "dtype numpy can view", f"dtype {name}")
+    tensor = tensor.detach()
+    if name in TORCH_VIA:
+        tensor = tensor.view(getattr(torch, TORCH_VIA[name]))
+    return tensor.numpy(), name
+
+
+@dataclass(frozen=True)
+class StoredArray:
+    """An array found in the graph: the object itself and the numpy view to write."""
+
+    obj: Any                    # the numpy array or torch tensor
+    view: np.ndarray            # its memory as numpy sees it
+    torch: str | None           # torch dtype name for tensors
+    path: str                   # where it was found, for messages and block names
+
+    @property
+    def requires_grad(self) -> bool:
+        return self.torch is not None and bool(self.obj.requires_grad)
+
+
+class ArrayTable:
+    """The arrays of a graph, one entry per object (identity kept), in encounter order."""
+
+    def __init__(self) -> None:
+        self.entries: list[StoredArray] = []
+        self._index: dict[int, int] = {}    # id(object) -> index; entries keep it alive
+
+    def add(self, obj: Any, path: str) -> int:
+        """The index of ``obj``, adding it first if new."""
+        index = self._index.get(id(obj))
+        if index is not None:
+            return index
+        if isinstance(obj, np.ndarray):
+            view, torch_dtype = obj, None
+        else:
+            view, torch_dtype = _tensor_view(obj, path)
+        index = len(self.entries)
+        self.entries.append(StoredArray(obj, view, torch_dtype, path))
+        self._index[id(obj)] = index
+        return index
+
+
+# --------------------------------------------------------------------------
+# Loading
+# --------------------------------------------------------------------------
+
+def make_arrays(entries: tuple[ArrayEntry, ...], blocks_data: list) -> list:
+    """Every array of the table as a view of its loaded block (tensors share storages)."""
+    torch: Any = None
+    storages: dict[int, Any] = {}  # block -> untyped storage, so tensors of one block share
+    result: list[Any] = []
+    for a in entries:
+        if a.block is None:
+            arr = np.empty(a.shape, np.dtype(a.dtype))
+        else:
+            arr = np.ndarray(a.shape, np.dtype(a.dtype), buffer=blocks_data[a.block],
+                             offset=a.offset, strides=a.strides)
+        if a.torch is not None:
+            if torch is None:
+                import torch  # the file holds tensors: torch is needed to rebuild them
+            tensor = _make_tensor(torch, arr, a, a.torch, blocks_data, storages)
+            if a.requires_grad:
+                tensor.requires_grad_(True)
+            result.append(tensor)
+        else:
+            result.append(arr)
+    return result
+
+
+def _make_tensor(torch: Any, arr: np.ndarray, a: ArrayEntry, torch_dtype: str,
+                 blocks_data: list, storages: dict) -> Any:
+    tdtype = getattr(torch, torch_dtype)
+    itemsize = torch.empty(0, dtype=tdtype).element_size()
+    with warnings.catch_warnings():
+        # Read-only maps give read-only tensors; torch warns about that.
+        warnings.simplefilter("ignore", UserWarning)
+        if (a.block is not None and a.offset % itemsize == 0
+                and all(s >= 0 and s % itemsize == 0 for s in a.strides)):
+            storage = storages.get(a.block)
+            if storage is None:
+                storage = storages[a.block] = torch.from_numpy(
+                    blocks_data[a.block]).untyped_storage()
+            tensor = torch.empty(0, dtype=tdtype)
+            tensor.set_(storage, a.offset // itemsize, arr.shape,
+                        [s // itemsize for s in a.strides])
+            return tensor
+        tensor = torch.from_numpy(arr)
+    if torch_dtype in TORCH_VIA:
+        tensor = tensor.view(tdtype)
+    return tensor

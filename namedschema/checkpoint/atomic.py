@@ -1,0 +1,178 @@
+"""Atomic replacement of a file, and removal of temporary files that dead savers left.
+
+AtomicFile      write a temporary file next to the target, sync it, rename it over
+                the target and sync the directory; on any error, remove it
+temp_prefix     the start of every temporary file name for one target
+host_tag        eight hex digits naming this host and pid namespace
+
+A temporary file is named ``.<name>.tmp-<host>-<pid>-<random>``. Before
+writing, ``AtomicFile`` removes the temporary files of the same target whose
+``<host>`` is this one's and whose ``<pid>`` is no longer writing: no process
+has that pid, or it is a zombie, or it started more than STALE_SLACK seconds
+after the file was last modified (the pid was reused). Whatever cannot be
+decided is kept.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import re
+import secrets
+import socket
+import stat
+from types import TracebackType
+
+# A live process whose start time is this much after a temp file's mtime did
+# not write it; the slack covers the 1 s resolution of the boot time and
+# small clock adjustments, and errs towards keeping files.
+STALE_SLACK = 10.0
+TEMP_TAIL = re.compile(r"([0-9]{1,10})-[0-9a-f]{8}", re.ASCII)
+
+
+class AtomicFile:
+    """``with AtomicFile(path) as fd:`` -- write ``fd``; on success it replaces ``path``.
+
+    The file is synced before the rename and the directory after it, so
+    ``path`` always holds either its old content or the complete new one. On
+    any exception (KeyboardInterrupt included) the temporary file is removed
+    and ``path`` is left untouched.
+    """
+
+    def __init__(self, path: str):
+        self.path = path
+        self.directory = os.path.dirname(os.path.abspath(path))
+        self.prefix = temp_prefix(os.path.basename(path), host_tag())
+        self.tmp = ""
+        self.fd = -1
+
+    def __enter__(self) -> int:
+        remove_stale_temps(self.directory, self.prefix)
+        self.tmp = os.path.join(self.directory,
+                                f"{self.prefix}{os.getpid()}-{secrets.token_hex(4)}")
+        self.fd = os.open(self.tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL
+                          | getattr(os, "O_CLOEXEC", 0), 0o666)
+        return self.fd
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        try:
+            try:
+                if kind is None:
+                    os.fsync(self.fd)
+            finally:
+                os.close(self.fd)
+            if kind is None:
+                os.replace(self.tmp, self.path)
+        except BaseException:
+            _unlink_quietly(self.tmp)
+            raise
+        if kind is not None:
+            _unlink_quietly(self.tmp)
+            return
+        _fsync_dir(self.directory)
+
+
+def _unlink_quietly(name: str) -> None:
+    try:
+        os.unlink(name)
+    except OSError:
+        pass
+
+
+def _fsync_dir(directory: str) -> None:
+    try:
+        dfd = os.open(directory, os.O_RDONLY)
+    except OSError:  # pragma: no cover - platforms without directory fds
+        return
+    try:
+        os.fsync(dfd)
+    except OSError:  # pragma: no cover
+        pass
+    finally:
+        os.close(dfd)
+
+
+def temp_prefix(basename: str, tag: str) -> str:
+    """``.<basename>.tmp-<tag>-``: the start of every temp file name for one target.
+
+    Very long target names are shortened (with a hash of the full name, so
+    the prefix still belongs to exactly one target) to keep the temp name
+    within the usual 255-byte limit.
+    """
+    if len(os.fsencode(basename)) > 200:
+        digest = hashlib.blake2b(os.fsencode(basename), digest_size=8).hexdigest()
+        basename = f"{basename[:40]}~{digest}"
+    return f".{basename}.tmp-{tag}-"
+
+
+def host_tag() -> str:
+    """Eight hex digits naming this host and pid namespace, where pids mean something."""
+    try:
+        namespace = os.readlink("/proc/self/ns/pid")
+    except OSError:
+        namespace = ""
+    return hashlib.blake2b(f"{socket.gethostname()}\0{namespace}".encode(),
+                           digest_size=4).hexdigest()
+
+
+@functools.cache
+def _boot_time() -> int:
+    with open("/proc/stat", "rb") as f:
+        for line in f:
+            if line.startswith(b"btime "):
+                return int(line.split()[1])
+    raise OSError("no btime in /proc/stat")
+
+
+def process_state(pid: int) -> tuple[str, float]:
+    """(state letter, start time in seconds since the epoch) of a process, from /proc."""
+    with open(f"/proc/{pid}/stat", "rb") as f:
+        text = f.read()
+    # The command name (field 2) is in parentheses and may hold spaces or ')'.
+    fields = text[text.rindex(b")") + 2:].split()
+    start_ticks = int(fields[19])
+    return (fields[0].decode("ascii", "replace"),
+            _boot_time() + start_ticks / os.sysconf("SC_CLK_TCK"))
+
+
+def _writer_may_be_alive(pid: int, mtime: float) -> bool:
+    """Whether process ``pid`` may still be writing a file last modified at ``mtime``."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # it exists, under another user
+    except (OverflowError, ValueError):
+        return False  # no process can have that pid
+    try:
+        state, started = process_state(pid)
+    except (OSError, ValueError, IndexError):
+        return True  # cannot tell whether the pid was reused: keep the file
+    if state in ("Z", "X"):
+        return False  # dead, not yet reaped: it will write nothing more
+    return started <= mtime + STALE_SLACK
+
+
+def remove_stale_temps(directory: str, prefix: str) -> None:
+    """Remove temp files of this target left by savers of this host that are dead."""
+    if os.name != "posix":  # os.kill(pid, 0) only probes on POSIX
+        return
+    try:
+        with os.scandir(directory) as entries:
+            names = [e.name for e in entries if e.name.startswith(prefix)]
+    except OSError:
+        return
+    for name in names:
+        match = TEMP_TAIL.fullmatch(name, len(prefix))
+        if match is None or int(match[1]) <= 0:
+            continue
+        full = os.path.join(directory, name)
+        try:
+            st = os.lstat(full)
+        except OSError:
+            continue
+        if stat.S_ISREG(st.st_mode) and not _writer_may_be_alive(int(match[1]), st.st_mtime):
+            _unlink_quietly(full)

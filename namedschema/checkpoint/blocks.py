@@ -1,0 +1,255 @@
+"""Block I/O: write blocks with their CRC-32s, read or map them back, verify them.
+
+Writing copies each block from the caller's memory in CHUNK pieces; the
+checksums run in a worker thread behind the writes, and a background
+fdatasync every SYNC_EVERY bytes lets the disk start early, so the final fsync
+has less left to do. Reading fills new arrays with ``readinto`` (checksums, if
+asked for, run behind the reads); mapping maps the file once and views it.
+"""
+
+from __future__ import annotations
+
+import collections
+import mmap
+import os
+import sys
+import zlib
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, BinaryIO
+
+import numpy as np
+
+from .constants import ALIGN, CHUNK
+from .header import Header, fail
+
+# Every this many bytes a background fdatasync starts the disk writing what is
+# already in the page cache while later chunks are still being copied, so that
+# less is left for the final fsync.
+SYNC_EVERY = 256 * 2**20
+# Buffers this module made (copies of sparse views) may wait this long for
+# their checksum; views of the caller's arrays may wait without bound.
+MAX_COPIES_PENDING = 3 * CHUNK
+
+MMAP_ACCESS = {"r": mmap.ACCESS_READ, "r+": mmap.ACCESS_WRITE, "c": mmap.ACCESS_COPY}
+
+
+# --------------------------------------------------------------------------
+# What a block is written from
+# --------------------------------------------------------------------------
+
+class _RawMemory:
+    """Exposes a span of process memory to numpy through the array interface."""
+
+    def __init__(self, address: int, nbytes: int):
+        self.__array_interface__ = {"data": (address, True), "shape": (nbytes,),
+                                    "typestr": "|u1", "version": 3}
+
+
+@dataclass(frozen=True)
+class MemorySpan:
+    """A span of the caller's memory (the arrays of the block live in it)."""
+
+    lo: int
+    nbytes: int
+
+    def chunks(self) -> Iterator[tuple[memoryview, bool]]:
+        span = np.asarray(_RawMemory(self.lo, self.nbytes))
+        for start in range(0, self.nbytes, CHUNK):
+            yield span[start:start + CHUNK].data, False
+
+
+@dataclass(frozen=True)
+class CompactCopy:
+    """The elements of one sparse view, copied in C order piece by piece."""
+
+    array: np.ndarray           # non-empty, at least one dimension (0-d spans itself)
+
+    def chunks(self) -> Iterator[tuple[memoryview, bool]]:
+        arr = self.array
+        step = max(CHUNK // (arr.nbytes // arr.shape[0]), 1)
+        for start in range(0, arr.shape[0], step):
+            yield np.ascontiguousarray(arr[start:start + step]).data.cast("B"), True
+
+
+@dataclass(frozen=True)
+class RawBytes:
+    """Bytes made for the file (the pickle block)."""
+
+    data: bytes
+
+    def chunks(self) -> Iterator[tuple[memoryview, bool]]:
+        view = memoryview(self.data)
+        for start in range(0, len(view), CHUNK):
+            yield view[start:start + CHUNK], False
+
+
+#: A block's source: ``chunks()`` yields ``(buffer, is_copy)`` pairs covering it,
+#: ``is_copy`` marking buffers made here rather than views of the caller's memory.
+Source = MemorySpan | CompactCopy | RawBytes
+
+
+# --------------------------------------------------------------------------
+# Writing
+# --------------------------------------------------------------------------
+
+class Progress:
+    """A plain-text progress bar on stderr (does nothing unless enabled)."""
+
+    def __init__(self, total: int, label: str, enabled: bool):
+        self.total, self.label, self.enabled = max(total, 1), label, enabled
+        self.done, self._shown = 0, -1
+
+    def advance(self, n: int) -> None:
+        if not self.enabled:
+            return
+        self.done += n
+        percent = min(100, self.done * 100 // self.total)
+        if percent != self._shown:
+            self._shown = percent
+            bar = "#" * (percent * 30 // 100)
+            sys.stderr.write(f"\r{self.label} [{bar:<30}] {percent:3d}% "
+                             f"{self.done / 2**20:,.1f}/{self.total / 2**20:,.1f} MiB")
+            if percent == 100:
+                sys.stderr.write("\n")
+            sys.stderr.flush()
+
+
+def write_all(fd: int, buf: Any) -> None:
+    """Write all of ``buf`` at the file position (``os.write`` may write less)."""
+    view = memoryview(buf).cast("B") if not isinstance(buf, memoryview) else buf
+    while view.nbytes:
+        written = os.write(fd, view)
+        view = view[written:]
+
+
+class _Crc:
+    """A running CRC-32 fed in order by a worker thread."""
+
+    def __init__(self) -> None:
+        self.value = 0
+
+    def update(self, chunk: Any) -> None:
+        self.value = zlib.crc32(chunk, self.value)
+
+
+def write_blocks(fd: int, sources: tuple[Source, ...], progress: Progress) -> list[int]:
+    """Write every block and its padding at the file position; return their CRC-32s.
+
+    The checksums run in a worker thread and may lag behind the writes: the
+    calling thread writes at the speed of the page cache, and whatever is
+    left of the checksums overlaps the data's fdatasync.
+    """
+    fdatasync = getattr(os, "fdatasync", os.fsync)
+    crcs = [_Crc() for _ in sources]
+    with ThreadPoolExecutor(1, thread_name_prefix="namedschema-crc") as crc_pool, \
+            ThreadPoolExecutor(1, thread_name_prefix="namedschema-sync") as sync_pool:
+        checks: list[Future] = []
+        copies: collections.deque[tuple[Future, int]] = collections.deque()
+        copied = unsynced = 0
+        syncing: Future | None = None
+        for source, crc in zip(sources, crcs, strict=True):
+            nbytes = 0
+            for chunk, is_copy in source.chunks():
+                checks.append(crc_pool.submit(crc.update, chunk))
+                write_all(fd, chunk)
+                progress.advance(chunk.nbytes)
+                nbytes += chunk.nbytes
+                if is_copy:
+                    copies.append((checks[-1], chunk.nbytes))
+                    copied += chunk.nbytes
+                    while copied > MAX_COPIES_PENDING:
+                        done, n = copies.popleft()
+                        done.result()
+                        copied -= n
+                unsynced += chunk.nbytes
+                if unsynced >= SYNC_EVERY and (syncing is None or syncing.done()):
+                    if syncing is not None:
+                        syncing.result()  # raise its error, if any
+                    syncing = sync_pool.submit(fdatasync, fd)
+                    unsynced = 0
+            pad = -nbytes % ALIGN
+            if pad:
+                write_all(fd, bytes(pad))
+        if syncing is not None:
+            syncing.result()
+        if not all(c.done() for c in checks):
+            fdatasync(fd)  # the disk writes the data while the checksums finish
+        for check in checks:
+            check.result()
+    return [crc.value for crc in crcs]
+
+
+# --------------------------------------------------------------------------
+# Reading, mapping, verifying
+# --------------------------------------------------------------------------
+
+def check_crc(header: Header, index: int, value: int) -> None:
+    """FormatError naming the block's first field if ``value`` is not its stored CRC."""
+    stored = header.blocks[index].crc32
+    if value != stored:
+        fail(header.name, f"field {header.block_field(index)!r} is corrupt: checksum "
+             f"{value:08x} does not match the stored {stored:08x}")
+
+
+def verify(header: Header, blocks_data: list) -> None:
+    """Check every block's CRC-32 against the header."""
+    for index, data in enumerate(blocks_data):
+        value = 0
+        for start in range(0, len(data), CHUNK):
+            value = zlib.crc32(data[start:start + CHUNK], value)
+        check_crc(header, index, value)
+
+
+def read_blocks(f: BinaryIO, header: Header, verify: bool) -> list[np.ndarray]:
+    """Read every block into a new array; with ``verify``, check the checksums too.
+
+    The checksums run in a worker thread behind the reads (they only read
+    memory that is already filled), so they overlap the I/O.
+    """
+    blocks_data, crcs, checks = [], [], []
+    with ThreadPoolExecutor(1, thread_name_prefix="namedschema-crc") as pool:
+        for index, b in enumerate(header.blocks):
+            block = np.empty(b.nbytes, dtype=np.uint8)
+            f.seek(header.block_file_start(index))
+            view = block.data
+            crc = _Crc()
+            done = 0
+            while done < b.nbytes:
+                got = f.readinto(view[done:done + CHUNK])  # type: ignore[attr-defined]
+                if not got:
+                    fail(header.name, f"block {b.tensor!r} is truncated: expected "
+                         f"{b.nbytes} bytes, found {done} (file changed while reading?)")
+                if verify:
+                    checks.append(pool.submit(crc.update, view[done:done + got]))
+                done += got
+            crcs.append(crc)
+            blocks_data.append(block)
+        for check in checks:
+            check.result()
+    if verify:
+        for index, crc in enumerate(crcs):
+            check_crc(header, index, crc.value)
+    return blocks_data
+
+
+def map_blocks(f: BinaryIO, header: Header, mode: str) -> list[np.ndarray]:
+    """Every block as a view of one map of the file (``mode`` as in ``np.load``)."""
+    if all(b.nbytes == 0 for b in header.blocks):
+        return [np.empty(0, np.uint8) for _ in header.blocks]
+    mapped = mmap.mmap(f.fileno(), 0, access=MMAP_ACCESS[mode])
+    if len(mapped) < header.file_size:
+        fail(header.name, "is truncated: the file shrank while it was being mapped")
+    tensor_blocks = {a.block for a in header.arrays if a.torch is not None}
+    private = None
+    if mode == "r" and tensor_blocks:
+        # torch has no read-only tensors: a write to a read-only map would
+        # crash the process, so blocks holding tensors are mapped copy-on-write.
+        private = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
+    out = []
+    for index, b in enumerate(header.blocks):
+        source = private if private is not None and index in tensor_blocks else mapped
+        out.append(np.frombuffer(source, np.uint8, b.nbytes, header.block_file_start(index))
+                   if b.nbytes else np.empty(0, np.uint8))
+    return out

@@ -1,0 +1,134 @@
+"""``inspect``: describe a checkpoint from its header alone, without reading array data."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+from .header import fail, read_header
+from .nodes import Describer
+
+
+@dataclass(frozen=True)
+class FieldInfo:
+    """One stored array as :func:`inspect` reports it.
+
+    Attributes:
+        path: dotted field path, such as ``Traj.obs.pos``.
+        shape: the array's shape.
+        dtype: numpy dtype name (``torch.*`` for tensors).
+        nbytes: bytes of the array's elements.
+        block: tensor name of the block holding it (None for empty arrays).
+    """
+
+    path: str
+    shape: tuple
+    dtype: str
+    nbytes: int
+    block: str | None
+
+
+@dataclass(frozen=True)
+class CheckpointInfo:
+    """What :func:`inspect` found in a checkpoint's header; ``str()`` is a tree.
+
+    Attributes:
+        path: the file inspected.
+        format_version: the file's format version, ``"1.0"``.
+        file_size: size of the file in bytes.
+        data_bytes: bytes of all blocks (what loading reads).
+        needs_pickle: whether ``load`` needs ``allow_pickle=True``.
+        pickle_reason: the first object that is not data, or None.
+        fields: a :class:`FieldInfo` per stored array.
+        checkpoint_id: the file's random id.
+        tree: the structure as indented text.
+    """
+
+    path: str
+    format_version: str
+    file_size: int
+    data_bytes: int
+    needs_pickle: bool
+    pickle_reason: str | None
+    fields: tuple
+    checkpoint_id: str
+    tree: str
+
+    def __str__(self) -> str:
+        lines = [f"{self.path}: namedschema checkpoint, format {self.format_version}, "
+                 f"{len(self.fields)} arrays, {_human(self.data_bytes)} of data, "
+                 f"file {_human(self.file_size)}"]
+        if self.needs_pickle:
+            lines.append(f"needs allow_pickle=True: {self.pickle_reason}")
+        lines.append(self.tree)
+        if not self.needs_pickle:  # the answer is always there, "no" last
+            lines.append("loading needs allow_pickle=True: no")
+        return "\n".join(lines)
+
+
+def _human(n: float) -> str:
+    if n < 1024:
+        return f"{n} B"
+    for unit in ("KiB", "MiB", "GiB"):
+        n /= 1024
+        if n < 1024 or unit == "GiB":
+            break
+    return f"{n:.1f} {unit}"
+
+
+def _array_line(info: FieldInfo) -> str:
+    return f"{info.dtype} {info.shape} {_human(info.nbytes)}"
+
+
+def inspect(path: str | os.PathLike[str]) -> CheckpointInfo:
+    """Describe a checkpoint from its header, without reading array data.
+
+    Args:
+        path: the checkpoint file.
+
+    Returns:
+        A :class:`CheckpointInfo`; ``print`` it for a tree of the structure
+        with every field's dtype, shape and size.
+
+    Raises:
+        FormatError: the file is not a valid checkpoint header.
+
+    >>> import numpy as np, tempfile, os, namedschema
+    >>> P = namedschema.NamedTupleSchema('P', 'pos vel')
+    >>> path = os.path.join(tempfile.mkdtemp(), 'p.nsb')
+    >>> namedschema.save(P(np.zeros((3, 2), np.float32), np.ones(3)), path)
+    >>> info = namedschema.inspect(path)
+    >>> info.needs_pickle, [f.path for f in info.fields]
+    (False, ['P.pos', 'P.vel'])
+    >>> print(info.tree)
+    P (NamedTupleSchema)
+      pos: float32 (3, 2) 24 B
+      vel: float64 (3,) 24 B
+    """
+    name = os.fspath(path)
+    with open(name, "rb", buffering=0) as f:
+        header = read_header(f, name, os.fstat(f.fileno()).st_size)
+    desc = header.description
+    fields = tuple(
+        FieldInfo(a.path, a.shape,
+                  f"torch.{a.torch}" if a.torch else np.dtype(a.dtype).name, a.nbytes,
+                  None if a.block is None else desc.blocks[a.block].tensor)
+        for a in desc.arrays)
+    if desc.pickle is not None:
+        lines = ["<pickled object graph>"]
+        lines.extend(f"  {fi.path}: {_array_line(fi)}" for fi in fields)
+    else:
+        describer = Describer(name, desc.schemas, desc.arrays,
+                              [_array_line(fi) for fi in fields])
+        try:
+            describer.describe(desc.structure)
+        except RecursionError as exc:
+            fail(name, "structure is nested too deeply", exc)
+        lines = describer.lines
+    return CheckpointInfo(
+        path=name, format_version=header.version, file_size=header.file_size,
+        data_bytes=header.data_bytes, needs_pickle=desc.pickle is not None,
+        pickle_reason=None if desc.pickle is None else desc.pickle.reason,
+        fields=fields, checkpoint_id=desc.checkpoint_id, tree="\n".join(lines))

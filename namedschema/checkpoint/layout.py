@@ -1,0 +1,188 @@
+"""Layout: group the graph's arrays into blocks of memory and place them in the file.
+
+Arrays that view one base array, or overlap in memory, share one block: the
+span of memory from the lowest to the highest byte they touch, stored once, so
+they come back as views of one block. A block holding a single sparse view
+(more than half of its span unused) stores a C-order copy of its elements
+instead. A block holding one contiguous array of a dtype safetensors knows is
+declared with that dtype and shape, so safetensors readers get the array.
+"""
+
+from __future__ import annotations
+
+import collections
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .arrays import StoredArray
+from .blocks import CompactCopy, MemorySpan, RawBytes, Source
+from .constants import ST_DTYPES
+from .header import ArrayEntry, BlockEntry, TensorEntry, tensor_table
+
+PICKLE_TENSOR = "__pickle__"
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where everything goes: blocks (checksums still 0), their sources, arrays, tensors."""
+
+    blocks: tuple[BlockEntry, ...]
+    sources: tuple[Source, ...]         # what to write for each block
+    arrays: tuple[ArrayEntry, ...]
+    tensors: dict[str, TensorEntry]     # the safetensors table, padding included
+
+    @property
+    def data_bytes(self) -> int:
+        return sum(b.nbytes for b in self.blocks)
+
+
+@dataclass(frozen=True)
+class _Group:
+    members: list[int]                  # indices into the array table
+    lo: int                             # start address of the span
+    nbytes: int                         # bytes stored (the span, or the compact copy)
+    compact: bool = False               # store a C-order copy of its one array
+    st_dtype: str = "U8"                # how the safetensors table declares it
+    st_shape: tuple[int, ...] = ()      # set by _declare
+
+
+def plan(entries: list[StoredArray], pickled: bytes | None = None) -> Layout:
+    """The layout of ``entries`` (the array table), plus a pickle block if given."""
+    groups = [_declare(g, entries) for g in _group(entries)]
+    names = _block_names(groups, entries)
+    arrays = []
+    placement: dict[int, tuple[int, int, tuple[int, ...]]] = {}
+    for index, g in enumerate(groups):
+        for i in g.members:
+            view = entries[i].view
+            placement[i] = ((index, 0, _c_strides(view)) if g.compact else
+                            (index, view.__array_interface__["data"][0] - g.lo, view.strides))
+    for i, e in enumerate(entries):
+        block, offset, strides = placement.get(i, (None, 0, _c_strides(e.view)))
+        arrays.append(ArrayEntry(block, offset, tuple(e.view.shape), tuple(strides),
+                                 e.view.dtype.str, e.path, e.torch, e.requires_grad))
+    declared = [(name, g.st_dtype, g.st_shape, g.nbytes)
+                for name, g in zip(names, groups, strict=True)]
+    sources: list[Source] = [
+        CompactCopy(entries[g.members[0]].view) if g.compact else MemorySpan(g.lo, g.nbytes)
+        for g in groups]
+    if pickled is not None:
+        declared.append((PICKLE_TENSOR, "U8", (len(pickled),), len(pickled)))
+        sources.append(RawBytes(pickled))
+    tensors = tensor_table(declared)
+    blocks = tuple(BlockEntry(name, tensors[name].start, nbytes, 0)
+                   for name, _d, _s, nbytes in declared)
+    return Layout(blocks, tuple(sources), tuple(arrays), tensors)
+
+
+def _extent(arr: np.ndarray) -> tuple[int, int] | None:
+    """(lo, hi) absolute byte addresses the array touches, or None if empty."""
+    if arr.size == 0:
+        return None
+    lo = hi = arr.__array_interface__["data"][0]
+    for n, s in zip(arr.shape, arr.strides, strict=True):
+        if s < 0:
+            lo += (n - 1) * s
+        else:
+            hi += (n - 1) * s
+    return lo, hi + arr.itemsize
+
+
+def _root_key(entry: StoredArray) -> tuple[str, int]:
+    if not isinstance(entry.obj, np.ndarray):
+        return ("storage", entry.obj.untyped_storage().data_ptr())
+    base: Any = entry.view
+    while isinstance(base.base, np.ndarray):
+        base = base.base
+    return ("object", id(base.base if base.base is not None else base))
+
+
+def _group(entries: list[StoredArray]) -> list[_Group]:
+    """Non-empty arrays grouped by shared base or overlapping memory, in table order."""
+    parent = list(range(len(entries)))
+
+    def find(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    extents: dict[int, tuple[int, int]] = {}
+    by_root: dict[tuple[str, int], int] = {}
+    for i, entry in enumerate(entries):
+        ext = _extent(entry.view)
+        if ext is None:
+            continue
+        extents[i] = ext
+        key = _root_key(entry)
+        if key in by_root:
+            parent[find(i)] = find(by_root[key])
+        else:
+            by_root[key] = i
+    # Arrays that overlap in memory belong together whatever their bases say.
+    ordered = sorted(extents, key=lambda i: extents[i][0])
+    reach, last = -1, None
+    for i in ordered:
+        lo, hi = extents[i]
+        if last is not None and lo < reach:
+            parent[find(i)] = find(last)
+        if hi > reach:
+            reach, last = hi, i
+    members = collections.defaultdict(list)
+    for i in ordered:
+        members[find(i)].append(i)
+    groups = []
+    for m in sorted(members.values(), key=min):
+        m.sort()
+        lo = min(extents[i][0] for i in m)
+        groups.append(_Group(m, lo, max(extents[i][1] for i in m) - lo))
+    return groups
+
+
+def _declare(g: _Group, entries: list[StoredArray]) -> _Group:
+    """The group with its storage decided: compact or not, and its safetensors declaration."""
+    nbytes, compact, st_dtype = g.nbytes, False, "U8"
+    st_shape: tuple[int, ...] | None = None
+    if len(g.members) == 1:
+        entry = entries[g.members[0]]
+        view = entry.view
+        # BF16 would be exact, but safetensors.numpy cannot read it: use U8.
+        st = None if entry.torch == "bfloat16" else ST_DTYPES.get(view.dtype.str)
+        if nbytes > 2 * view.nbytes:
+            # A sparse view of a large array: store only its elements.
+            compact, nbytes = True, view.nbytes
+        if st is not None and nbytes == view.nbytes:
+            if compact or view.flags.c_contiguous:
+                st_dtype, st_shape = st, tuple(view.shape)
+            elif view.flags.f_contiguous:
+                st_dtype, st_shape = st, tuple(reversed(view.shape))
+    if st_shape is None:
+        st_shape = (nbytes,)
+    return _Group(g.members, g.lo, nbytes, compact, st_dtype, st_shape)
+
+
+def _block_names(groups: list[_Group], entries: list[StoredArray]) -> list[str]:
+    """A distinct tensor name per block: the path of its first array."""
+    used: set[str] = set()
+    names = []
+    for g in groups:
+        base = entries[g.members[0]].path or "root"
+        # Names starting with "__" are the format's own (__metadata__, __pad__.N, ...).
+        base = name = base if not base.startswith("__") else f"array.{base}"
+        suffix = 0
+        while name in used:
+            suffix += 1
+            name = f"{base}#{suffix}"
+        used.add(name)
+        names.append(name)
+    return names
+
+
+def _c_strides(arr: np.ndarray) -> tuple[int, ...]:
+    strides, step = [], arr.itemsize
+    for n in reversed(arr.shape):
+        strides.append(step)
+        step *= max(n, 1)
+    return tuple(reversed(strides))

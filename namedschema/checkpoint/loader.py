@@ -1,0 +1,75 @@
+"""``load``: read and check the header, read or map the blocks, rebuild the graph."""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Literal
+
+from ..errors import UnsafeLoadError
+from . import pickled
+from .arrays import make_arrays
+from .blocks import MMAP_ACCESS, map_blocks, read_blocks, verify
+from .header import fail, read_header
+from .nodes import Decoder
+
+
+def load(path: str | os.PathLike[str], *, mmap_mode: Literal["r", "r+", "c"] | None = None,
+         allow_pickle: bool = False, verify: bool = False) -> Any:
+    """Load a checkpoint written by :func:`save`.
+
+    Arrays that were views of one another come back as views of one block.
+    With ``mmap_mode`` the blocks are memory-mapped instead of read, so
+    opening takes milliseconds whatever the size and reads nothing until
+    used; the arrays stay valid after the file is replaced by a new save.
+
+    Args:
+        path: the checkpoint file.
+        mmap_mode: None to read everything into memory, or as in ``np.load``:
+            ``'r'`` read-only, ``'r+'`` writes go to the file, ``'c'``
+            copy-on-write (writes stay in memory). Torch tensors cannot be
+            read-only, so with ``'r'`` their blocks are mapped copy-on-write.
+        allow_pickle: allow files whose structure was pickled. Unpickling
+            runs code chosen by whoever wrote the file: only allow it for
+            files you trust.
+        verify: check every block's CRC-32 (reads all data, even when mapped).
+
+    Returns:
+        The saved object graph.
+
+    Raises:
+        FormatError: (a ValueError) the file is not a checkpoint, is
+            truncated, corrupt or of an unknown version.
+        UnsafeLoadError: the file needs pickle and ``allow_pickle`` is false.
+        OSError: the file cannot be read.
+    """
+    return _load(os.fspath(path), mmap_mode, allow_pickle, verify)
+
+
+def _load(name: str, mmap_mode: str | None, allow_pickle: bool, check: bool) -> Any:
+    if mmap_mode is not None and mmap_mode not in MMAP_ACCESS:
+        raise ValueError(f"mmap_mode must be None, 'r', 'r+' or 'c', got {mmap_mode!r}")
+    with open(name, "r+b" if mmap_mode == "r+" else "rb", buffering=0) as f:
+        header = read_header(f, name, os.fstat(f.fileno()).st_size)
+        if header.description.pickle is not None and not allow_pickle:
+            raise UnsafeLoadError(
+                f"{name!r} holds pickled objects ({header.description.pickle.reason[:200]} "
+                "is not plain data); loading it runs code chosen by whoever wrote the "
+                "file. Pass allow_pickle=True only if you trust it.")
+        if mmap_mode is None:
+            blocks_data = read_blocks(f, header, check)
+        else:
+            blocks_data = map_blocks(f, header, mmap_mode)
+            if check:
+                verify(header, blocks_data)
+    arrays = make_arrays(header.arrays, blocks_data)
+    if header.description.pickle is not None:
+        try:
+            return pickled.loads(blocks_data[header.description.pickle.block], arrays)
+        except Exception as exc:  # noqa: BLE001 - anything a bad pickle raises
+            fail(name, f"pickled structure cannot be loaded: {type(exc).__name__}: {exc}",
+                 exc)
+    decoder = Decoder(name, header.description.schemas, header.arrays, arrays)
+    try:
+        return decoder.decode(header.description.structure)
+    except RecursionError as exc:
+        fail(name, "structure is nested too deeply", exc)

@@ -1,0 +1,91 @@
+"""``save``: encode the graph, lay out its blocks, write them and the header atomically."""
+
+from __future__ import annotations
+
+import os
+import struct
+import uuid
+from typing import Any
+
+from ..errors import NotDataError
+from . import layout, pickled
+from .atomic import AtomicFile
+from .blocks import Progress, write_all, write_blocks
+from .header import Description, Header, PickleEntry
+from .nodes import Encoder, NotData
+
+
+def save(obj: Any, path: str | os.PathLike[str], *, allow_pickle: bool = False,
+         progress: bool = False) -> None:
+    """Save an object graph, writing every array raw and once, atomically.
+
+    Arrays (numpy, and torch CPU tensors) anywhere in ``obj`` are written
+    straight from their memory, one block per underlying buffer, so views of
+    one array come back as views of one array. A graph of schemas, stdlib
+    namedtuples, tuples, lists, str-keyed dicts, None, bool, int, float, str,
+    numpy scalars and arrays is stored as data. Anything else (a ``set``, a
+    lock, an object of your own class) can only be pickled: ``save`` refuses
+    it unless ``allow_pickle=True``, and such a file then needs
+    ``load(..., allow_pickle=True)``. The file is written to a temporary file
+    in the same directory, synced and renamed over ``path``, so an existing
+    file at ``path`` is never damaged. Temporary files that earlier savers of
+    ``path`` left when they were killed are removed first (the rule is in the
+    package documentation); those of live savers are kept.
+
+    Args:
+        obj: the object graph to save.
+        path: destination file (str or path-like).
+        allow_pickle: pickle the whole graph (its arrays still written raw)
+            when it holds a value that is not data. False by default, so that
+            a graph needing pickle fails here, in the saving process, rather
+            than at load time, maybe in another process.
+        progress: show a progress bar on stderr.
+
+    Raises:
+        NotDataError: (a TypeError) ``obj`` holds a value that is not data and
+            ``allow_pickle`` is false; the message names where it is.
+        StructureMismatchError: a tensor is not on the CPU or has a dtype
+            numpy cannot view.
+        OSError: the file cannot be written (the old file stays intact).
+
+    >>> import numpy as np, tempfile, os, namedschema
+    >>> Step = namedschema.NamedArrayTupleSchema('Step', 'obs reward')
+    >>> buf = Step(np.zeros((8, 4), np.uint8), np.arange(8.0))
+    >>> path = os.path.join(tempfile.mkdtemp(), 'buf.nsb')
+    >>> namedschema.save({'buffer': buf, 'recent': buf.obs[-2:]}, path)
+    >>> back = namedschema.load(path)
+    >>> back['buffer'].reward[3], np.shares_memory(back['recent'], back['buffer'].obs)
+    (np.float64(3.0), True)
+    """
+    path = os.fspath(path)
+    encoder = Encoder()
+    structure, not_data = None, None
+    try:
+        structure = encoder.encode(obj)
+    except NotData as exc:
+        not_data = exc
+    except RecursionError:
+        not_data = NotData("", obj, "nested too deeply for the data path")
+    pickle_bytes = None
+    if not_data is not None:
+        if not allow_pickle:
+            raise NotDataError(path, not_data.path, not_data.type_name,
+                               not_data.why) from None
+        encoder = Encoder()  # start again: the pickle holds the whole graph
+        pickle_bytes = pickled.dumps(obj, encoder.arrays)
+    plan = layout.plan(encoder.arrays.entries, pickle_bytes)
+    pickle_entry = None if not_data is None else PickleEntry(len(plan.blocks) - 1,
+                                                             str(not_data))
+    header = Header(
+        Description(blocks=plan.blocks, arrays=plan.arrays, schemas=tuple(encoder.schemas),
+                    structure=structure, pickle=pickle_entry, checkpoint_id=uuid.uuid4().hex),
+        plan.tensors, name=path)
+    # The data starts after the header, whose checksums are known only once
+    # the data is written: reserve the header's room (its fixed-width fields
+    # keep its length), write the data, then the header.
+    length = len(header.encode())
+    with AtomicFile(path) as fd:
+        write_all(fd, struct.pack("<Q", length) + b" " * length)
+        crcs = write_blocks(fd, plan.sources, Progress(plan.data_bytes, "saving", progress))
+        os.lseek(fd, 8, os.SEEK_SET)
+        write_all(fd, header.with_crcs(crcs).encode(length))

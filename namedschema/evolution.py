@@ -1,0 +1,871 @@
+"""Schema evolution: map saved schema instances onto the schemas of today's code.
+
+A checkpoint or pickle carries its own schema definitions, so after the code
+changed (a field added to the replay samples, one removed, a dtype widened) it
+still loads, but as the *old* types. :func:`upgrade` walks a loaded structure
+and rebuilds every schema instance as an instance of the current schema with
+the same typename (or the one an explicit mapping names), field by field, by
+name. The rules are written out in ``docs/evolution.rst``:
+
+* a field the current schema has and the saved data lacks is filled from the
+  current schema's default (for an array tuple, broadcast to the instance's
+  leading shape, or made by a callable that receives that shape);
+* a saved field the current schema lacks is an error, or dropped
+  (``extra="ignore"``), or dropped and handed back in the report
+  (``extra="keep"``);
+* where the current schema declares a field's dtype (a numpy-typed default
+  such as ``np.float32(0)``), a saved array of another dtype or element shape
+  is refused unless ``casting`` (numpy's rule names) allows the cast.
+
+Unchanged fields keep the very same array objects (memory-mapped arrays stay
+mapped, views stay views). Nothing the caller holds is modified unless the
+whole structure upgrades without error.
+
+upgrade         map a structure's schema instances to current schemas
+UpgradeReport   what an upgrade mapped (``upgrade(..., report=True)``)
+SchemaMapping   one saved schema and the current schema it became
+KeptField       one saved field kept aside by ``extra="keep"``
+field_dtype     the dtype and element shape a schema declares for a field
+"""
+
+from __future__ import annotations
+
+import logging
+import types
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ._classdef import declared_dtypes, has_class_body
+from ._factories import is_namedarraytuple_class, is_namedtuple_class
+from ._schema import NamedTupleSchema
+from .errors import (
+    ExtraFieldError,
+    FieldMismatchError,
+    MissingFieldError,
+    SchemaEvolutionError,
+    short_repr,
+)
+
+__all__ = ["upgrade", "UpgradeReport", "SchemaMapping", "KeptField", "field_dtype",
+           "EXTRA_CHOICES", "CASTING_CHOICES"]
+
+_log = logging.getLogger("namedschema.evolution")
+
+EXTRA_CHOICES = ("error", "ignore", "keep")
+CASTING_CHOICES = ("no", "equiv", "safe", "same_kind", "unsafe")
+
+_MISSING = object()
+_ATOMS = (type(None), bool, int, float, complex, str, bytes, bytearray, range, slice,
+          type(Ellipsis), type(NotImplemented))
+# Objects that are never walked into: code, classes and modules.
+_OPAQUE = (type, types.ModuleType, types.FunctionType, types.BuiltinFunctionType,
+           types.MethodType, types.CodeType, types.FrameType, types.GeneratorType,
+           types.CoroutineType, types.AsyncGeneratorType, memoryview)
+_NUMBERS = (bool, int, float, complex)
+
+
+# --------------------------------------------------------------------------
+# What a schema declares
+# --------------------------------------------------------------------------
+
+def _is_named_class(cls) -> bool:
+    return isinstance(cls, type) and (is_namedtuple_class(cls) or is_namedarraytuple_class(cls))
+
+
+def _typename(cls) -> str:
+    """The name files store for ``cls``: a schema's typename, else the class name."""
+    if isinstance(cls, NamedTupleSchema) and "_schema_id" in cls.__dict__:
+        return str(cls.__dict__["_typename"])
+    return cls.__name__
+
+
+def field_dtype(schema, field: str):
+    """The ``(dtype, element shape)`` that ``schema`` declares for ``field``, or None.
+
+    Two things declare a dtype. An annotation of a class-syntax schema
+    (``reward: npt.NDArray[np.float32]``, or ``np.float32``) declares the
+    dtype but no shape (the element shape is then None: not checked). A
+    numpy-typed default declares both: a numpy scalar (``np.float32(0)``
+    declares float32 and shape ``()``) or a numpy array (``np.zeros(3,
+    np.int8)`` declares int8 and shape ``(3,)``). When both are present the
+    annotation's dtype wins. Other defaults (Python numbers, None,
+    callables) declare nothing.
+
+    >>> import numpy as np, namedschema
+    >>> S = namedschema.NamedArrayTupleSchema('S', 'obs reward', defaults=(np.float32(0),))
+    >>> field_dtype(S, 'reward'), field_dtype(S, 'obs')
+    ((dtype('float32'), ()), None)
+    """
+    if field not in schema._fields:
+        raise KeyError(f"{_typename(schema)} has no field {field!r} "
+                       f"(fields: {', '.join(schema._fields)})")
+    dtype = shape = None
+    default = schema._field_defaults.get(field, _MISSING)
+    if isinstance(default, (np.ndarray, np.generic)) and not default.dtype.hasobject:
+        dtype, shape = default.dtype, tuple(default.shape)
+    annotated = declared_dtypes(schema).get(field) if has_class_body(schema) else None
+    if annotated is not None:
+        dtype = np.dtype(annotated)
+    return None if dtype is None else (dtype, shape)
+
+
+# --------------------------------------------------------------------------
+# The report
+# --------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class SchemaMapping:
+    """One saved schema and the current schema its instances became.
+
+    The ``changed`` property is true when fields were added, dropped, cast
+    or reordered (not just the class swapped).
+
+    Attributes:
+        saved: the saved typename.
+        saved_fields: the saved schema's fields, in saved order.
+        schema: the current class the instances are now of.
+        added: fields filled from defaults (the saved data lacked them).
+        dropped: saved fields the current schema lacks (ignored or kept).
+        cast: ``(field, saved dtype, current dtype)`` of every cast made.
+        instances: how many instances were mapped.
+        classes: how many references to the saved class itself were mapped.
+        path: where the first instance (or class) was found.
+    """
+
+    saved: str
+    saved_fields: tuple
+    schema: Any
+    added: tuple
+    dropped: tuple
+    cast: tuple
+    instances: int
+    classes: int
+    path: str
+
+    @property
+    def changed(self) -> bool:
+        """Whether anything but the class identity changed."""
+        return bool(self.added or self.dropped or self.cast
+                    or self.saved_fields != tuple(self.schema._fields))
+
+    def __str__(self):
+        target = _typename(self.schema)
+        module = getattr(self.schema, "__module__", None)
+        where = f" ({module})" if isinstance(module, str) else ""
+        what = []
+        if self.added:
+            what.append("added " + ", ".join(self.added) + " (from defaults)")
+        if self.dropped:
+            what.append("dropped " + ", ".join(self.dropped))
+        if self.cast:
+            what.append("cast " + ", ".join(f"{f} {a}->{b}" for f, a, b in self.cast))
+        if not what and self.saved_fields != tuple(self.schema._fields):
+            what.append("fields reordered")
+        count = []
+        if self.instances:
+            count.append(f"{self.instances} instance{'s' * (self.instances != 1)}")
+        if self.classes:
+            count.append(f"{self.classes} class reference{'s' * (self.classes != 1)}")
+        return (f"{self.saved} -> {target}{where}: {', '.join(count) or 'nothing'}; "
+                f"{'; '.join(what) or 'same fields'} (first at {self.path})")
+
+
+@dataclass(frozen=True)
+class KeptField:
+    """A saved field the current schema lacks, kept aside by ``extra="keep"``.
+
+    Attributes:
+        path: where the instance was found, such as ``buffer.samples``.
+        schema: the saved typename.
+        field: the field's name.
+        value: its value (upgraded like everything else).
+    """
+
+    path: str
+    schema: str
+    field: str
+    value: object
+
+
+@dataclass(frozen=True)
+class UpgradeReport:
+    """What :func:`upgrade` did; ``str()`` gives one line per saved schema.
+
+    ``kept_fields(path)`` returns the fields kept aside from the instance at
+    ``path`` as a dict by name.
+
+    Attributes:
+        mappings: a :class:`SchemaMapping` per saved schema that met a current one.
+        unmatched: saved typename -> path of the first instance, for schemas
+            no current schema was given for (left as saved).
+        kept: the :class:`KeptField` entries of ``extra="keep"``.
+    """
+
+    mappings: tuple
+    unmatched: dict
+    kept: tuple
+
+    def kept_fields(self, path: str) -> dict:
+        """The fields kept aside from the instance at ``path``, by name."""
+        return {k.field: k.value for k in self.kept if k.path == path}
+
+    def __str__(self):
+        lines = [f"upgrade: {len(self.mappings)} saved schema"
+                 f"{'s' * (len(self.mappings) != 1)} mapped"]
+        lines += [f"  {m}" for m in self.mappings]
+        lines += [f"  {name}: no current schema, left as saved (first at {path})"
+                  for name, path in self.unmatched.items()]
+        if self.kept:
+            lines.append(f"  kept aside: {len(self.kept)} field value"
+                         f"{'s' * (len(self.kept) != 1)}, first "
+                         f"{self.kept[0].schema}.{self.kept[0].field} at {self.kept[0].path}")
+        return "\n".join(lines)
+
+
+class _MappingRecord:
+    """Mutable counterpart of SchemaMapping while an upgrade runs."""
+
+    def __init__(self, plan, path):
+        self.plan, self.path = plan, path
+        self.instances = self.classes = 0
+        self.cast: dict = {}
+
+    def freeze(self):
+        plan = self.plan
+        return SchemaMapping(
+            saved=_typename(plan.saved), saved_fields=tuple(plan.saved._fields),
+            schema=plan.target, added=plan.added, dropped=tuple(n for _i, n in plan.extras),
+            cast=tuple(self.cast), instances=self.instances, classes=self.classes,
+            path=self.path)
+
+
+# --------------------------------------------------------------------------
+# Finding the current schemas
+# --------------------------------------------------------------------------
+
+def _describe_class(cls) -> str:
+    module = getattr(cls, "__module__", None)
+    return f"{_typename(cls)}({', '.join(cls._fields)}) from {module}"
+
+
+class _Targets:
+    """Current schemas by saved typename: explicit entries first, then the rest."""
+
+    def __init__(self, schemas):
+        self.explicit: dict = {}
+        self.found: dict = {}
+        self._add(schemas, "schemas", depth=0)
+
+    def _add(self, spec, where, depth):
+        if depth > 3:
+            raise TypeError(f"upgrade: {where} is nested too deeply")
+        if isinstance(spec, types.ModuleType):
+            for value in list(vars(spec).values()):
+                if _is_named_class(value):
+                    self._found(value)
+        elif _is_named_class(spec):
+            self._found(spec)
+        elif isinstance(spec, Mapping):
+            for key, value in spec.items():
+                if not isinstance(key, str):
+                    raise TypeError(f"upgrade: schemas mapping keys must be saved "
+                                    f"typenames (str), got {short_repr(key)}")
+                if not _is_named_class(value):
+                    raise TypeError(f"upgrade: schemas[{key!r}] must be a schema "
+                                    f"class, got {short_repr(value)}")
+                self.explicit[key] = value
+        elif isinstance(spec, Iterable) and not isinstance(spec, (str, bytes)):
+            for i, item in enumerate(spec):
+                self._add(item, f"{where}[{i}]", depth + 1)
+        else:
+            raise TypeError("upgrade: schemas must be a module, a schema class, a "
+                            "mapping of saved typename to schema, or a list of these; "
+                            f"got {short_repr(spec)}")
+
+    def _found(self, cls):
+        group = self.found.setdefault(_typename(cls), [])
+        if not any(c is cls for c in group):
+            group.append(cls)
+
+    def lookup(self, typename, path):
+        cls = self.explicit.get(typename)
+        if cls is not None:
+            return cls
+        group = self.found.get(typename)
+        if not group:
+            return None
+        if len(group) > 1:
+            raise SchemaEvolutionError(
+                f"{path}: saved schema {typename!r} matches {len(group)} current "
+                f"schemas ({'; '.join(_describe_class(c) for c in group)}); name the "
+                f"one to use: schemas={{{typename!r}: ...}}", schema=typename, path=path)
+        return group[0]
+
+
+# --------------------------------------------------------------------------
+# The plan for one saved class
+# --------------------------------------------------------------------------
+
+class _Plan:
+    """How instances of one saved class become instances of its target."""
+
+    def __init__(self, saved, target, sources, fills, extras, declared):
+        self.saved, self.target = saved, target
+        self.sources = sources      # per target field: saved index, or None (fill)
+        self.fills = fills          # target field index -> default
+        self.extras = extras        # (saved index, name) of saved fields dropped
+        self.declared = declared    # target field index -> (dtype, element shape)
+        self.added = tuple(target._fields[j] for j in sorted(fills))
+        self.array = is_namedarraytuple_class(target)
+        self.identity = (saved is target and not fills and not extras)
+
+
+def _path_join(path, key):
+    if isinstance(key, int):
+        return f"{path}[{key}]"
+    if isinstance(key, str) and key.isidentifier():
+        return f"{path}.{key}" if path else key
+    return f"{path}[{short_repr(key)}]"
+
+
+def _leaf_shape(value):
+    if isinstance(value, np.ndarray | np.generic):
+        return tuple(value.shape)
+    if type(value) in _NUMBERS:
+        return ()
+    return None
+
+
+def _leaf_shapes(values, out, depth=0):
+    for v in values:
+        shape = _leaf_shape(v)
+        if shape is not None:
+            out.append(shape)
+        elif depth < 50 and isinstance(v, tuple) and _is_named_class(type(v)):
+            _leaf_shapes(v, out, depth + 1)
+
+
+def _common_prefix(shapes):
+    if not shapes:
+        return None
+    ndim = min(len(s) for s in shapes)
+    prefix = []
+    for i in range(ndim):
+        if any(s[i] != shapes[0][i] for s in shapes):
+            break
+        prefix.append(shapes[0][i])
+    return tuple(prefix)
+
+
+def _dtype_text(dtype) -> str:
+    dtype = np.dtype(dtype)
+    return dtype.name if dtype.isnative or dtype.itemsize == 1 else dtype.str
+
+
+class _Upgrader:
+    def __init__(self, targets, extra, casting, defaults):
+        self.targets, self.extra, self.casting = targets, extra, casting
+        self.defaults = defaults
+        self.plans: dict = {}       # id(saved class) -> _Plan or None
+        self._alive: list = []      # keeps saved classes alive while ids are keys
+        self.records: dict = {}     # id(saved class) -> _MappingRecord
+        self.unmatched: dict = {}
+        self.kept: list = []
+
+    # -- plans -------------------------------------------------------------
+
+    def plan(self, cls, path):
+        key = id(cls)
+        if key in self.plans:
+            return self.plans[key]
+        self._alive.append(cls)
+        saved_name = _typename(cls)
+        target = self.targets.lookup(saved_name, path)
+        if target is None:
+            self.plans[key] = None
+            return None
+        target_name = _typename(target)
+        saved_fields = tuple(cls._fields)
+        index = {name: i for i, name in enumerate(saved_fields)}
+        sources: list[int | None] = []
+        fills: dict = {}
+        declared: dict = {}
+        for j, name in enumerate(target._fields):
+            decl = field_dtype(target, name)
+            if decl is not None:
+                declared[j] = decl
+            if name in index:
+                sources.append(index[name])
+                continue
+            sources.append(None)
+            default = self.defaults.get(f"{target_name}.{name}", _MISSING)
+            if default is _MISSING:
+                default = target._field_defaults.get(name, _MISSING)
+            if default is _MISSING:
+                raise MissingFieldError(
+                    f"{path}: the saved {saved_name} ({', '.join(saved_fields)}) has no "
+                    f"field {name!r}, and the current {target_name} gives it no default; "
+                    f"give the schema a default for it or pass "
+                    f"defaults={{'{target_name}.{name}': ...}}",
+                    schema=target_name, field=name, path=path)
+            fills[j] = default
+        wanted = set(target._fields)
+        extras = tuple((i, n) for i, n in enumerate(saved_fields) if n not in wanted)
+        if extras and self.extra == "error":
+            names = ", ".join(repr(n) for _i, n in extras)
+            raise ExtraFieldError(
+                f"{path}: the saved {saved_name} has field{'s' * (len(extras) > 1)} "
+                f"{names} that the current {target_name} ({', '.join(target._fields)}) "
+                f"lacks; pass extra='ignore' to drop {'them' if len(extras) > 1 else 'it'} "
+                f"or extra='keep' to get the values back in the report",
+                schema=target_name, field=extras[0][1], path=path)
+        plan = _Plan(cls, target, tuple(sources), fills, extras, declared)
+        self.plans[key] = plan
+        return plan
+
+    def record(self, plan, path):
+        rec = self.records.get(id(plan.saved))
+        if rec is None:
+            rec = self.records[id(plan.saved)] = _MappingRecord(plan, path)
+        return rec
+
+    # -- declared dtypes ---------------------------------------------------
+
+    def check_declared(self, plan, j, value, path, leading):
+        """Check a saved value against its declared dtype and element shape.
+
+        Returns the dtype to cast to, or None. ``leading`` is the array
+        tuple's leading shape (None for plain named tuples).
+        """
+        dtype, shape = plan.declared[j]
+        target_name, name = _typename(plan.target), plan.target._fields[j]
+        if value is None or type(value) in _NUMBERS:
+            return None  # carries no dtype of its own
+        if isinstance(value, np.ndarray | np.generic):
+            saved_dtype, saved_shape = value.dtype, tuple(value.shape)
+        else:
+            raise FieldMismatchError(
+                f"{path}: {target_name}.{name} is declared as {_dtype_text(dtype)}"
+                f"{'' if shape is None else f' with element shape {shape}'}, but the "
+                "saved value is a "
+                f"{type(value).__qualname__}", schema=target_name, field=name, path=path,
+                saved=type(value).__qualname__, expected=f"{_dtype_text(dtype)} {shape}")
+        if shape is None:  # an annotation declares no shape
+            ok, saved_element = True, saved_shape
+        elif leading is not None:
+            ok = saved_shape == leading + shape
+            saved_element = saved_shape[len(leading):] if \
+                saved_shape[:len(leading)] == leading else saved_shape
+        else:  # no leading shape to go by: the element shape must end the saved one
+            ok = len(saved_shape) >= len(shape) and \
+                saved_shape[len(saved_shape) - len(shape):] == shape
+            saved_element = saved_shape
+        if not ok:
+            lead = "" if leading is None else f" (leading shape {leading})"
+            raise FieldMismatchError(
+                f"{path}: {target_name}.{name} has saved shape {saved_shape}{lead}, but "
+                f"the current schema declares element shape {shape}; shapes are never "
+                "changed", schema=target_name, field=name, path=path,
+                saved=saved_element, expected=shape)
+        if saved_dtype == dtype:
+            return None
+        if not np.can_cast(saved_dtype, dtype, casting=self.casting):
+            raise FieldMismatchError(
+                f"{path}: {target_name}.{name} has saved dtype "
+                f"{_dtype_text(saved_dtype)}, but the current schema declares "
+                f"{_dtype_text(dtype)}; casting={self.casting!r} does not allow "
+                f"{_dtype_text(saved_dtype)} -> {_dtype_text(dtype)}"
+                + ("" if np.can_cast(saved_dtype, dtype, "same_kind") else
+                   " (pass casting='unsafe' to force it)"),
+                schema=target_name, field=name, path=path,
+                saved=_dtype_text(saved_dtype), expected=_dtype_text(dtype))
+        return dtype
+
+    # -- filling new fields ------------------------------------------------
+
+    def fill(self, plan, j, leading, path):
+        default = plan.fills[j]
+        target_name, name = _typename(plan.target), plan.target._fields[j]
+        if not plan.array or default is None:
+            return default
+        where = f"{path}: new field {target_name}.{name}"
+        if callable(default) and not isinstance(default, type | np.ndarray | np.generic):
+            if leading is None:
+                raise SchemaEvolutionError(
+                    f"{where}: its default is a callable, but the saved instance holds "
+                    "no array or number to take the leading shape from",
+                    schema=target_name, field=name, path=path)
+            try:
+                value = default(leading)
+            except Exception as exc:
+                raise SchemaEvolutionError(
+                    f"{where}: the default callable failed for leading shape "
+                    f"{leading}: {type(exc).__name__}: {exc}",
+                    schema=target_name, field=name, path=path) from exc
+            shape = _leaf_shape(value)
+            if shape is not None and shape[:len(leading)] != leading:
+                raise FieldMismatchError(
+                    f"{where}: the default callable returned shape {shape} for "
+                    f"leading shape {leading}", schema=target_name, field=name,
+                    path=path, saved=shape, expected=leading)
+            return value
+        if leading is None or not isinstance(default, (*_NUMBERS, np.ndarray, np.generic)):
+            return default
+        element = np.asarray(default)
+        if element.dtype.hasobject:
+            return default
+        if not leading:
+            return default if not isinstance(default, np.ndarray) else element.copy()
+        full_shape = leading + element.shape
+        if not element.any():  # zeros: let the kernel hand out zero pages lazily
+            return np.zeros(full_shape, dtype=element.dtype)
+        return np.full(full_shape, element, dtype=element.dtype)
+
+    def leading_shape(self, plan, saved_values, hint):
+        """The saved array tuple's leading shape (None when nothing tells it).
+
+        Every array (and number) of an array tuple starts with the leading
+        shape, so it is a prefix of ``common``, the longest common prefix of
+        their shapes (nested instances included, no longer than the fewest
+        dimensions). Taken in order: the enclosing array tuple's (``hint``);
+        the shortest of those implied by fields whose current schema declares
+        an element shape; ``common`` itself.
+        """
+        shapes: list = []
+        _leaf_shapes(saved_values, shapes)
+        common = _common_prefix(shapes)
+        if common is None:
+            return hint
+        if hint is not None and common[:len(hint)] == hint:
+            return hint
+        implied = []
+        for j, (_dtype, shape) in (plan.declared.items() if plan else ()):
+            src = plan.sources[j]
+            if shape is None:
+                continue
+            saved = None if src is None else _leaf_shape(saved_values[src])
+            if saved is not None and len(shape) <= len(saved):
+                lead = saved[:len(saved) - len(shape)]
+                if common[:len(lead)] == lead:
+                    implied.append(lead)
+        if not implied:
+            return common
+        # The one most declared fields agree on; on a tie the longest (the
+        # nearest to ``common``), so the odd field out is the one reported.
+        return max(set(implied), key=lambda lead: (implied.count(lead), len(lead)))
+
+
+class _Walk:
+    """One pass over the structure; the dry pass checks, the build pass rebuilds."""
+
+    def __init__(self, up: _Upgrader, dry: bool, casts: dict):
+        self.up, self.dry = up, dry
+        self.casts = casts          # id(array) -> [array, dtype, path] (filled when dry)
+        self.leaves: list = []      # (array, path) of every array met (dry)
+        self.memo: dict = {}        # id(obj) -> result
+        self.busy: set = set()      # ids of immutables being rebuilt (cycles)
+        self.cycled: set = set()
+        self.writes: list = []      # deferred in-place updates of mutable containers
+
+    def convert(self, obj, path, hint=None):
+        if type(obj) in _ATOMS:
+            return obj
+        key = id(obj)
+        if key in self.memo:
+            return self.memo[key]
+        if key in self.busy:
+            self.cycled.add(key)
+            return obj
+        if isinstance(obj, np.ndarray):
+            return self.array(obj, path)
+        if isinstance(obj, type):
+            result = self.schema_class(obj, path) if _is_named_class(obj) else obj
+            self.memo[key] = result
+            return result
+        if isinstance(obj, (np.generic, *_OPAQUE)):
+            return obj
+        if isinstance(obj, tuple):
+            if _is_named_class(type(obj)):
+                return self.immutable(obj, path, lambda o, p: self.instance(o, p, hint))
+            if type(obj) is tuple:
+                return self.immutable(obj, path, self.plain_tuple)
+            return obj  # other tuple subclasses: unknown constructors, left alone
+        if isinstance(obj, frozenset):
+            return self.immutable(obj, path, self.frozen_set)
+        if isinstance(obj, list):
+            self.memo[key] = obj
+            for i, v in enumerate(obj):
+                self.assign(obj, i, v, self.convert(v, _path_join(path, i)))
+        elif isinstance(obj, dict):
+            self.memo[key] = obj
+            for k, v in list(obj.items()):
+                self.assign(obj, k, v, self.convert(v, _path_join(path, k)))
+        elif isinstance(obj, set):
+            self.memo[key] = obj
+            items = list(obj)
+            new = [self.convert(v, f"{path}{{...}}") for v in items]
+            if not self.dry and any(a is not b for a, b in zip(items, new, strict=True)):
+                self.writes.append(lambda s=obj, n=new: (s.clear(), s.update(n)))
+        else:
+            self.memo[key] = obj
+        attrs = getattr(obj, "__dict__", None)
+        if isinstance(attrs, dict) and attrs is not obj and not isinstance(obj, _OPAQUE):
+            base = path or type(obj).__name__
+            for k, v in list(attrs.items()):
+                self.assign(attrs, k, v, self.convert(v, _path_join(base, k)))
+        return obj
+
+    def assign(self, container, key, old, new):
+        if new is not old and not self.dry:
+            self.writes.append(lambda c=container, k=key, n=new: c.__setitem__(k, n))
+
+    def immutable(self, obj, path, rebuild):
+        key = id(obj)
+        self.busy.add(key)
+        try:
+            result = rebuild(obj, path)
+        finally:
+            self.busy.discard(key)
+        if key in self.cycled and result is not obj:
+            raise SchemaEvolutionError(
+                f"{path or '<root>'}: a {type(obj).__name__} refers back to itself "
+                "through its contents and would change; such cycles cannot be rebuilt",
+                path=path)
+        self.memo[key] = result
+        return result
+
+    def plain_tuple(self, obj, path):
+        new = [self.convert(v, _path_join(path, i)) for i, v in enumerate(obj)]
+        return obj if all(a is b for a, b in zip(obj, new, strict=True)) else tuple(new)
+
+    def frozen_set(self, obj, path):
+        items = list(obj)
+        new = [self.convert(v, f"{path}{{...}}") for v in items]
+        return obj if all(a is b for a, b in zip(items, new, strict=True)) else frozenset(new)
+
+    def array(self, arr, path):
+        if self.dry:
+            self.leaves.append((arr, path))
+            self.memo[id(arr)] = arr
+            return arr
+        entry = self.casts.get(id(arr))
+        result = arr if entry is None else np.asarray(arr).astype(entry[1])
+        self.memo[id(arr)] = result
+        return result
+
+    def schema_class(self, cls, path):
+        up = self.up
+        plan_target = up.targets.lookup(_typename(cls), path or _typename(cls))
+        if plan_target is None:
+            if not self.dry:
+                up.unmatched.setdefault(_typename(cls), path or "<root>")
+            return cls
+        if self.dry:
+            return plan_target
+        rec = up.records.get(id(cls))
+        if rec is None:
+            # A class reference met before (or without) any instance: the
+            # fields are reported as the plan would map them, without checks.
+            try:
+                plan = up.plan(cls, path or _typename(cls))
+            except SchemaEvolutionError:
+                plan = _Plan(cls, plan_target, (), {}, (), {})
+            rec = up.record(plan, path or _typename(cls))
+        rec.classes += 1
+        return plan_target
+
+    def instance(self, obj, path, hint=None):
+        up = self.up
+        cls = type(obj)
+        base = path or _typename(cls)
+        plan = up.plan(cls, base)
+        values = tuple(obj)
+        leading = None
+        if is_namedarraytuple_class(cls if plan is None else plan.target):
+            leading = up.leading_shape(plan, values, hint)
+        if plan is None:
+            if not self.dry:
+                up.unmatched.setdefault(_typename(cls), base)
+            new = [self.convert(v, f"{base}.{f}", leading)
+                   for f, v in zip(cls._fields, values, strict=True)]
+            if all(a is b for a, b in zip(values, new, strict=True)):
+                return obj
+            return cls._make(new)
+        rec = None if self.dry else up.record(plan, base)
+        out = []
+        for j, src in enumerate(plan.sources):
+            name = plan.target._fields[j]
+            fpath = f"{base}.{name}"
+            if src is None:
+                out.append(None if self.dry else up.fill(plan, j, leading, base))
+                continue
+            value = values[src]
+            if j in plan.declared:
+                cast_to = up.check_declared(plan, j, value, fpath, leading)
+                if cast_to is not None:
+                    if isinstance(value, np.ndarray):
+                        if self.dry:
+                            self.note_cast(value, cast_to, fpath)
+                    elif not self.dry:
+                        value = value.astype(cast_to)
+                    if rec is not None:
+                        rec.cast[(name, _dtype_text(values[src].dtype),
+                                  _dtype_text(cast_to))] = None
+            out.append(self.convert(value, fpath, leading))
+        for i, name in plan.extras:
+            if up.extra == "keep":
+                value = self.convert(values[i], f"{base}.{name}", leading)
+                if not self.dry:
+                    up.kept.append(KeptField(base, _typename(cls), name, value))
+        if rec is None:  # the dry pass builds nothing
+            return obj
+        rec.instances += 1
+        if plan.identity and all(a is b for a, b in zip(values, out, strict=True)):
+            return obj
+        return plan.target._make(out)
+
+    def note_cast(self, arr, dtype, path):
+        entry = self.casts.get(id(arr))
+        if entry is None:
+            self.casts[id(arr)] = [arr, dtype, path]
+        elif entry[1] != dtype:
+            raise SchemaEvolutionError(
+                f"{path}: this array is also at {entry[2]}, where it would be cast to "
+                f"{_dtype_text(entry[1])}, not {_dtype_text(dtype)}; one array cannot "
+                "take two dtypes", path=path)
+
+
+def _root(arr):
+    while isinstance(arr.base, np.ndarray):
+        arr = arr.base
+    return arr.base if arr.base is not None else arr
+
+
+def _check_aliases(casts, leaves):
+    """Refuse casts of arrays that other arrays in the structure view.
+
+    A cast makes a new array; the identical array elsewhere is replaced by it,
+    but a view (say ``samples_return_ = samples.reward[...]``) would keep
+    pointing at the old memory and the two would silently drift apart.
+    """
+    if not casts:
+        return
+    roots: dict = {}
+    for arr, _dtype, path in casts.values():
+        roots.setdefault(id(_root(arr)), []).append((arr, path))
+    for leaf, leaf_path in leaves:
+        if id(leaf) in casts:
+            continue
+        for arr, path in roots.get(id(_root(leaf)), ()):
+            if np.may_share_memory(leaf, arr):
+                raise SchemaEvolutionError(
+                    f"{path}: casting would copy this array, but {leaf_path} shares its "
+                    "memory (a view of it) and would keep the old data; save the "
+                    "checkpoint with the new dtype instead, or drop the view",
+                    path=path)
+
+
+def _check_options(extra, casting):
+    if extra not in EXTRA_CHOICES:
+        raise ValueError(f"upgrade: extra must be one of {EXTRA_CHOICES}, got {extra!r}")
+    if casting not in CASTING_CHOICES:
+        raise ValueError(f"upgrade: casting must be one of {CASTING_CHOICES}, "
+                         f"got {casting!r}")
+
+
+def _check_defaults(defaults):
+    if defaults is None:
+        return {}
+    if not isinstance(defaults, Mapping):
+        raise TypeError("upgrade: defaults must be a mapping of 'Typename.field' to a "
+                        f"value or callable, got {short_repr(defaults)}")
+    out = {}
+    for key, value in defaults.items():
+        if not isinstance(key, str) or key.count(".") != 1:
+            raise TypeError("upgrade: defaults keys must read 'Typename.field', "
+                            f"got {short_repr(key)}")
+        out[key] = value
+    return out
+
+
+def upgrade(obj, schemas, *, extra="error", casting="no", defaults=None, report=False):
+    """Rebuild every schema instance in ``obj`` as an instance of a current schema.
+
+    Saved schemas are matched to current ones by typename (the typename the
+    file stores, whatever the variable is called), or through an explicit
+    mapping; fields are matched by name. Schema instances inside named
+    tuples, lists, tuples, dicts, sets and the ``__dict__`` of ordinary
+    objects are found (lists, dicts and objects are updated in place, the
+    rest rebuilt). Unchanged fields keep their very objects, so memory-mapped
+    arrays stay mapped and views stay views. Nothing is modified unless the
+    whole structure upgrades: errors are raised before the first change.
+
+    Args:
+        obj: what ``load`` or ``pickle.load`` returned (or any structure).
+        schemas: the current schemas: a module (every schema class among its
+            attributes counts), a schema class, a mapping of saved typename to
+            current schema (for renames and to settle ambiguity; it wins over
+            the rest), or a list of these.
+        extra: what to do with a saved field the current schema lacks:
+            ``"error"`` (raise :class:`~namedschema.errors.ExtraFieldError`),
+            ``"ignore"`` (drop it) or ``"keep"`` (drop it from the instance
+            and return it in the report's ``kept``).
+        casting: numpy's casting rule for a saved array whose dtype differs
+            from the one the current schema declares: ``"no"`` (the default:
+            refuse), ``"equiv"``, ``"safe"``, ``"same_kind"`` or ``"unsafe"``.
+            A cast copies the array (so it reads a memory-mapped one). Shapes
+            are never changed.
+        defaults: extra defaults for fields the saved data lacks, as
+            ``{"Typename.field": value}``; they win over the schema's own.
+        report: also return an :class:`UpgradeReport`.
+
+    Returns:
+        The upgraded structure (the same object for lists, dicts and other
+        mutable objects), or ``(structure, report)`` with ``report=True``.
+        The report is also logged on the ``namedschema.evolution`` logger at
+        INFO level.
+
+    Raises:
+        MissingFieldError: a current field is missing from the saved data
+            and has no default.
+        ExtraFieldError: a saved field is missing from the current schema and
+            ``extra="error"``.
+        FieldMismatchError: a saved dtype or shape differs from the declared
+            one and ``casting`` does not allow the cast.
+        SchemaEvolutionError: (the base of the three) a typename matches
+            several current schemas, or another rule cannot be followed.
+
+    >>> import numpy as np, namedschema
+    >>> Old = namedschema.NamedArrayTupleSchema('Samples', 'obs reward')
+    >>> buf = Old(np.zeros((5, 2), np.uint8), np.zeros(5, np.float32))
+    >>> Samples = namedschema.NamedArrayTupleSchema(
+    ...     'Samples', 'obs reward timeout', defaults=(np.bool_(False),))
+    >>> new, rep = namedschema.upgrade({'buf': buf}, [Samples], report=True)
+    >>> type(new['buf']) is Samples, new['buf'].timeout.shape, new['buf'].obs is buf.obs
+    (True, (5,), True)
+    >>> print(rep)  # doctest: +ELLIPSIS
+    upgrade: 1 saved schema mapped
+      Samples -> Samples (...): 1 instance; added timeout (from defaults) (first at buf)
+    """
+    _check_options(extra, casting)
+    up = _Upgrader(_Targets(schemas), extra, casting, _check_defaults(defaults))
+    casts: dict = {}
+    try:
+        dry = _Walk(up, True, casts)
+        dry.convert(obj, "")
+        _check_aliases(casts, dry.leaves)
+        build = _Walk(up, False, casts)
+        result = build.convert(obj, "")
+    except RecursionError:
+        raise SchemaEvolutionError("upgrade: the structure is nested too deeply") from None
+    for write in build.writes:
+        write()
+    rep = UpgradeReport(mappings=tuple(r.freeze() for r in up.records.values()),
+                        unmatched=dict(up.unmatched), kept=tuple(up.kept))
+    if _log.isEnabledFor(logging.INFO):
+        for line in str(rep).splitlines():
+            _log.info("%s", line)
+    return (result, rep) if report else result

@@ -1,0 +1,378 @@
+"""``resumable(runner, path)``: an rlpyt run that continues from its last checkpoint.
+
+rlpyt's train loops always start at iteration 0 and have no hook to start
+elsewhere. Rather than copy them, :func:`resumable` wraps a few methods of the
+runner *instance* (nothing in rlpyt's classes changes):
+
+``startup``
+    runs rlpyt's own startup (which builds the sampler, agent, algorithm and
+    replay buffer as usual), then, if ``path`` holds a checkpoint, writes its
+    state into those freshly built objects (:mod:`namedschema.rlpyt.state`),
+    and says once, before training, what cannot be resumed exactly.
+``train``
+    runs rlpyt's own ``train``; while it runs, ``logger.set_iteration`` (the
+    first statement of each iteration of every rlpyt train loop) also tells
+    the resume which iteration begins. That is where checkpoints are written:
+    between two iterations, every ``every_itrs`` iterations.
+``shutdown``
+    writes the final checkpoint before rlpyt's own shutdown.
+
+Iterations before the checkpoint's are *skipped*: until the loop reaches the
+checkpoint's iteration, the calls the loop body makes (``agent.sample_mode``,
+``sampler.obtain_samples``, ``algo.optimize_agent``, the runner's diagnostics
+and evaluation) return at once without doing anything. Those stand-ins are
+instance attributes of the main process's objects, set after the sampler's
+workers started and removed when the checkpoint's iteration begins.
+
+ResumeError    a runner or checkpoint that cannot be resumed (before training)
+ResumeWarning  what a resume cannot restore exactly (said once, at start)
+resumable      the one call
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import warnings
+
+from ..errors import NamedSchemaError
+from . import state as _state
+
+__all__ = ["resumable", "ResumeError", "ResumeWarning", "CHECKPOINT_KIND"]
+
+CHECKPOINT_KIND = "namedschema.rlpyt.resume"
+CHECKPOINT_VERSION = 1
+
+# Runner classes resumable() drives, by rlpyt class name (subclasses included).
+_MINIBATCH = ("rlpyt.runners.minibatch_rl.MinibatchRl",
+              "rlpyt.runners.minibatch_rl.MinibatchRlEval")
+_REFUSED = {
+    "rlpyt.runners.sync_rl.SyncRlMixin":
+        "SyncRl/SyncRlEval run one optimizer per process, and their state is not "
+        "gathered in the main process",
+}
+
+
+class ResumeError(NamedSchemaError, RuntimeError):
+    """A runner or checkpoint that cannot be resumed; raised before training starts."""
+
+
+class ResumeWarning(UserWarning):
+    """Part of a run that will not be resumed exactly (said once, before training)."""
+
+
+def _class_names(obj) -> list:
+    return [f"{c.__module__}.{c.__qualname__}" for c in type(obj).__mro__]
+
+
+def _kind(runner) -> str:
+    names = _class_names(runner)
+    for name, why in _REFUSED.items():
+        if name in names:
+            raise ResumeError(f"resumable: {type(runner).__name__} cannot be resumed: {why}")
+    if any(name in names for name in _MINIBATCH):
+        return "minibatch"
+    raise ResumeError(
+        f"resumable: {type(runner).__name__} is not a runner it knows; supported: "
+        "MinibatchRl, MinibatchRlEval (and their subclasses)")
+
+
+def _interval(value, name):
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ResumeError(f"resumable: {name} must be a positive int, not {value!r}")
+    return value
+
+
+class _Context:
+    """What state handlers share during one capture or restore."""
+
+    def __init__(self, resume):
+        self._resume = resume
+        self.fresh_envs: list = []
+
+    @property
+    def traj_info_cls(self):
+        return self._resume.runner.sampler.TrajInfoCls
+
+    def note_once(self, message):
+        self._resume.note(message)
+
+
+class _Gates:
+    """Stand-ins that make the loop body do nothing for already-done iterations."""
+
+    def __init__(self):
+        self._installed: list = []
+
+    def add(self, obj, name, result):
+        had = name in vars(obj)
+        old = vars(obj).get(name)
+
+        def skipped(*args, **kwargs):
+            return result() if callable(result) else result
+        setattr(obj, name, skipped)
+        self._installed.append((obj, name, had, old))
+
+    @property
+    def active(self):
+        return bool(self._installed)
+
+    def remove(self):
+        for obj, name, had, old in reversed(self._installed):
+            if had:
+                setattr(obj, name, old)
+            else:
+                vars(obj).pop(name, None)
+        self._installed = []
+
+
+def _save_checkpoint(obj, path):
+    import namedschema
+    kwargs = {}
+    if "allow_pickle" in inspect.signature(namedschema.save).parameters:
+        kwargs["allow_pickle"] = True
+    namedschema.save(obj, path, **kwargs)
+
+
+def _load_checkpoint(path):
+    import namedschema
+    try:
+        data = namedschema.load(path, allow_pickle=True, mmap_mode="c")
+    except ModuleNotFoundError as exc:
+        raise ResumeError(f"resumable: {path} needs module {exc.name!r} to load, which "
+                          "cannot be imported here") from exc
+    if not isinstance(data, dict) or data.get("format") != CHECKPOINT_KIND:
+        raise ResumeError(f"resumable: {path} is a namedschema checkpoint but not one "
+                          "written by namedschema.rlpyt.resumable; refusing to overwrite "
+                          "it (pass another path)")
+    if data.get("version") != CHECKPOINT_VERSION:
+        raise ResumeError(f"resumable: {path} has resume-state version "
+                          f"{data.get('version')!r}; this namedschema reads "
+                          f"{CHECKPOINT_VERSION}")
+    return data
+
+
+class _Resume:
+    def __init__(self, runner, path, every_itrs, every_steps, checkpoint):
+        self.runner = runner
+        self.path = os.fspath(path)
+        self.every_itrs = every_itrs
+        self.every_steps = every_steps
+        self.checkpoint = checkpoint
+        self.start = checkpoint["itr"] if checkpoint is not None else 0
+        self.last_saved = self.start if checkpoint is not None else None
+        self.every = None
+        self.n_itr = None
+        self.gates = _Gates()
+        self.notes: list = []
+        self.saves = 0
+        self.seen_iteration = False
+        cls = type(runner)
+        self._originals = {name: getattr(runner, name)
+                           for name in ("startup", "train", "shutdown")}
+        self._cls = cls
+
+    # -- set-up -------------------------------------------------------------------
+
+    def install(self):
+        self.runner.startup = self.startup
+        self.runner.train = self.train
+        self.runner.shutdown = self.shutdown
+        self.runner._namedschema_resume = self
+
+    def note(self, message):
+        if message not in self.notes:
+            self.notes.append(message)
+            warnings.warn(f"namedschema.rlpyt.resumable: {message}", ResumeWarning,
+                          stacklevel=4)
+
+    def components(self):
+        r = self.runner
+        return {"runner": r, "agent": r.agent, "algo": r.algo, "sampler": r.sampler}
+
+    def config(self):
+        r = self.runner
+        names = {k: _class_names(v)[0] for k, v in self.components().items()}
+        spec = r.sampler.batch_spec
+        return {"classes": names, "batch_T": int(spec.T), "batch_B": int(spec.B),
+                "world_size": int(getattr(r, "world_size", 1)), "n_itr": int(self.n_itr or 0)}
+
+    def _prepare(self):
+        """Before rlpyt's startup, when resuming."""
+        r = self.runner
+        saved = self.checkpoint["state"]["runner"].get(
+            "rlpyt.runners.minibatch_rl.MinibatchRlBase", {})
+        if r.seed is None and saved.get("seed") is not None:
+            # The same seed builds the same envs and models as the first start.
+            r.seed = saved["seed"]
+        for obj in self.components().values():
+            _state.prepare(obj)
+
+    def startup(self):
+        if self.checkpoint is not None:
+            self._prepare()
+        n_itr = self._originals["startup"]()
+        r = self.runner
+        self.n_itr = n_itr
+        if self.every_steps is not None:
+            self.every = max(1, self.every_steps // r.itr_batch_size)
+        else:
+            self.every = self.every_itrs or r.log_interval_itrs
+        ctx = _Context(self)
+        reasons = []
+        for what, obj in self.components().items():
+            reasons.extend(_state.check(obj, ctx))
+            if what == "algo" and getattr(obj, "replay_buffer", None) is not None:
+                reasons.extend(_state.check(obj.replay_buffer, ctx))
+        for reason in dict.fromkeys(reasons):
+            self.note(f"not exact: {reason}")
+        if self.checkpoint is not None:
+            self._restore()
+        return n_itr
+
+    def _restore(self):
+        checkpoint, self.checkpoint = self.checkpoint, None
+        saved, now = checkpoint["config"], self.config()
+        for key in ("classes", "batch_T", "batch_B", "world_size"):
+            if saved[key] != now[key]:
+                raise ResumeError(
+                    f"resumable: {self.path} was written by a run built differently: "
+                    f"{key} was {saved[key]!r}, now {now[key]!r}")
+        if saved["n_itr"] != now["n_itr"]:
+            self.note(f"the run now has {now['n_itr']} iterations, the checkpoint's "
+                      f"run had {saved['n_itr']}: from iteration {self.start} on it "
+                      "follows the new length")
+        ctx = _Context(self)
+        try:
+            for what, obj in self.components().items():
+                _state.restore(obj, checkpoint["state"][what], ctx, what)
+        except _state.StateMismatchError as exc:
+            raise ResumeError(f"resumable: {self.path} does not fit this run: {exc}") from exc
+        _state.set_rng_state(checkpoint["rng"])
+        if self.start > 0:
+            self._gate()
+
+    def _gate(self):
+        r, g = self.runner, self.gates
+        for name, result in (("store_diagnostics", None), ("log_diagnostics", None),
+                             ("evaluate_agent", lambda: ([], 0.0))):
+            if hasattr(r, name):
+                g.add(r, name, result)
+        for name in ("sample_mode", "train_mode", "eval_mode"):
+            g.add(r.agent, name, None)
+        g.add(r.sampler, "obtain_samples", lambda: (None, []))
+        g.add(r.algo, "optimize_agent", None)
+
+    # -- the loop -------------------------------------------------------------------
+
+    def train(self):
+        from rlpyt.utils.logging import logger
+        original = logger.set_iteration
+
+        def set_iteration(itr):
+            original(itr)
+            self.at_iteration(itr)
+        logger.set_iteration = set_iteration
+        try:
+            return self._originals["train"]()
+        finally:
+            logger.set_iteration = original
+            self.gates.remove()
+
+    def at_iteration(self, itr):
+        self.seen_iteration = True
+        if self.gates.active:
+            if itr < self.start:
+                return
+            self.gates.remove()
+        if itr > 0 and itr % self.every == 0 and itr != self.last_saved:
+            self.save(itr)
+
+    def shutdown(self):
+        self.gates.remove()
+        if self.n_itr is not None and self.last_saved != self.n_itr:
+            self.save(self.n_itr)
+        return self._originals["shutdown"]()
+
+    def save(self, itr):
+        """Checkpoint the state between iterations ``itr - 1`` and ``itr``."""
+        ctx = _Context(self)
+        state = {what: _state.capture(obj, ctx) for what, obj in self.components().items()}
+        _save_checkpoint({"format": CHECKPOINT_KIND, "version": CHECKPOINT_VERSION,
+                          "itr": int(itr), "config": self.config(),
+                          "rng": _state.rng_state(), "state": state}, self.path)
+        self.last_saved = itr
+        self.saves += 1
+
+
+def _started(runner) -> str | None:
+    if hasattr(runner, "_opt_infos") or hasattr(runner, "n_itr"):
+        return "its startup() already ran"
+    agent = getattr(runner, "agent", None)
+    if getattr(agent, "model", None) is not None:
+        return "its agent is already initialized"
+    return None
+
+
+def resumable(runner, path, *, every_itrs=None, every_steps=None):
+    """Make an rlpyt runner resume from ``path``, and checkpoint to it as it trains.
+
+    Call it on a runner that is built but not started, then call
+    ``runner.train()`` as usual::
+
+        runner = MinibatchRl(algo=algo, agent=agent, sampler=sampler, n_steps=...)
+        runner = namedschema.rlpyt.resumable(runner, "run.nsc", every_itrs=1000)
+        runner.train()
+
+    If ``path`` holds a checkpoint, training continues from it: the agent's
+    models (target networks included), epsilon, the optimizers and their
+    state, ``update_counter``, the replay buffer (sum trees, cursor, beta),
+    the sampler's envs, agent inputs and in-progress trajectories, the
+    runner's diagnostics and the global RNGs (Python, numpy, torch) are put
+    back into the freshly built objects, and the loop goes on at the
+    iteration where the checkpoint was taken. Otherwise it starts from
+    scratch. Either way it writes a checkpoint (atomically, with
+    :func:`namedschema.save`) every ``every_itrs`` iterations, or every
+    ``every_steps`` environment steps (rounded down to whole iterations,
+    at least one), by default at every log interval, and at the end.
+
+    The resumed process must build the run the same way (same classes,
+    sizes and arguments; the seed is taken from the checkpoint if the
+    runner's is None). What cannot be restored exactly (envs that cannot be
+    pickled, envs in sampler worker processes, components without a state
+    handler) is said once as a :class:`ResumeWarning` before training.
+
+    Args:
+        runner: an rlpyt ``MinibatchRl`` or ``MinibatchRlEval`` (or subclass).
+        path: the checkpoint file; read if it exists, replaced at each save.
+        every_itrs: checkpoint every this many iterations.
+        every_steps: checkpoint every this many environment steps.
+
+    Returns:
+        ``runner`` itself, ready for ``train()``.
+
+    Raises:
+        ResumeError: the runner is of an unsupported kind or already started,
+            the intervals are invalid, or ``path`` holds something else than a
+            resume checkpoint. A checkpoint that does not fit the run built
+            (other classes or sizes) raises it when ``train()`` starts.
+        namedschema.FormatError: ``path`` exists but is not a readable
+            checkpoint (it is never replaced silently).
+    """
+    _kind(runner)
+    every_itrs = _interval(every_itrs, "every_itrs")
+    every_steps = _interval(every_steps, "every_steps")
+    if every_itrs is not None and every_steps is not None:
+        raise ResumeError("resumable: give every_itrs or every_steps, not both")
+    if getattr(runner, "_namedschema_resume", None) is not None:
+        raise ResumeError("resumable: this runner is already resumable")
+    started = _started(runner)
+    if started:
+        raise ResumeError(f"resumable: {type(runner).__name__} must not be started yet "
+                          f"({started}); call resumable() before train()")
+    checkpoint = _load_checkpoint(path) if os.path.exists(path) else None
+    _Resume(runner, path, every_itrs, every_steps, checkpoint).install()
+    return runner
+

@@ -1,0 +1,3 @@
+# The env and driver modules import rlpyt; they run only in the child processes
+# the twin tests start, so doctest collection must not import them.
+collect_ignore = ["envs.py", "driver.py"]

@@ -1,0 +1,319 @@
+"""One training run of a resume twin test, in its own process.
+
+    python -m tests.rlpyt_resume.driver CONFIG OUT.json [--ckpt PATH] [--every N]
+        [--kill-at-itr K] [--kill-in-loss K] [--kill-in-save N:write|N:replace]
+        [--no-eps-fix-check]
+
+Builds a small real-rlpyt run (CONFIG: dqn_uniform, dqn_prioritized, dqn_eval,
+r2d1, sac), makes it resumable when ``--ckpt`` is given, trains, and writes
+to OUT.json every sampler batch, replay batch, loss and logged diagnostic
+(by iteration, as digests) and the digest of the final state. The kill
+options end the process with SIGKILL at a chosen moment: at the start of an
+iteration, inside the first loss computation of an iteration, or inside the N-th checkpoint
+(at its first write, or just before its rename).
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import hashlib
+import json
+import os
+import pickle
+import signal
+import sys
+
+sys.path.append(os.environ["RLPYT_SRC"])
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+import namedschema  # noqa: E402
+
+namedschema.patch_rlpyt()
+
+from rlpyt.utils.logging import logger  # noqa: E402
+
+from namedschema.rlpyt import resumable  # noqa: E402
+from namedschema.rlpyt import state as rstate  # noqa: E402
+
+# Timings differ between any two runs; everything else must not.
+_TIMING_WORDS = ("Time", "PerSecond", "OptThrottle")
+
+
+def digest(obj) -> str:
+    h = hashlib.sha256()
+    _feed(h, obj)
+    return h.hexdigest()[:16]
+
+
+def _feed(h, obj):
+    if isinstance(obj, torch.Tensor):
+        obj = obj.detach().cpu().numpy()
+    if isinstance(obj, np.ndarray):
+        h.update(f"a{obj.dtype.str}{obj.shape}".encode())
+        h.update(np.ascontiguousarray(obj).tobytes())
+    elif isinstance(obj, dict):
+        h.update(b"{")
+        for k, v in obj.items():
+            h.update(repr(k).encode())
+            _feed(h, v)
+        h.update(b"}")
+    elif isinstance(obj, (list, tuple)):
+        h.update(f"({type(obj).__name__}".encode())
+        for v in obj:
+            _feed(h, v)
+        h.update(b")")
+    elif isinstance(obj, (bool, int, float, str, bytes, type(None), np.generic)):
+        h.update(repr(obj).encode())
+    elif isinstance(obj, np.random.RandomState):
+        _feed(h, obj.get_state())
+    elif isinstance(obj, np.dtype):
+        h.update(obj.str.encode())
+    elif hasattr(obj, "__dict__"):
+        # By value: pickle's bytes also encode which objects are shared.
+        h.update(type(obj).__qualname__.encode())
+        _feed(h, vars(obj))
+    else:
+        h.update(pickle.dumps(obj, protocol=4))
+
+
+def build(config):
+    from rlpyt.samplers.serial.sampler import SerialSampler
+
+    from tests.rlpyt_resume.envs import AtariLike, ContinuousLike
+    n_steps, runner_cls = 480, "MinibatchRl"
+    sampler_kwargs = dict(batch_T=4, batch_B=2, max_decorrelation_steps=10)
+    if config.startswith("dqn"):
+        from rlpyt.agents.dqn.atari.atari_dqn_agent import AtariDqnAgent
+        from rlpyt.algos.dqn.dqn import DQN
+        agent = AtariDqnAgent(
+            model_kwargs=dict(channels=[4], kernel_sizes=[4], strides=[2], paddings=[0],
+                              fc_sizes=16),
+            eps_final=0.05, eps_eval=0.01)
+        algo = DQN(replay_size=200, min_steps_learn=40, batch_size=8, replay_ratio=2,
+                   eps_steps=200, target_update_interval=5, n_step_return=2,
+                   learning_rate=1e-3, double_dqn=True,
+                   prioritized_replay=config == "dqn_prioritized", pri_beta_steps=300)
+        env_cls, env_kwargs = AtariLike, {}
+        if config == "dqn_eval":
+            runner_cls = "MinibatchRlEval"
+            sampler_kwargs.update(eval_n_envs=2, eval_max_steps=60,
+                                  eval_max_trajectories=4, eval_env_kwargs={})
+    elif config == "r2d1":
+        from rlpyt.agents.dqn.atari.atari_r2d1_agent import AtariR2d1Agent
+        from rlpyt.algos.dqn.r2d1 import R2D1
+        from rlpyt.samplers.parallel.cpu.collectors import CpuWaitResetCollector
+        agent = AtariR2d1Agent(
+            model_kwargs=dict(channels=[4], kernel_sizes=[4], strides=[2], paddings=[0],
+                              fc_size=16, lstm_size=8, head_size=8),
+            eps_final=0.05)
+        algo = R2D1(batch_T=4, batch_B=4, warmup_T=2, store_rnn_state_interval=2,
+                    min_steps_learn=48, replay_size=192, replay_ratio=4,
+                    target_update_interval=5, n_step_return=2, learning_rate=1e-3,
+                    eps_steps=200, pri_beta_steps=300)
+        sampler_kwargs["CollectorCls"] = CpuWaitResetCollector
+        env_cls, env_kwargs = AtariLike, {}
+    elif config == "sac":
+        from rlpyt.agents.qpg.sac_agent import SacAgent
+        from rlpyt.algos.qpg.sac import SAC
+        agent = SacAgent(model_kwargs=dict(hidden_sizes=[16, 16]),
+                         q_model_kwargs=dict(hidden_sizes=[16, 16]))
+        algo = SAC(batch_size=8, min_steps_learn=40, replay_size=200, replay_ratio=2,
+                   learning_rate=1e-3)
+        env_cls, env_kwargs = ContinuousLike, {}
+    else:
+        raise SystemExit(f"unknown config {config}")
+    if "eval_env_kwargs" in sampler_kwargs:
+        sampler_kwargs["eval_env_kwargs"] = env_kwargs
+    sampler = SerialSampler(EnvCls=env_cls, env_kwargs=env_kwargs, **sampler_kwargs)
+    from rlpyt.runners import minibatch_rl
+    runner = getattr(minibatch_rl, runner_cls)(
+        algo=algo, agent=agent, sampler=sampler, n_steps=n_steps,
+        log_interval_steps=64, seed=7)
+    return runner
+
+
+class Recorder:
+    def __init__(self, args):
+        self.args = args
+        self.itr = None
+        self.events: list = []
+        self.losses = 0
+        self.saves = 0
+        self.in_save = False
+
+    def add(self, kind, value):
+        self.events.append([self.itr, kind, digest(value)])
+
+    def hook_logger(self):
+        set_iteration, record = logger.set_iteration, logger.record_tabular
+
+        def set_iteration_(itr):
+            self.itr = itr
+            if self.args.kill_at_itr is not None and itr == self.args.kill_at_itr:
+                os.kill(os.getpid(), signal.SIGKILL)
+            set_iteration(itr)
+
+        def record_tabular(key, val, *a, **k):
+            if not any(word in key for word in _TIMING_WORDS):
+                self.add(f"log:{key}", val)
+            return record(key, val, *a, **k)
+        logger.set_iteration = set_iteration_
+        logger.record_tabular = record_tabular
+
+    def hook_components(self, runner):
+        sampler, algo = runner.sampler, runner.algo
+        collect = sampler.collector.collect_batch
+
+        def collect_batch(*a, **k):
+            out = collect(*a, **k)
+            self.add("batch", (sampler.samples_np, out[0]))
+            return out
+        sampler.collector.collect_batch = collect_batch
+        sample = algo.replay_buffer.sample_batch
+
+        def sample_batch(*a, **k):
+            out = sample(*a, **k)
+            self.add("replay", out)
+            return out
+        algo.replay_buffer.sample_batch = sample_batch
+        loss = algo.loss
+
+        def loss_(*a, **k):
+            self.losses += 1
+            if self.args.kill_in_loss is not None and self.itr == self.args.kill_in_loss:
+                os.kill(os.getpid(), signal.SIGKILL)
+            out = loss(*a, **k)
+            self.add("loss", out)
+            return out
+        algo.loss = loss_
+
+    def hook_saves(self):
+        if self.args.kill_in_save is None:
+            return
+        number, where = self.args.kill_in_save.split(":")
+        number = int(number)
+        save = namedschema.save
+        write, replace = os.write, os.replace
+
+        @functools.wraps(save)
+        def save_(*a, **k):
+            self.saves += 1
+            self.in_save = self.saves == number
+            try:
+                return save(*a, **k)
+            finally:
+                self.in_save = False
+
+        def write_(fd, data):
+            if self.in_save and where == "write":
+                os.kill(os.getpid(), signal.SIGKILL)
+            return write(fd, data)
+
+        def replace_(src, dst, *a, **k):
+            if self.in_save and where == "replace":
+                os.kill(os.getpid(), signal.SIGKILL)
+            return replace(src, dst, *a, **k)
+        namedschema.save = save_
+        os.write, os.replace = write_, replace_
+
+
+def strip_times(what, state):
+    if what == "runner":
+        state = {key: {k: v for k, v in value.items()
+                       if k not in ("times", "_cum_time", "_cum_eval_time")}
+                 for key, value in state.items()}
+    return state
+
+
+def components_state(runner):
+    ctx = type("Ctx", (), {"fresh_envs": [], "traj_info_cls": runner.sampler.TrajInfoCls,
+                           "note_once": lambda self, m: None})()
+    return {what: strip_times(what, rstate.capture(
+        runner if what == "runner" else getattr(runner, what), ctx))
+        for what in ("agent", "algo", "sampler", "runner")}
+
+
+def final_state(runner):
+    out = {what: digest(state) for what, state in components_state(runner).items()}
+    # Pieces named separately, so that a failure says which one differs.
+    out["rng"] = digest(rstate.rng_state())
+    out["update_counter"] = runner.algo.update_counter
+    out["replay"] = digest(rstate.data_state(runner.algo.replay_buffer))
+    out["params"] = digest({k: v for k, v in runner.agent.state_dict().items()})
+    out["optimizers"] = digest({k: v.state_dict() for k, v in vars(runner.algo).items()
+                                if isinstance(v, torch.optim.Optimizer)})
+    out["eps_sample"] = repr(getattr(runner.agent, "eps_sample", None))
+    out["beta"] = repr(getattr(runner.algo.replay_buffer, "beta", None))
+    out["envs"] = digest([vars(env) for env in runner.sampler.collector.envs])
+    out["views"] = views_intact(runner.algo.replay_buffer)
+    return out
+
+
+def views_intact(buffer):
+    """Whether the buffer's views still share memory with their bases."""
+    pairs = []
+    if hasattr(buffer, "samples_new_frames"):
+        pairs.append((buffer.samples_new_frames, buffer.samples_frames))
+    tree = getattr(buffer, "priority_tree", None)
+    if tree is not None:
+        pairs.append((tree.priorities, tree.tree))
+    return [bool(np.shares_memory(a, b)) for a, b in pairs]
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser()
+    parser.add_argument("config")
+    parser.add_argument("out")
+    parser.add_argument("--ckpt")
+    parser.add_argument("--every", type=int, default=10)
+    parser.add_argument("--kill-at-itr", type=int)
+    parser.add_argument("--kill-in-loss", type=int, metavar="ITR",
+                        help="SIGKILL inside the first loss computation of iteration ITR")
+    parser.add_argument("--kill-in-save")
+    parser.add_argument("--disable-handler", action="append", default=[],
+                        help="rlpyt class whose state handler is replaced by a no-op "
+                             "(to show what goes wrong without it)")
+    args = parser.parse_args(argv)
+    for key in args.disable_handler:
+        rstate.register_handler(key, lambda obj, ctx: {}, lambda obj, state, ctx: None)
+    saved = None
+    if args.ckpt and os.path.exists(args.ckpt):
+        saved = namedschema.load(args.ckpt, allow_pickle=True)
+    torch.use_deterministic_algorithms(True)
+    torch.set_num_threads(1)
+    rec = Recorder(args)
+    rec.hook_logger()
+    rec.hook_saves()
+    runner = build(args.config)
+    resume = None
+    if args.ckpt:
+        resumable(runner, args.ckpt, every_itrs=args.every)
+        resume = runner._namedschema_resume
+    startup = runner.startup
+
+    roundtrip = {}
+
+    def startup_():
+        n_itr = startup()
+        if saved is not None:
+            # What was restored is what was saved, component by component.
+            now = components_state(runner)
+            roundtrip.update({k: digest(now[k]) == digest(strip_times(k, saved["state"][k]))
+                              for k in now})
+        rec.hook_components(runner)
+        return n_itr
+    runner.startup = startup_
+    runner.train()
+    result = {"events": rec.events, "final": final_state(runner),
+              "start": resume.start if resume else 0,
+              "notes": resume.notes if resume else [],
+              "saves": resume.saves if resume else 0, "roundtrip": roundtrip}
+    with open(args.out, "w") as f:
+        json.dump(result, f)
+
+
+if __name__ == "__main__":
+    main()
