@@ -5,7 +5,7 @@ A class statement whose only base is :class:`NamedTuple` or
 use (so the same ``__new__``, field getters, indexing, id and pickling by
 value), with the class body's annotations as fields, its assignments to them
 as defaults, and its other members (docstring, methods, properties, class
-attributes) added to the class. ``SchemaBaseMeta`` (the base classes'
+attributes) then set on the class. ``SchemaBaseMeta`` (the base classes'
 metaclass) calls :func:`class_statement` for every class statement below it.
 
 A pickle carries a schema's definition, not its class body, so a process that
@@ -41,7 +41,8 @@ BODY_MARK = "_schema_body"
 # Namespace entries every class statement has, handled separately.
 _SPECIAL = frozenset({"__module__", "__qualname__", "__doc__", "__annotations__",
                       "__classcell__", "__firstlineno__", "__static_attributes__",
-                      "__orig_bases__"})
+                      "__orig_bases__", "__annotate__", "__annotate_func__",
+                      "__annotations_cache__"})
 # Inherited members that only change how an instance is displayed.
 _MAY_REPLACE = frozenset({"__repr__", "__str__", "__format__"})
 # Not inherited, but defined by every schema or its construction.
@@ -89,9 +90,24 @@ def _owner(base, name) -> str:
 _PROTECTED = {NamedTuple: _protected(NamedTuple), NamedArrayTuple: _protected(NamedArrayTuple)}
 
 
+def _namespace_annotations(namespace) -> dict[str, Any]:
+    """The annotations of a class body, in order (Python 3.14 defers them to a function)."""
+    if "__annotations__" in namespace:
+        return dict(namespace["__annotations__"])
+    try:
+        import annotationlib  # type: ignore[import-not-found,unused-ignore]  # Python 3.14+
+    except ImportError:
+        return {}
+    annotate = annotationlib.get_annotate_from_class_namespace(namespace)
+    if annotate is None:
+        return {}
+    return dict(annotationlib.call_annotate_function(annotate,
+                                                     annotationlib.Format.FORWARDREF))
+
+
 def _split_body(base, name, namespace):
     """Validate a class body; return (fields, defaults, annotations, members)."""
-    annotations = dict(namespace.get("__annotations__", {}))
+    annotations = _namespace_annotations(namespace)
     protected = _PROTECTED[base]
     fields: list[str] = []
     defaults: list[Any] = []
@@ -145,17 +161,17 @@ def _class_syntax(base, name, namespace):
             body[key] = namespace[key]
     try:
         cls = build_schema(kind, name, fields, defaults=defaults or None, module=module,
-                           module_level="<locals>" not in qualname, body=body)
+                           module_level="<locals>" not in qualname)
     except SchemaDefinitionError as exc:  # a name Python itself would reject
         message = str(exc).removeprefix(f"{kind.__name__} {name!r}: ")
         _refuse(base, name, message, exc)
-    if BODY_MARK not in cls.__dict__:
-        # Loaded (by value) before this module-level statement ran: give the
-        # loaded class, and so every instance already loaded, the class body.
-        _attach_body(cls, body)
-    elif cls.__dict__[BODY_MARK] is not body[BODY_MARK]:  # pragma: no cover - ids are unique
+    if BODY_MARK in cls.__dict__:  # pragma: no cover - module-level ids are unique
         raise SchemaConflictError(f"class {name}: schema id {cls._schema_id} is already "
                                   "taken by another class-syntax schema")
+    # A new class, or one loaded by value before this module-level statement
+    # ran (same id): either way it gets the body, so instances already loaded
+    # gain the methods too.
+    _attach_body(cls, body)
     return cls
 
 
@@ -176,7 +192,7 @@ def _subclass_of_schema(mcls, name, bases, namespace, kwargs):
     known: set[str] = set()
     for base in bases:
         known.update(getattr(base, "_fields", ()))
-    for field, annotation in namespace.get("__annotations__", {}).items():
+    for field, annotation in _namespace_annotations(namespace).items():
         if field not in known and not _is_classvar(annotation):
             raise SchemaClassError(
                 f"class {name}({_base_names(bases)}): annotation {field!r} would add "

@@ -337,7 +337,7 @@ class NamedArrayTupleSchema(NamedTupleSchema):
 
 
 def build_schema(mcls, typename, field_names, *, rename=False, defaults=None,
-                 module=None, schema_id=None, module_level=False, body=None):
+                 module=None, schema_id=None, module_level=False):
     """Make, register and return one schema class of metaclass ``mcls``.
 
     The factories, class syntax, unpickling and ``rlpyt_compat`` all make
@@ -346,9 +346,7 @@ def build_schema(mcls, typename, field_names, *, rename=False, defaults=None,
     ``module_level`` marks a call from module-level code: the id is then
     derived from the definition, and if this process already holds a live
     schema under that id (it arrived in a pickle before the module was
-    imported), that class is returned so both sides agree. ``body`` holds the
-    extra class members of a class-syntax definition (validated by
-    ``_classdef``); it is not applied to such an existing class.
+    imported), that class is returned so both sides agree.
     """
     typename, fields = _normalize_names(mcls.__name__, typename, field_names,
                                         rename, mcls._reserved)
@@ -394,8 +392,6 @@ def build_schema(mcls, typename, field_names, *, rename=False, defaults=None,
         accessors = accessors_for(len(fields))
         if accessors is not None:
             namespace["__getitem__"], namespace["__setitem__"] = accessors
-    if body:
-        namespace.update(body)
     cls = type.__new__(mcls, typename, (mcls._instance_base,), namespace)
     _pickle.register_schema(cls, schema_id)
     return cls

@@ -578,17 +578,15 @@ def _parallel_sampler_capture(sampler, ctx):
 
 
 def _parallel_sampler_restore(sampler, state, ctx):
-    ctx.note_once(
-        f"{type(sampler).__name__}: the envs live in worker processes, whose state "
-        "is not saved: on resume every env starts a new episode (seeded as at the "
-        "first start), so sampler batches differ from an uninterrupted run from "
-        "here on; the learner state (agent, optimizer, replay buffer, counters, "
-        "main-process RNGs) is restored exactly")
+    pass   # Said at start by _parallel_sampler_check.
 
 
 def _parallel_sampler_check(sampler, ctx):
-    return [f"{type(sampler).__name__}: env states live in worker processes and are "
-            "not restored; envs start new episodes on resume"]
+    return [f"{type(sampler).__name__}: the envs live in worker processes, whose state "
+            "is not saved: after a resume every env starts a new episode (seeded as at "
+            "the first start), so sampler batches differ from an uninterrupted run; the "
+            "learner state (agent, optimizers, replay buffer, counters, main-process "
+            "RNGs) is restored exactly"]
 
 
 def _runner_times(runner):

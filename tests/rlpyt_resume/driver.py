@@ -5,7 +5,7 @@
         [--no-eps-fix-check]
 
 Builds a small real-rlpyt run (CONFIG: dqn_uniform, dqn_prioritized, dqn_eval,
-r2d1, sac), makes it resumable when ``--ckpt`` is given, trains, and writes
+r2d1, sac; dqn_prioritized_cpu with CpuSampler), makes it resumable when ``--ckpt`` is given, trains, and writes
 to OUT.json every sampler batch, replay batch, loss and logged diagnostic
 (by iteration, as digests) and the digest of the final state. The kill
 options end the process with SIGKILL at a chosen moment: at the start of an
@@ -83,8 +83,13 @@ def build(config):
     from rlpyt.samplers.serial.sampler import SerialSampler
 
     from tests.rlpyt_resume.envs import AtariLike, ContinuousLike
-    n_steps, runner_cls = 480, "MinibatchRl"
+    n_steps, runner_cls, sampler_cls = 480, "MinibatchRl", SerialSampler
     sampler_kwargs = dict(batch_T=4, batch_B=2, max_decorrelation_steps=10)
+    runner_kwargs = {}
+    if config.endswith("_cpu"):
+        from rlpyt.samplers.parallel.cpu.sampler import CpuSampler
+        sampler_cls = CpuSampler
+        runner_kwargs["affinity"] = dict(workers_cpus=[0, 1], set_affinity=False)
     if config.startswith("dqn"):
         from rlpyt.agents.dqn.atari.atari_dqn_agent import AtariDqnAgent
         from rlpyt.algos.dqn.dqn import DQN
@@ -95,7 +100,8 @@ def build(config):
         algo = DQN(replay_size=200, min_steps_learn=40, batch_size=8, replay_ratio=2,
                    eps_steps=200, target_update_interval=5, n_step_return=2,
                    learning_rate=1e-3, double_dqn=True,
-                   prioritized_replay=config == "dqn_prioritized", pri_beta_steps=300)
+                   prioritized_replay=config.startswith("dqn_prioritized"),
+                   pri_beta_steps=300)
         env_cls, env_kwargs = AtariLike, {}
         if config == "dqn_eval":
             runner_cls = "MinibatchRlEval"
@@ -127,11 +133,11 @@ def build(config):
         raise SystemExit(f"unknown config {config}")
     if "eval_env_kwargs" in sampler_kwargs:
         sampler_kwargs["eval_env_kwargs"] = env_kwargs
-    sampler = SerialSampler(EnvCls=env_cls, env_kwargs=env_kwargs, **sampler_kwargs)
+    sampler = sampler_cls(EnvCls=env_cls, env_kwargs=env_kwargs, **sampler_kwargs)
     from rlpyt.runners import minibatch_rl
     runner = getattr(minibatch_rl, runner_cls)(
         algo=algo, agent=agent, sampler=sampler, n_steps=n_steps,
-        log_interval_steps=64, seed=7)
+        log_interval_steps=64, seed=7, **runner_kwargs)
     return runner
 
 
@@ -165,13 +171,14 @@ class Recorder:
 
     def hook_components(self, runner):
         sampler, algo = runner.sampler, runner.algo
-        collect = sampler.collector.collect_batch
+        if hasattr(sampler, "collector"):   # serial: envs in this process
+            collect = sampler.collector.collect_batch
 
-        def collect_batch(*a, **k):
-            out = collect(*a, **k)
-            self.add("batch", (sampler.samples_np, out[0]))
-            return out
-        sampler.collector.collect_batch = collect_batch
+            def collect_batch(*a, **k):
+                out = collect(*a, **k)
+                self.add("batch", (sampler.samples_np, out[0]))
+                return out
+            sampler.collector.collect_batch = collect_batch
         sample = algo.replay_buffer.sample_batch
 
         def sample_batch(*a, **k):
@@ -245,9 +252,11 @@ def final_state(runner):
     out["params"] = digest({k: v for k, v in runner.agent.state_dict().items()})
     out["optimizers"] = digest({k: v.state_dict() for k, v in vars(runner.algo).items()
                                 if isinstance(v, torch.optim.Optimizer)})
-    out["eps_sample"] = repr(getattr(runner.agent, "eps_sample", None))
+    eps = getattr(runner.agent, "eps_sample", None)
+    out["eps_sample"] = None if eps is None else np.asarray(eps, np.float64).tolist()
     out["beta"] = repr(getattr(runner.algo.replay_buffer, "beta", None))
-    out["envs"] = digest([vars(env) for env in runner.sampler.collector.envs])
+    if hasattr(runner.sampler, "collector"):
+        out["envs"] = digest([vars(env) for env in runner.sampler.collector.envs])
     out["views"] = views_intact(runner.algo.replay_buffer)
     return out
 

@@ -43,14 +43,25 @@ _TWINS: dict = {}
 def drive(tmp_path, name, config, *options, expect_kill=False):
     out = tmp_path / f"{name}.json"
     env = dict(os.environ, PYTHONPATH=REPO_ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    proc = subprocess.run([sys.executable, "-m", "tests.rlpyt_resume.driver", config,
-                           str(out), *map(str, options)],
-                          capture_output=True, timeout=300, env=env, cwd=str(tmp_path))
+    log = tmp_path / f"{name}.log"
+    with open(log, "wb") as f:
+        proc = subprocess.Popen([sys.executable, "-m", "tests.rlpyt_resume.driver", config,
+                                 str(out), *map(str, options)], stdout=f, stderr=f,
+                                env=env, cwd=str(tmp_path), start_new_session=True)
+        try:
+            proc.wait(timeout=300)
+        finally:
+            # Sampler workers of a killed run are orphans blocked on barriers.
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    output = log.read_bytes()
     if expect_kill:
-        assert proc.returncode == -signal.SIGKILL, (proc.returncode, proc.stderr.decode()[-3000:])
+        assert proc.returncode == -signal.SIGKILL, (proc.returncode, output.decode(errors="replace")[-3000:])
         assert not out.exists()
         return None
-    assert proc.returncode == 0, proc.stderr.decode(errors="replace")[-5000:]
+    assert proc.returncode == 0, output.decode(errors="replace")[-5000:]
     return json.loads(out.read_text())
 
 
@@ -139,8 +150,25 @@ def test_without_the_epsilon_handler_a_resume_diverges(tmp_path, tmp_path_factor
     resumed = drive(tmp_path, "resumed", "dqn_uniform", "--ckpt", ckpt,
                     "--disable-handler", key)
     twin_run = twin(tmp_path_factory, "dqn_uniform")
-    assert twin_run["final"]["eps_sample"] == "0.05"
-    assert resumed["final"]["eps_sample"] == "1"
+    assert twin_run["final"]["eps_sample"] == 0.05
+    assert resumed["final"]["eps_sample"] == 1.0
     first_twin = next(e for e in twin_run["events"] if e[0] == 30 and e[1] == "batch")
     first_resumed = next(e for e in resumed["events"] if e[0] == 30 and e[1] == "batch")
     assert first_twin != first_resumed
+
+
+def test_cpu_sampler_learner_state_is_exact_and_the_envs_are_said_once(tmp_path):
+    """CpuSampler: envs live in workers (not restored, said once); the learner is exact."""
+    ckpt = tmp_path / "run.nsc"
+    drive(tmp_path, "killed", "dqn_prioritized_cpu", "--ckpt", ckpt, "--kill-at-itr", 35,
+          expect_kill=True)
+    resumed = drive(tmp_path, "resumed", "dqn_prioritized_cpu", "--ckpt", ckpt)
+    assert resumed["start"] == 30
+    assert len(resumed["notes"]) == 1
+    assert "CpuSampler: the envs live in worker processes" in resumed["notes"][0]
+    assert "new episode" in resumed["notes"][0]
+    # What the resumed learner starts from is exactly what was saved.
+    assert resumed["roundtrip"] == {"agent": True, "algo": True, "sampler": True,
+                                    "runner": True}
+    assert resumed["final"]["views"] == [True, True]
+    assert resumed["final"]["update_counter"] == 2 * (64 - 5)

@@ -68,6 +68,7 @@ s[0] = Samples(obs[0], act[0], 1.0)
 s[1:] = 0
 assert_type(s.get(0), Any)
 for name, value in s.items():
+    assert_type(value, Any)
     assert_type(name, str)
 
 # The namedtuple API.
