@@ -10,10 +10,10 @@ NamedTuple, NamedArrayTuple               base classes of every instance; subcla
 namedtuple, namedarraytuple, ...          rlpyt-compatible functions (import swap)
 save, load, inspect                       checkpoints (namedschema.checkpoint, lazy)
 upgrade                                   map saved schemas onto today's (namedschema.evolution, lazy)
-patch_rlpyt, unpatch_rlpyt                rlpyt drop-in (namedschema.rlpyt_compat, lazy)
-same_definition                           whether two schemas have one definition
+patch_rlpyt, unpatch_rlpyt                rlpyt drop-in (namedschema.rlpyt.patch, lazy)
 namedschema.buffer                        rlpyt's buffer helpers, shared memory
 namedschema.errors                        the exception classes (re-exported here)
+same_definition                           whether two schemas have one definition
 
 The lazy names load their module on first use, so ``import namedschema``
 costs only the core (the standard library). They are not in ``__all__``:
@@ -22,7 +22,7 @@ the stdlib ``inspect`` module in the importing namespace. Type checkers see
 them through the ``TYPE_CHECKING`` imports below, with their real signatures.
 """
 
-from typing import TYPE_CHECKING
+import typing as _typing
 
 from . import _classdef  # noqa: F401 - installs class syntax (class P(NamedTuple): ...)
 from ._attrdict import AttrDict
@@ -51,19 +51,20 @@ from .errors import (
     SchemaDefinitionError,
     SchemaEvolutionError,
     StructureMismatchError,
+    UnpicklableError,
     UnsafeLoadError,
 )
 
 __version__ = "0.1.0"
 
-if TYPE_CHECKING:
+if _typing.TYPE_CHECKING:  # what the lazy names below are, for type checkers
     # ``x as x``: an explicit re-export (PEP 484), though not in __all__.
     from .checkpoint import inspect as inspect
     from .checkpoint import load as load
     from .checkpoint import save as save
     from .evolution import upgrade as upgrade
-    from .rlpyt_compat import patch_rlpyt as patch_rlpyt
-    from .rlpyt_compat import unpatch_rlpyt as unpatch_rlpyt
+    from .rlpyt.patch import patch_rlpyt as patch_rlpyt
+    from .rlpyt.patch import unpatch_rlpyt as unpatch_rlpyt
 
 # Heavier parts load on first use, so ``import namedschema`` costs only the core.
 _LAZY = {
@@ -71,8 +72,8 @@ _LAZY = {
     "load": "checkpoint",
     "inspect": "checkpoint",
     "upgrade": "evolution",
-    "patch_rlpyt": "rlpyt_compat",
-    "unpatch_rlpyt": "rlpyt_compat",
+    "patch_rlpyt": "rlpyt.patch",
+    "unpatch_rlpyt": "rlpyt.patch",
 }
 
 
@@ -110,6 +111,7 @@ __all__ = [
     "SchemaDefinitionError",
     "SchemaEvolutionError",
     "StructureMismatchError",
+    "UnpicklableError",
     "UnsafeLoadError",
     "is_namedarraytuple",
     "is_namedarraytuple_class",

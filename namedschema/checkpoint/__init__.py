@@ -16,6 +16,7 @@ The package, one module per concern (each imports only those listed before it):
 * ``arrays``: the table of arrays a graph holds; arrays rebuilt from blocks
 * ``nodes``: the node kinds, each with encode, parse, decode and describe
 * ``pickled``: the pickle path for graphs that are not data
+* ``graph``: a graph encoded as nodes, or pickled when allowed (both ways of saving)
 * ``blocks``: block I/O: chunked writes with CRC-32 and fdatasync, reads, maps
 * ``layout``: arrays grouped into blocks and placed in the file
 * ``atomic``: the atomic file writer and the stale temporary file reaper
@@ -97,6 +98,11 @@ as safetensors requires) and has a ``__metadata__`` object of strings:
     * ``{"schema": s}``: the schema class ``s`` of ``schemas`` itself
     * ``{"nt": s, "values": [node, ...]}``: an instance of schema ``s`` (a
       schema, a stdlib namedtuple or an rlpyt namedarraytuple)
+    * ``{"numpy": [dtype, shape, [value, ...]]}``: a numpy scalar (shape
+      ``[]``) or array of at most 4096 elements held in the node, values in C
+      order (``"nan"``/``"inf"``/``"-inf"`` for such floats, ``[re, im]`` for
+      complex); used for schema defaults such as ``np.float32(0)``, which
+      declare a dtype, and listed as the feature ``"numpy-defaults"``
 
     A node object has exactly the keys shown. The data path keeps array
     identity but not container identity: a list that appears twice comes back
@@ -111,7 +117,9 @@ as safetensors requires) and has a ``__metadata__`` object of strings:
 
     ``features``: names of optional features the file uses; a reader must
     refuse a file listing a feature it does not know. Version 1.0 writes
-    ``[]``.
+    ``[]``, or ``["numpy-defaults"]`` when a schema default is a ``numpy``
+    node (readers before that feature refuse such files instead of
+    misreading them).
 
     ``checkpoint_id`` (random hex, new at every save) and ``parent``
     (``null``, reserved).
