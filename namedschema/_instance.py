@@ -103,7 +103,9 @@ class NamedTuple(tuple, metaclass=SchemaBaseMeta):
                 + ", ".join([f"{name}={value!r}" for name, value in zip(self._fields, self, strict=True)])
                 + ")")
 
-    __class_getitem__: Any = classmethod(GenericAlias)
+    def __class_getitem__(cls, item: Any) -> GenericAlias:
+        """``Schema[int, str]``: a generic alias, as for tuple (implicitly a classmethod)."""
+        return GenericAlias(cls, item)
 
 
 def _locate_read_failure(nat, loc, exc):
