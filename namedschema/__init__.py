@@ -10,7 +10,7 @@ NamedTuple, NamedArrayTuple               base classes of every instance; subcla
 namedtuple, namedarraytuple, ...          rlpyt-compatible functions (import swap)
 save, load, inspect                       checkpoints (namedschema.checkpoint, lazy)
 upgrade                                   map saved schemas onto today's (namedschema.evolution, lazy)
-patch_rlpyt, unpatch_rlpyt                rlpyt drop-in (namedschema.rlpyt_compat, lazy)
+patch_rlpyt, unpatch_rlpyt                rlpyt drop-in (namedschema.rlpyt.patch, lazy)
 namedschema.buffer                        rlpyt's buffer helpers, shared memory
 namedschema.errors                        the exception classes (re-exported here)
 """
@@ -42,6 +42,7 @@ from .errors import (
     SchemaDefinitionError,
     SchemaEvolutionError,
     StructureMismatchError,
+    UnpicklableError,
     UnsafeLoadError,
 )
 
@@ -53,8 +54,8 @@ _LAZY = {
     "load": "checkpoint",
     "inspect": "checkpoint",
     "upgrade": "evolution",
-    "patch_rlpyt": "rlpyt_compat",
-    "unpatch_rlpyt": "rlpyt_compat",
+    "patch_rlpyt": "rlpyt.patch",
+    "unpatch_rlpyt": "rlpyt.patch",
 }
 
 
@@ -92,6 +93,7 @@ __all__ = [
     "SchemaDefinitionError",
     "SchemaEvolutionError",
     "StructureMismatchError",
+    "UnpicklableError",
     "UnsafeLoadError",
     "is_namedarraytuple",
     "is_namedarraytuple_class",

@@ -28,7 +28,7 @@ import weakref
 
 import numpy as np
 
-from . import _shared_memory
+from . import _owned_memory, _shared_memory
 from ._factories import is_namedarraytuple, is_namedtuple, namedarraytuple_like
 from .errors import BufferShapeError, StructureMismatchError, short_repr
 
@@ -135,7 +135,7 @@ def _allocate(leaves, leading: tuple, share_memory: bool) -> list:
         arrays = []
         for (shape, dtype), (path, _s, _d) in zip(shapes, leaves):
             try:
-                arrays.append(np.zeros(shape, dtype=dtype))
+                arrays.append(_owned_memory.allocate(shape, dtype))
             except (ValueError, MemoryError) as exc:
                 exc.add_note(f"while allocating {path} with shape {shape}, dtype {dtype}")
                 raise

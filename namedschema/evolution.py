@@ -22,6 +22,7 @@ mapped, views stay views). Nothing the caller holds is modified unless the
 whole structure upgrades without error.
 
 upgrade         map a structure's schema instances to current schemas
+upgrader        the same with options checked up front (used by ``load``)
 UpgradeReport   what an upgrade mapped (``upgrade(..., report=True)``)
 SchemaMapping   one saved schema and the current schema it became
 KeptField       one saved field kept aside by ``extra="keep"``
@@ -49,7 +50,7 @@ from .errors import (
     short_repr,
 )
 
-__all__ = ["upgrade", "UpgradeReport", "SchemaMapping", "KeptField", "field_dtype",
+__all__ = ["upgrade", "upgrader", "UpgradeReport", "SchemaMapping", "KeptField", "field_dtype",
            "EXTRA_CHOICES", "CASTING_CHOICES"]
 
 _log = logging.getLogger("namedschema.evolution")
@@ -850,22 +851,42 @@ def upgrade(obj, schemas, *, extra="error", casting="no", defaults=None, report=
     upgrade: 1 saved schema mapped
       Samples -> Samples (...): 1 instance; added timeout (from defaults) (first at buf)
     """
+    return upgrader(schemas, extra=extra, casting=casting, defaults=defaults)(
+        obj, report=report)
+
+
+def upgrader(schemas, *, extra="error", casting="no", defaults=None):
+    """Check the options of :func:`upgrade` now; return ``apply(obj, report=False)``.
+
+    ``load(path, schemas=...)`` uses it to refuse bad options before reading
+    a file. ``apply`` returns what ``upgrade`` would with the same options.
+
+    Raises:
+        ValueError: ``extra`` or ``casting`` is not one of the choices.
+        TypeError: ``schemas`` or ``defaults`` has the wrong form.
+    """
     _check_options(extra, casting)
-    up = _Upgrader(_Targets(schemas), extra, casting, _check_defaults(defaults))
-    casts: dict = {}
-    try:
-        dry = _Walk(up, True, casts)
-        dry.convert(obj, "")
-        _check_aliases(casts, dry.leaves)
-        build = _Walk(up, False, casts)
-        result = build.convert(obj, "")
-    except RecursionError:
-        raise SchemaEvolutionError("upgrade: the structure is nested too deeply") from None
-    for write in build.writes:
-        write()
-    rep = UpgradeReport(mappings=tuple(r.freeze() for r in up.records.values()),
-                        unmatched=dict(up.unmatched), kept=tuple(up.kept))
-    if _log.isEnabledFor(logging.INFO):
-        for line in str(rep).splitlines():
-            _log.info("%s", line)
-    return (result, rep) if report else result
+    targets, fills = _Targets(schemas), _check_defaults(defaults)
+
+    def apply(obj, report=False):
+        up = _Upgrader(targets, extra, casting, fills)
+        casts: dict = {}
+        try:
+            dry = _Walk(up, True, casts)
+            dry.convert(obj, "")
+            _check_aliases(casts, dry.leaves)
+            build = _Walk(up, False, casts)
+            result = build.convert(obj, "")
+        except RecursionError:
+            raise SchemaEvolutionError(
+                "upgrade: the structure is nested too deeply") from None
+        for write in build.writes:
+            write()
+        rep = UpgradeReport(mappings=tuple(r.freeze() for r in up.records.values()),
+                            unmatched=dict(up.unmatched), kept=tuple(up.kept))
+        if _log.isEnabledFor(logging.INFO):
+            for line in str(rep).splitlines():
+                _log.info("%s", line)
+        return (result, rep) if report else result
+
+    return apply

@@ -51,8 +51,14 @@ class Pair:
 
 
 @st.composite
-def pairs(draw, depth: int = 1, typename: str = "Samples", names=NAMES) -> Pair:
-    """A random pair; the old schema always has a float32 field of element shape ()."""
+def pairs(draw, depth: int = 1, typename: str = "Samples", names=NAMES,
+          compatible: bool = False) -> Pair:
+    """A random pair; the old schema always has a float32 field of element shape ().
+
+    ``compatible`` draws only pairs that upgrade with ``casting="unsafe"`` and
+    ``extra="ignore"``/``"keep"``: every added field has a default and no
+    declared element shape differs from the saved one.
+    """
     n_old = draw(st.integers(1, 4))
     chosen = draw(st.lists(st.sampled_from(names), min_size=n_old + 3, max_size=n_old + 3,
                            unique=True))
@@ -61,20 +67,23 @@ def pairs(draw, depth: int = 1, typename: str = "Samples", names=NAMES) -> Pair:
     nested_at = draw(st.integers(0, n_old)) if depth > 0 else n_old
     for i, name in enumerate(old_names):
         if i == nested_at:
-            inner = draw(pairs(depth - 1, typename="Inner", names=NESTED_NAMES))
+            inner = draw(pairs(depth - 1, typename="Inner", names=NESTED_NAMES,
+                               compatible=compatible))
             pair.old.append(Field(name, nested=inner, kept=draw(st.booleans())))
             continue
         f = Field(name, draw(st.sampled_from(DTYPES)), draw(st.sampled_from(ELEMENT_SHAPES)))
         f.kept = draw(st.integers(0, 3)) > 0
         if f.kept and draw(st.booleans()):
             f.declared = (draw(st.sampled_from([f.dtype] * 3 + DTYPES)),
+                          f.shape if compatible else
                           draw(st.sampled_from([f.shape] * 4 + ELEMENT_SHAPES)))
         pair.old.append(f)
     # The leading shape must be readable from the saved data: one field of shape ().
     pair.old.append(Field("scalar_" + typename.lower(), "float32", (),
                           kept=draw(st.booleans())))
     for name in spare[:draw(st.integers(0, len(spare)))]:
-        kind = draw(st.sampled_from(["scalar", "scalar", "zero", "array", "none"]))
+        kind = draw(st.sampled_from(["scalar", "scalar", "zero", "array"]
+                                    + ([] if compatible else ["none"])))
         pair.added.append(Field(name, draw(st.sampled_from(DTYPES)),
                                 draw(st.sampled_from(ELEMENT_SHAPES)) if kind == "array"
                                 else (), kept=True, default=kind))

@@ -19,6 +19,11 @@ The package, one module per concern (each imports only those listed before it):
 * ``blocks``: block I/O: chunked writes with CRC-32 and fdatasync, reads, maps
 * ``layout``: arrays grouped into blocks and placed in the file
 * ``atomic``: the atomic file writer and the stale temporary file reaper
+* ``crc``: a block's CRC-32 updated from the ranges that changed
+* ``pages``: which pages of memory were written since read from a file (Linux)
+* ``journal``: the redo journal of in-place incremental saves
+* ``tracking``: the changed ranges of each block; memory remapped onto the file
+* ``incremental``: ``save(..., incremental=True)``, journal recovery at load
 * ``saver``, ``loader``, ``inspector``: ``save``, ``load``, ``inspect``
 
 File format, version 1.0
@@ -92,6 +97,11 @@ as safetensors requires) and has a ``__metadata__`` object of strings:
     * ``{"schema": s}``: the schema class ``s`` of ``schemas`` itself
     * ``{"nt": s, "values": [node, ...]}``: an instance of schema ``s`` (a
       schema, a stdlib namedtuple or an rlpyt namedarraytuple)
+    * ``{"numpy": [dtype, shape, [value, ...]]}``: a numpy scalar (shape
+      ``[]``) or array of at most 4096 elements held in the node, values in C
+      order (``"nan"``/``"inf"``/``"-inf"`` for such floats, ``[re, im]`` for
+      complex); used for schema defaults such as ``np.float32(0)``, which
+      declare a dtype, and listed as the feature ``"numpy-defaults"``
 
     A node object has exactly the keys shown. The data path keeps array
     identity but not container identity: a list that appears twice comes back
@@ -106,19 +116,34 @@ as safetensors requires) and has a ``__metadata__`` object of strings:
 
     ``features``: names of optional features the file uses; a reader must
     refuse a file listing a feature it does not know. Version 1.0 writes
-    ``[]``.
+    ``[]``, or ``["numpy-defaults"]`` when a schema default is a ``numpy``
+    node (readers before that feature refuse such files instead of
+    misreading them).
 
-    ``checkpoint_id`` (random hex) and ``parent`` (``null``): reserved for
-    incremental checkpoints, see below.
+    ``checkpoint_id`` (random hex, new at every save) and ``parent``
+    (``null``, reserved).
 
-Incremental checkpoints (planned). A later minor version can add a feature
-``"delta"``: a delta file sets ``parent`` to the ``checkpoint_id`` of the file
-it updates and gives some blocks a ``"rows"`` entry, a list of
-``[byte_start, byte_stop]`` ranges of the parent's block that the stored bytes
-replace (the rows of a ring buffer written since the parent). Full files, such
-as every file written now, have ``parent: null`` and no features, so they stay
-valid, and a reader that does not know ``"delta"`` refuses a delta file
-rather than loading half a buffer.
+    ``saved`` (optional, written by incremental-mode saves): what the save
+    that made the current state wrote, ``{"kind": "full"|"incremental",
+    "bytes_written", "ranges", "data_bytes"}``. Readers that do not know it
+    ignore it.
+
+Incremental saves (``save(..., incremental=True)``) write files of this same
+format, with two layout choices any 1.x reader accepts: blocks of at least
+64 KiB start at the page offset (mod 4096) their memory had, so that file and
+memory pages coincide (the padding before them is a ``__pad__.K`` tensor, and
+may be a hole in the file), and the header has room to grow (trailing spaces)
+so that it can be rewritten in place; a pickle block is followed by padding it
+may grow into. A later incremental save changes bytes of the file in place,
+through a redo journal ``.<name>.journal`` next to it: the journal (ranges,
+their CRC-32s, the new header, an end marker) is written and synced before any
+byte of the file changes, and whoever opens the file next (``save``,
+``load``) writes a complete journal's ranges again, syncs the file and
+removes the journal; an incomplete one is removed. Block checksums stay
+CRC-32s of whole blocks: they are updated from the changed ranges alone (CRC
+is affine over GF(2)), so ``verify=True`` checks files from both kinds of save
+alike. While changing the file the saver holds an exclusive ``flock`` on it;
+``load`` holds a shared one while it reads.
 
 Writing. ``save`` writes ``.<name>.tmp-<host>-<pid>-<random>`` in the
 target's directory (``<name>`` is the target's file name, or its first 40

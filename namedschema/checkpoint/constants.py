@@ -12,7 +12,9 @@ import numpy as np
 FORMAT_NAME = "namedschema.checkpoint"
 FORMAT_VERSION = "1.0"
 READ_MAJOR = 1                              # readers accept any 1.x file ...
-KNOWN_FEATURES: frozenset[str] = frozenset()  # ... that lists only these features
+# ... that lists only these features ("numpy-defaults": a schema default is a
+# numpy scalar or array, held in a "numpy" node)
+KNOWN_FEATURES: frozenset[str] = frozenset({"numpy-defaults"})
 
 ALIGN = 64                  # every block starts at a multiple of this in the file
 CHUNK = 16 * 2**20          # bytes per write, read and checksum step

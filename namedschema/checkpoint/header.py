@@ -285,6 +285,30 @@ class PickleEntry:
 
 
 @dataclass(frozen=True)
+class SaveRecord:
+    """What the save that made a file's current state wrote (``"saved"``, optional)."""
+
+    kind: str                   # "full" or "incremental"
+    bytes_written: int          # data bytes that save wrote
+    ranges: int                 # byte ranges it wrote
+    data_bytes: int             # data bytes of the checkpoint
+
+    def to_json(self) -> dict:
+        return {"kind": self.kind, "bytes_written": self.bytes_written,
+                "ranges": self.ranges, "data_bytes": self.data_bytes}
+
+    @classmethod
+    def from_json(cls, name: str, raw: Any) -> SaveRecord | None:
+        if raw is None:
+            return None
+        if (not isinstance(raw, dict) or raw.get("kind") not in ("full", "incremental")
+                or any(type(raw.get(k)) is not int or raw[k] < 0
+                       for k in ("bytes_written", "ranges", "data_bytes"))):
+            fail(name, "the record of the last save is malformed")
+        return cls(raw["kind"], raw["bytes_written"], raw["ranges"], raw["data_bytes"])
+
+
+@dataclass(frozen=True)
 class Description:
     """The ``namedschema`` metadata value: everything needed to rebuild the graph."""
 
@@ -296,9 +320,10 @@ class Description:
     checkpoint_id: str
     features: tuple[str, ...] = ()
     parent: str | None = None
+    saved: SaveRecord | None = None     # written by incremental-mode saves only
 
     def to_json(self) -> dict:
-        return {"blocks": [b.to_json() for b in self.blocks],
+        out: dict[str, Any] = {"blocks": [b.to_json() for b in self.blocks],
                 "arrays": [a.to_json() for a in self.arrays],
                 "schemas": [s.to_json() for s in self.schemas],
                 "structure": self.structure,
@@ -306,6 +331,9 @@ class Description:
                 "features": list(self.features),
                 "checkpoint_id": self.checkpoint_id,
                 "parent": self.parent}
+        if self.saved is not None:
+            out["saved"] = self.saved.to_json()
+        return out
 
 
 @dataclass(frozen=True)
@@ -467,7 +495,8 @@ def read_header(f: BinaryIO, name: str, file_size: int) -> Header:
         structure=desc.get("structure"), pickle=pickle,
         checkpoint_id=str(desc.get("checkpoint_id")),
         features=tuple(desc.get("features", [])),
-        parent=parent if isinstance(parent, str) else None)
+        parent=parent if isinstance(parent, str) else None,
+        saved=SaveRecord.from_json(name, desc.get("saved")))
     return Header(description, tensors, version, name, file_size, data_start)
 
 

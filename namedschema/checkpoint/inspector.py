@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .header import fail, read_header
+from .header import SaveRecord, fail, read_header
 from .nodes import Describer
 
 
@@ -44,6 +44,10 @@ class CheckpointInfo:
         fields: a :class:`FieldInfo` per stored array.
         checkpoint_id: the file's random id.
         tree: the structure as indented text.
+        last_save: a :class:`~namedschema.checkpoint.header.SaveRecord`, what
+            the save that wrote the current state wrote: ``kind`` (``"full"``
+            or ``"incremental"``), ``bytes_written``, ``ranges``. Files from
+            plain saves carry no record: they were written in full.
     """
 
     path: str
@@ -55,6 +59,7 @@ class CheckpointInfo:
     fields: tuple
     checkpoint_id: str
     tree: str
+    last_save: SaveRecord | None = None
 
     def __str__(self) -> str:
         lines = [f"{self.path}: namedschema checkpoint, format {self.format_version}, "
@@ -62,8 +67,18 @@ class CheckpointInfo:
                  f"file {_human(self.file_size)}"]
         if self.needs_pickle:
             lines.append(f"needs allow_pickle=True: {self.pickle_reason}")
+        lines.append(_last_save_line(self.last_save, self.data_bytes))
         lines.append(self.tree)
         return "\n".join(lines)
+
+
+def _last_save_line(record: SaveRecord | None, data_bytes: int) -> str:
+    if record is None:
+        return f"last save: full, wrote all {_human(data_bytes)}"
+    share = record.bytes_written / max(record.data_bytes, 1)
+    return (f"last save: {record.kind}, wrote {_human(record.bytes_written)} of "
+            f"{_human(record.data_bytes)} ({share:.2%}) in {record.ranges} "
+            + ("range" if record.ranges == 1 else "ranges"))
 
 
 def _human(n: float) -> str:
@@ -129,4 +144,5 @@ def inspect(path: str | os.PathLike[str]) -> CheckpointInfo:
         path=name, format_version=header.version, file_size=header.file_size,
         data_bytes=header.data_bytes, needs_pickle=desc.pickle is not None,
         pickle_reason=None if desc.pickle is None else desc.pickle.reason,
-        fields=fields, checkpoint_id=desc.checkpoint_id, tree="\n".join(lines))
+        fields=fields, checkpoint_id=desc.checkpoint_id, tree="\n".join(lines),
+        last_save=desc.saved)

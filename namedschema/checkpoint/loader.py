@@ -5,16 +5,20 @@ from __future__ import annotations
 import os
 from typing import Any, Literal
 
-from ..errors import UnsafeLoadError
+from ..errors import SchemaEvolutionError, UnsafeLoadError
+from ..evolution import upgrader
 from . import pickled
 from .arrays import make_arrays
 from .blocks import MMAP_ACCESS, map_blocks, read_blocks, verify
 from .header import fail, read_header
+from .incremental import reading, recover
 from .nodes import Decoder
 
 
 def load(path: str | os.PathLike[str], *, mmap_mode: Literal["r", "r+", "c"] | None = None,
-         allow_pickle: bool = False, verify: bool = False) -> Any:
+         allow_pickle: bool = False, verify: bool = False, schemas: Any = None,
+         extra: str = "error", casting: str = "no", defaults: Any = None,
+         report: bool = False) -> Any:
     """Load a checkpoint written by :func:`save`.
 
     Arrays that were views of one another come back as views of one block.
@@ -32,23 +36,46 @@ def load(path: str | os.PathLike[str], *, mmap_mode: Literal["r", "r+", "c"] | N
             runs code chosen by whoever wrote the file: only allow it for
             files you trust.
         verify: check every block's CRC-32 (reads all data, even when mapped).
+        schemas: today's schemas (a module, classes, a mapping of saved
+            typename to schema, or a list of these): every saved schema
+            instance is then rebuilt as an instance of its current schema by
+            the rules of :func:`namedschema.upgrade` (docs: "Schema
+            evolution"). With ``mmap_mode`` the unchanged fields stay mapped
+            and only new (and cast) fields are made in memory.
+        extra, casting, defaults, report: as for :func:`namedschema.upgrade`;
+            used only with ``schemas``.
 
     Returns:
-        The saved object graph.
+        The saved object graph; with ``report=True`` (and ``schemas``)
+        ``(graph, UpgradeReport)``.
 
     Raises:
         FormatError: (a ValueError) the file is not a checkpoint, is
             truncated, corrupt or of an unknown version.
         UnsafeLoadError: the file needs pickle and ``allow_pickle`` is false.
         OSError: the file cannot be read.
+        SchemaEvolutionError: with ``schemas``, the saved data does not map
+            onto today's schemas (``MissingFieldError``, ``ExtraFieldError``,
+            ``FieldMismatchError``); nothing is returned.
     """
-    return _load(os.fspath(path), mmap_mode, allow_pickle, verify)
+    if schemas is None:
+        if report:
+            raise TypeError("load: report=True needs schemas=")
+        return _load(os.fspath(path), mmap_mode, allow_pickle, verify)
+    evolve = upgrader(schemas, extra=extra, casting=casting, defaults=defaults)
+    graph = _load(os.fspath(path), mmap_mode, allow_pickle, verify)
+    try:
+        return evolve(graph, report=report)
+    except SchemaEvolutionError as exc:
+        exc.add_note(f"while loading {os.fspath(path)!r} into today's schemas")
+        raise
 
 
 def _load(name: str, mmap_mode: str | None, allow_pickle: bool, check: bool) -> Any:
     if mmap_mode is not None and mmap_mode not in MMAP_ACCESS:
         raise ValueError(f"mmap_mode must be None, 'r', 'r+' or 'c', got {mmap_mode!r}")
-    with open(name, "r+b" if mmap_mode == "r+" else "rb", buffering=0) as f:
+    recover(name)  # an incremental save that was interrupted is finished first
+    with open(name, "r+b" if mmap_mode == "r+" else "rb", buffering=0) as f, reading(f, name):
         header = read_header(f, name, os.fstat(f.fileno()).st_size)
         if header.description.pickle is not None and not allow_pickle:
             raise UnsafeLoadError(

@@ -12,11 +12,12 @@ from . import layout, pickled
 from .atomic import AtomicFile
 from .blocks import Progress, write_all, write_blocks
 from .header import Description, Header, PickleEntry
-from .nodes import Encoder, NotData
+from .incremental import save as incremental_save
+from .nodes import Encoder, NotData, features_of
 
 
 def save(obj: Any, path: str | os.PathLike[str], *, allow_pickle: bool = False,
-         progress: bool = False) -> None:
+         progress: bool = False, incremental: bool = False) -> None:
     """Save an object graph, writing every array raw and once, atomically.
 
     Arrays (numpy, and torch CPU tensors) anywhere in ``obj`` are written
@@ -39,7 +40,11 @@ def save(obj: Any, path: str | os.PathLike[str], *, allow_pickle: bool = False,
             when it holds a value that is not data. False by default, so that
             a graph needing pickle fails here, in the saving process, rather
             than at load time, maybe in another process.
-        progress: show a progress bar on stderr.
+        progress: show a progress bar on stderr (counting the bytes written).
+        incremental: if ``path`` holds a checkpoint with the same arrays
+            (shapes, dtypes, views), write only what changed since, in place
+            and crash-safe; otherwise write a full checkpoint laid out for
+            later incremental saves. See :doc:`/incremental`.
 
     Raises:
         NotDataError: (a TypeError) ``obj`` holds a value that is not data and
@@ -57,6 +62,9 @@ def save(obj: Any, path: str | os.PathLike[str], *, allow_pickle: bool = False,
     >>> back['buffer'].reward[3], np.shares_memory(back['recent'], back['buffer'].obs)
     (np.float64(3.0), True)
     """
+    if incremental:
+        incremental_save(obj, path, allow_pickle=allow_pickle, progress=progress)
+        return
     path = os.fspath(path)
     encoder = Encoder()
     structure, not_data = None, None
@@ -78,7 +86,8 @@ def save(obj: Any, path: str | os.PathLike[str], *, allow_pickle: bool = False,
                                                              str(not_data))
     header = Header(
         Description(blocks=plan.blocks, arrays=plan.arrays, schemas=tuple(encoder.schemas),
-                    structure=structure, pickle=pickle_entry, checkpoint_id=uuid.uuid4().hex),
+                    structure=structure, pickle=pickle_entry, checkpoint_id=uuid.uuid4().hex,
+                    features=features_of(encoder.schemas)),
         plan.tensors, name=path)
     # The data starts after the header, whose checksums are known only once
     # the data is written: reserve the header's room (its fixed-width fields

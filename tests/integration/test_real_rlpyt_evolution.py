@@ -114,16 +114,25 @@ def test_replay_buffer_resumes_after_a_field_was_added(tmp_path, n_step, mmap_mo
         buf = app.Replay(example=example, size=app.SIZE, B=app.B, n_step_return={n_step})
         for step in range(10):
             buf.append_samples(app.samples(step, False))
-        namedschema.save(buf, {path!r})
+        namedschema.save(buf, {path!r}, allow_pickle=True)
         print(json.dumps(dict(t=buf.t, schema=type(type(buf.samples)).__name__)))
         """)
     assert saved["schema"] == "NamedArrayTupleSchema"
     out = _run(v2, f"""
         import json, numpy as np, namedschema, train_app as app
-        buf = namedschema.load({path!r}, allow_pickle=True, mmap_mode={mmap_mode!r})
-        obs_before = buf.samples.observation
-        buf, report = namedschema.upgrade(
-            buf, app, defaults={{"SamplesToBuffer.timeout": np.bool_(False)}}, report=True)
+        timeout = {{"SamplesToBuffer.timeout": np.bool_(False)}}
+        if {mmap_mode!r} is None:   # load, then upgrade
+            buf = namedschema.load({path!r}, allow_pickle=True)
+            obs_before = buf.samples.observation
+            buf, report = namedschema.upgrade(buf, app, defaults=timeout, report=True)
+        else:                       # load straight into today's schemas, memory-mapped
+            buf, report = namedschema.load({path!r}, allow_pickle=True, mmap_mode={mmap_mode!r},
+                                           schemas=app, defaults=timeout, report=True)
+            obs_before = buf.samples.observation   # the mapped array, checked below
+            base = obs_before
+            while isinstance(base, np.ndarray):
+                base = base.base
+            assert type(getattr(base, "obj", base)).__name__ == "mmap", type(base)
         twin = app.Replay(example=app.samples(0, True)[0, 0], size=app.SIZE, B=app.B,
                           n_step_return={n_step})
         for step in range(10):

@@ -39,6 +39,18 @@ def test_random_schema_changes_follow_the_rules(pair, leading, extra, casting):
     ep.check_upgraded(holder["buf"], old, pair, classes, leading, extra, report, "buf")
 
 
+@given(ep.pairs(compatible=True), LEADING, st.sampled_from(["ignore", "keep"]))
+def test_compatible_changes_give_what_the_rules_say(pair, leading, extra):
+    """Pairs the rules accept always upgrade, to exactly the values the rules give."""
+    old = ep.old_instance(pair, leading, make_schema)
+    classes = ep.new_schemas(pair, make_schema)
+    assert not ep.expected_errors(pair, extra, "unsafe")
+    holder = {"buf": old}
+    _result, report = upgrade(holder, list(classes.values()), extra=extra,
+                              casting="unsafe", report=True)
+    ep.check_upgraded(holder["buf"], old, pair, classes, leading, extra, report, "buf")
+
+
 @given(ep.pairs(depth=0), LEADING)
 def test_reordering_alone_keeps_every_array(pair, leading):
     """Permuting the fields (nothing added, removed or retyped) maps every array by name."""

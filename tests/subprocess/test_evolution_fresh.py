@@ -53,7 +53,7 @@ def _child(tmp_path, module_name, body):
        casting=st.sampled_from(ep.CASTINGS), leading=st.sampled_from([(5,), (5, 4)]))
 def test_random_pairs_upgrade_alike_in_a_fresh_interpreter(tmp_path_factory, pair, extra,
                                                            casting, leading):
-    """A checkpoint and a pickle of old data load in a fresh interpreter as the module's new schemas."""
+    """A checkpoint (load(schemas=module), read and mapped) and a pickle (upgrade) of old data become the module's new schemas."""
     tmp_path = tmp_path_factory.mktemp("evo")
     module_name = f"evo_today_{uuid.uuid4().hex[:8]}"
     (tmp_path / f"{module_name}.py").write_text(ep.module_source(pair))
@@ -75,14 +75,15 @@ def test_random_pairs_upgrade_alike_in_a_fresh_interpreter(tmp_path_factory, pai
         classes = [v for v in vars(today).values() if isinstance(v, type)]
         out = {{}}
         for how in ("load", "load-mmap", "pickle"):
-            if how == "pickle":
-                with open({str(tmp_path / "old.pkl")!r}, "rb") as f:
-                    obj = pickle.load(f)
-            else:
-                obj = namedschema.load({str(tmp_path / "old.nsb")!r},
-                                       mmap_mode="r" if how == "load-mmap" else None)
             try:
-                new = namedschema.upgrade(obj, today, extra={extra!r}, casting={casting!r})
+                if how == "pickle":
+                    with open({str(tmp_path / "old.pkl")!r}, "rb") as f:
+                        new = namedschema.upgrade(pickle.load(f), today, extra={extra!r},
+                                                  casting={casting!r})
+                else:
+                    new = namedschema.load({str(tmp_path / "old.nsb")!r},
+                                           mmap_mode="r" if how == "load-mmap" else None,
+                                           schemas=today, extra={extra!r}, casting={casting!r})
                 out[how] = describe(new["buf"], classes)
             except namedschema.SchemaEvolutionError as exc:
                 out[how] = [type(exc).__name__, exc.schema, exc.field]

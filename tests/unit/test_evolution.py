@@ -540,3 +540,20 @@ def test_annotation_without_shape_accepts_any_element_shape():
     assert upgrade(old, [Obs]).pixels is old.pixels
     with pytest.raises(FieldMismatchError, match="declared as uint8, but the saved value"):
         upgrade(Old([1, 2]), [Obs])
+
+
+def test_nothing_changes_when_a_default_fails_while_rebuilding():
+    """A failing default callable (met while rebuilding) leaves every container as it was."""
+    good = old_samples()
+    OldObs = NamedArrayTupleSchema("Obs", "pos")
+    graph = {"first": [good], "second": [OldObs(np.zeros(4))]}
+
+    def boom(shape):
+        raise MemoryError("too big")
+
+    Samples = NamedArrayTupleSchema("Samples", "observation action reward timeout",
+                                    defaults=(False,))
+    Obs = NamedArrayTupleSchema("Obs", "pos vel", defaults=(boom,))
+    with pytest.raises(SchemaEvolutionError, match="Obs.vel.*too big"):
+        upgrade(graph, [Samples, Obs])
+    assert graph["first"][0] is good and type(graph["second"][0]) is OldObs

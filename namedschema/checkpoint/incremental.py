@@ -1,0 +1,456 @@
+"""Incremental saves: update a checkpoint in place with only what changed since it was written.
+
+``save(obj, path, incremental=True)`` compares ``obj`` with the checkpoint at
+``path``. When both have the same arrays (shapes, dtypes, strides, views,
+hence the same blocks), it writes only the changed bytes, in place, through
+the redo journal (``journal.py``), so that a crash leaves the old or the new
+checkpoint; otherwise it writes a full checkpoint, atomically, laid out so
+that the next save can be incremental.
+
+What changed is found by ``tracking.py`` (mostly from the kernel's page tables).
+If more than a quarter of the data changed, a full save is cheaper and is
+done instead.
+
+save           save ``obj`` to ``path``, incrementally when the file allows it
+recover        finish or discard the journal an interrupted incremental save left
+reading        hold off incremental saves while a loader reads the file
+wait           wait for the background sync of an incremental save to end
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import struct
+import threading
+import uuid
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from typing import Any
+
+from ..errors import FormatError, NotDataError
+from . import journal, layout, pages, pickled, tracking
+from .atomic import AtomicFile
+from .blocks import MemorySpan, Progress, write_all, write_blocks
+from .constants import ALIGN
+from .header import (
+    Description,
+    Header,
+    PickleEntry,
+    SaveRecord,
+    TensorEntry,
+    read_header,
+)
+from .nodes import Encoder, NotData, features_of
+
+__all__ = ["save", "recover", "reading", "wait"]
+
+PAGE = pages.PAGE
+#: Above this fraction of changed data, a full save is done instead.
+FULL_FRACTION = 0.25
+
+_pending_lock = threading.Lock()
+_pending: dict[str, threading.Thread] = {}   # real path -> thread finishing its save
+_locked_fds: set[int] = set()                # fds holding a lock (closed in fork children)
+
+
+def _close_locked_in_child() -> None:
+    # A fork child shares the lock with its parent until it closes the descriptor.
+    for fd in list(_locked_fds):
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    _locked_fds.clear()
+
+
+os.register_at_fork(after_in_child=_close_locked_in_child)
+
+
+@dataclass(frozen=True)
+class _Encoded:
+    encoder: Encoder
+    structure: Any
+    not_data: NotData | None
+    pickle_bytes: bytes | None
+
+
+def _encode(obj: Any, path: str, allow_pickle: bool) -> _Encoded:
+    encoder = Encoder()
+    structure, not_data = None, None
+    try:
+        structure = encoder.encode(obj)
+    except NotData as exc:
+        not_data = exc
+    except RecursionError:
+        not_data = NotData("", obj, "nested too deeply for the data path")
+    pickle_bytes = None
+    if not_data is not None:
+        if not allow_pickle:
+            raise NotDataError(path, not_data.path, not_data.type_name,
+                               not_data.why) from None
+        encoder = Encoder()
+        pickle_bytes = pickled.dumps(obj, encoder.arrays)
+    return _Encoded(encoder, structure, not_data, pickle_bytes)
+
+
+def _description(enc: _Encoded, plan: layout.Layout, blocks, saved: SaveRecord) -> Description:
+    pickle_entry = None if enc.not_data is None else PickleEntry(len(blocks) - 1,
+                                                                 str(enc.not_data))
+    return Description(blocks=tuple(blocks), arrays=plan.arrays,
+                       schemas=tuple(enc.encoder.schemas), structure=enc.structure,
+                       pickle=pickle_entry, checkpoint_id=uuid.uuid4().hex, saved=saved,
+                       features=features_of(enc.encoder.schemas))
+
+
+# --------------------------------------------------------------------------
+# Locking and the journal
+# --------------------------------------------------------------------------
+
+def wait(path: str) -> None:
+    """Wait until the background sync of this process's last incremental save of ``path`` ends."""
+    with _pending_lock:
+        thread = _pending.get(os.path.realpath(path))
+    if thread is not None:
+        thread.join()
+
+
+def _lock(fd: int, how: int) -> None:
+    _locked_fds.add(fd)
+    fcntl.flock(fd, how)
+
+
+def _close(fd: int) -> None:
+    _locked_fds.discard(fd)
+    os.close(fd)
+
+
+def _header_id(fd: int, path: str) -> str | None:
+    try:
+        with open(fd, "rb", buffering=0, closefd=False) as f:
+            return read_header(f, path, os.fstat(fd).st_size).description.checkpoint_id
+    except (FormatError, OSError):
+        return None
+
+
+def _recover_locked(path: str, fd: int) -> None:
+    """With ``fd`` (the checkpoint, read-write) locked exclusively: settle its journal."""
+    jpath = journal.journal_path(path)
+    if not os.path.lexists(jpath):
+        return
+    entry = journal.read(jpath)
+    if entry is not None:
+        current = _header_id(fd, path)
+        if current is None or current in (entry.base, entry.new):
+            journal.replay(entry, fd)
+    try:
+        os.unlink(jpath)
+    except FileNotFoundError:
+        pass
+    journal.fsync_dir(os.path.dirname(jpath))
+
+
+def recover(path: str) -> None:
+    """Finish (or discard) the journal an interrupted incremental save of ``path`` left.
+
+    Cheap when there is none (one ``stat``). Finishing needs write access.
+
+    Raises:
+        FormatError: there is a journal to finish but the file is not writable.
+    """
+    jpath = journal.journal_path(path)
+    if not os.path.lexists(jpath):
+        return
+    wait(path)
+    try:
+        fd = os.open(path, os.O_RDWR | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        return
+    except PermissionError as exc:
+        if _journal_outlives_saver(path, jpath):
+            raise FormatError(f"{path!r}: an incremental save of it was interrupted and its "
+                              "journal must be applied, which needs write access to the file "
+                              "and its directory") from exc
+        return
+    try:
+        _lock(fd, fcntl.LOCK_EX)
+        _recover_locked(path, fd)
+    finally:
+        _close(fd)
+
+
+def _journal_outlives_saver(path: str, jpath: str) -> bool:
+    """Without write access: wait for a running saver to finish; is its journal still there?"""
+    try:
+        with open(path, "rb", buffering=0) as f:
+            fcntl.flock(f.fileno(), fcntl.LOCK_SH)
+    except OSError:
+        pass
+    return os.path.lexists(jpath)
+
+
+@contextlib.contextmanager
+def reading(f: Any, path: str) -> Iterator[None]:
+    """Hold off incremental saves of the open checkpoint ``f`` while a loader reads it.
+
+    Settles any journal first. Incremental saves lock the file exclusively
+    while they change it in place, so a loader inside this block reads one
+    consistent state. The lock is released on leaving the block (a map of
+    the file keeps the descriptor open, so closing it would not).
+    """
+    locked = False
+    for _ in range(3):
+        try:
+            fcntl.flock(f.fileno(), fcntl.LOCK_SH)
+        except OSError:
+            break  # file systems without locks: nothing to wait for
+        locked = True
+        if not os.path.lexists(journal.journal_path(path)):
+            break
+        fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+        locked = False
+        recover(path)
+    try:
+        yield
+    finally:
+        if locked:
+            fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+
+
+# --------------------------------------------------------------------------
+# Full saves laid out for incremental ones
+# --------------------------------------------------------------------------
+
+def _page_layout(plan: layout.Layout, pickle_slack: bool):
+    """The plan's tensors and blocks, large blocks at their memory's page offset.
+
+    A pickle block (always last) gets room to grow after it.
+    """
+    table: dict[str, TensorEntry] = {}
+    blocks = []
+    offset = pads = 0
+    for block, source in zip(plan.blocks, plan.sources, strict=True):
+        want = tracking.congruence(source, block.nbytes)
+        pad = -offset % ALIGN if want is None else (want - offset) % PAGE
+        if pad:
+            table[f"__pad__.{pads}"] = TensorEntry("U8", (pad,), offset, offset + pad)
+            pads += 1
+            offset += pad
+        declared = plan.tensors[block.tensor]
+        table[block.tensor] = TensorEntry(declared.dtype, declared.shape, offset,
+                                          offset + block.nbytes)
+        blocks.append(replace(block, start=offset))
+        offset += block.nbytes
+    pad = -offset % ALIGN
+    if pickle_slack:
+        pad += max(PAGE, blocks[-1].nbytes // 8)
+    if pad:
+        table[f"__pad__.{pads}"] = TensorEntry("U8", (pad,), offset, offset + pad)
+    return table, blocks
+
+
+def _reserved_length(header: Header) -> int:
+    """Header room with space to grow, so that the data starts page-aligned."""
+    raw = len(header.encode())
+    return raw + max(1024, raw // 8) + (-(8 + raw + max(1024, raw // 8)) % PAGE)
+
+
+def _full_save(enc: _Encoded, plan: layout.Layout, path: str, progress: bool) -> SaveRecord:
+    table, blocks = _page_layout(plan, enc.pickle_bytes is not None)
+    data_bytes = plan.data_bytes
+    saved = SaveRecord("full", data_bytes, len(blocks), data_bytes)
+    header = Header(_description(enc, plan, blocks, saved), table, name=path)
+    length = _reserved_length(header)
+    data_start = 8 + length
+    end = max(t.end for t in table.values()) if table else 0
+    bar = Progress(data_bytes, "saving", progress)
+    with AtomicFile(path) as fd:
+        write_all(fd, struct.pack("<Q", length) + b" " * length)
+        crcs: list[int] = []
+        run: list[int] = []
+        # Blocks that follow one another at plain alignment are written in one go.
+        for i, block in enumerate(blocks):
+            if run and block.start != _aligned_end(blocks[run[-1]]):
+                crcs += _write_run(fd, data_start, blocks, plan.sources, run, bar)
+                run = []
+            run.append(i)
+        if run:
+            crcs += _write_run(fd, data_start, blocks, plan.sources, run, bar)
+        os.ftruncate(fd, data_start + end)
+        os.lseek(fd, 8, os.SEEK_SET)
+        header = header.with_crcs(crcs)
+        write_all(fd, header.encode(length))
+        written = os.fstat(fd)
+    tracking.track_after_full_save(path, written, data_start, blocks, plan.sources)
+    return saved
+
+
+def _aligned_end(block) -> int:
+    end = block.start + block.nbytes
+    return end + (-end % ALIGN)
+
+
+def _write_run(fd, data_start, blocks, sources, run, bar) -> list[int]:
+    os.lseek(fd, data_start + blocks[run[0]].start, os.SEEK_SET)
+    return write_blocks(fd, tuple(sources[i] for i in run), bar)
+
+
+# --------------------------------------------------------------------------
+# Incremental saves
+# --------------------------------------------------------------------------
+
+def _match(old: Header, plan: layout.Layout, enc: _Encoded) -> dict[str, TensorEntry] | None:
+    """The new tensor table if ``plan`` can update ``old`` in place, else None."""
+    has_pickle = enc.pickle_bytes is not None
+    if (len(old.blocks) != len(plan.blocks) or (old.description.pickle is not None)
+            != has_pickle or old.arrays != plan.arrays):
+        return None
+    n_data = len(plan.blocks) - has_pickle
+    for i in range(n_data):
+        ob, nb = old.blocks[i], plan.blocks[i]
+        ot, nt = old.tensors[ob.tensor], plan.tensors[nb.tensor]
+        if (ob.tensor, ob.nbytes, ot.dtype, ot.shape) != (nb.tensor, nb.nbytes, nt.dtype,
+                                                           nt.shape):
+            return None
+    table = dict(old.tensors)
+    if enc.pickle_bytes is not None and old.description.pickle is not None:
+        ob = old.blocks[-1]
+        if old.description.pickle.block != len(old.blocks) - 1 or ob.tensor != \
+                layout.PICKLE_TENSOR:
+            return None
+        room = old.file_size - old.data_start - ob.start
+        size = len(enc.pickle_bytes)
+        tail = [n for n, t in table.items() if t.start >= ob.start + ob.nbytes]
+        if size > room or any(not n.startswith("__pad__.") for n in tail):
+            return None
+        for n in tail:
+            del table[n]
+        table[ob.tensor] = TensorEntry("U8", (size,), ob.start, ob.start + size)
+        if room > size:
+            table[tail[0] if tail else "__pad__.tail"] = TensorEntry(
+                "U8", (room - size,), ob.start + size, ob.start + room)
+    return table
+
+
+def save(obj: Any, path: str | os.PathLike[str], *, allow_pickle: bool = False,
+         progress: bool = False) -> SaveRecord:
+    """Save ``obj`` to ``path``, writing only what changed if ``path`` holds the same arrays.
+
+    Returns the record of what was written (also stored in the file, see
+    ``inspect``). Arguments as for :func:`namedschema.save`.
+    """
+    path = os.fspath(path)
+    enc = _encode(obj, path, allow_pickle)
+    plan = layout.plan(enc.encoder.arrays.entries, enc.pickle_bytes)
+    wait(path)
+    try:
+        fd = os.open(path, os.O_RDWR | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return _full_save(enc, plan, path, progress)
+    handed_over = False
+    try:
+        _lock(fd, fcntl.LOCK_EX)
+        st = os.fstat(fd)
+        try:
+            now = os.stat(path)
+        except OSError:
+            now = None
+        if now is None or (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino):
+            return _full_save(enc, plan, path, progress)  # replaced while we waited
+        _recover_locked(path, fd)
+        record = _incremental(enc, plan, path, fd, progress)
+        if record is None:
+            return _full_save(enc, plan, path, progress)
+        handed_over = True
+        return record
+    finally:
+        if not handed_over:
+            _close(fd)
+
+
+def _incremental(enc: _Encoded, plan: layout.Layout, path: str, fd: int,
+                 progress: bool) -> SaveRecord | None:
+    st = os.fstat(fd)
+    try:
+        with open(fd, "rb", buffering=0, closefd=False) as f:
+            old = read_header(f, path, st.st_size)
+    except FormatError:
+        return None
+    table = _match(old, plan, enc)
+    if table is None:
+        return None
+    data_bytes = plan.data_bytes
+    scan = tracking.Scan(fd, st, old, int(FULL_FRACTION * max(data_bytes, 1)))
+    has_pickle = enc.pickle_bytes is not None
+    n_data = len(plan.blocks) - has_pickle
+    try:
+        for i in range(n_data):
+            source = plan.sources[i]
+            if isinstance(source, MemorySpan):
+                scan.memory(i, source.lo, source.nbytes)
+            else:
+                scan.compact(i, source)
+    except tracking.TooMuch:
+        return None
+    crcs, pieces = tracking.crc_updates(fd, old, scan.changes)
+    blocks = [replace(b, crc32=crcs.get(i, b.crc32)) for i, b in enumerate(old.blocks)]
+    written = scan.changed
+    new = enc.pickle_bytes
+    if new is not None:
+        start = old.block_file_start(len(old.blocks) - 1)
+        before = os.pread(fd, old.blocks[-1].nbytes, start)
+        if before != new:
+            piece = new + bytes(max(0, len(before) - len(new)))  # zero what it gave back
+            pieces.append((start, piece, zlib.crc32(piece)))
+            written += len(new)
+        blocks[-1] = replace(blocks[-1], nbytes=len(new), crc32=zlib.crc32(new))
+    saved = SaveRecord("incremental", written, len(pieces), data_bytes)
+    header = Header(_description(enc, plan, blocks, saved), table, name=path)
+    length = old.data_start - 8
+    if len(header.encode()) > length:
+        return None
+    head = struct.pack("<Q", length) + header.encode(length)
+    pieces.append((0, head, zlib.crc32(head)))
+    bar = Progress(written, "saving (incremental)", progress)
+    jpath = journal.journal_path(path)
+    journal.write(jpath, old.description.checkpoint_id, header.description.checkpoint_id,
+                  st.st_size, pieces)
+    for offset, data, _crc in pieces:  # the header last
+        view = memoryview(data).cast("B")
+        done = 0
+        while done < view.nbytes:
+            done += os.pwrite(fd, view[done:], offset + done)
+        if offset:
+            bar.advance(view.nbytes)
+    tracking.track_after_incremental(scan, plan.sources, fd, old)
+    _finish_later(path, fd, jpath)
+    return saved
+
+
+def _finish_later(path: str, fd: int, jpath: str) -> None:
+    """Sync the checkpoint and remove the journal in the background, then unlock.
+
+    Until then the journal makes the new state durable; the next save or load
+    of ``path`` waits for this (in this process through the thread, in others
+    through the lock).
+    """
+    def finish() -> None:
+        try:
+            os.fdatasync(fd) if hasattr(os, "fdatasync") else os.fsync(fd)
+            os.unlink(jpath)
+            journal.fsync_dir(os.path.dirname(jpath))
+        except OSError:
+            pass  # the journal stays; the next open of the file applies it again
+        finally:
+            _close(fd)
+            with _pending_lock:
+                if _pending.get(key) is thread:
+                    del _pending[key]
+
+    key = os.path.realpath(path)
+    thread = threading.Thread(target=finish, name="namedschema-finish-save")
+    with _pending_lock:
+        _pending[key] = thread
+    thread.start()

@@ -1,0 +1,181 @@
+"""The redo journal that makes an in-place incremental save all-or-nothing.
+
+An incremental save first writes every byte range it will change in the
+checkpoint (the new header included) to ``.<name>.journal`` next to it and
+syncs that file: that is the commit. Only then does it write the ranges in
+place. Whoever opens the checkpoint next (a save or a load) and finds a
+complete journal for it writes the ranges again (the same bytes, so doing it
+twice is harmless), syncs the checkpoint and removes the journal; an
+incomplete journal was never committed, the checkpoint was not touched, and
+the journal is removed. So the checkpoint reads as the old or the new state,
+never a mix, and loads never layer a journal on top of the file.
+
+Journal file::
+
+    8 bytes   b"NSJRNL01"
+    8 bytes   little-endian length L of the index
+    L bytes   JSON index {"base", "new", "file_size", "ranges": [[offset, length, crc32]]}
+    4 bytes   CRC-32 of the index
+    data      the bytes of every range, in index order
+    8 bytes   b"NSJEND01", written last: the journal is complete
+
+journal_path   where the journal of a checkpoint lives
+Journal        a complete journal read back
+write          write and sync a journal (the commit point)
+read           read a journal; None if absent or not complete
+replay         write a journal's ranges into the checkpoint and sync it
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import struct
+import zlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .blocks import write_all
+
+__all__ = ["journal_path", "Journal", "write", "read", "replay"]
+
+_MAGIC = b"NSJRNL01"
+_END = b"NSJEND01"
+_MAX_INDEX = 64 * 2**20
+_MAX_FILE = 2**50
+_CHUNK = 16 * 2**20
+
+
+def journal_path(path: str) -> str:
+    """``.<name>.journal`` in the checkpoint's directory (long names shortened, with a hash)."""
+    directory, base = os.path.split(os.path.abspath(path))
+    if len(os.fsencode(base)) > 200:
+        digest = hashlib.blake2b(os.fsencode(base), digest_size=8).hexdigest()
+        base = f"{base[:40]}~{digest}"
+    return os.path.join(directory, f".{base}.journal")
+
+
+@dataclass(frozen=True)
+class Journal:
+    """A complete journal: take the checkpoint from ``base`` to ``new``."""
+
+    path: str
+    base: str
+    new: str
+    file_size: int
+    ranges: tuple[tuple[int, int, int], ...]   # (file offset, length, crc32)
+    data_start: int                            # where the first range's bytes start
+
+
+def fsync_dir(directory: str) -> None:
+    """Sync a directory, so that a file created or removed in it stays so."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:  # pragma: no cover - platforms without directory fds
+        return
+    try:
+        os.fsync(fd)
+    except OSError:  # pragma: no cover
+        pass
+    finally:
+        os.close(fd)
+
+
+def write(path: str, base: str, new: str, file_size: int,
+          pieces: Sequence[tuple[int, Any, int]]) -> int:
+    """Write the journal for ``pieces`` = ``(file offset, buffer, crc32)`` and sync it.
+
+    Returns the journal's size. When this returns, the new state is committed.
+    """
+    index = json.dumps({"base": base, "new": new, "file_size": file_size,
+                        "ranges": [[off, memoryview(buf).nbytes, crc]
+                                   for off, buf, crc in pieces]},
+                       separators=(",", ":")).encode()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0),
+                 0o666)
+    try:
+        write_all(fd, _MAGIC + struct.pack("<Q", len(index)) + index
+                  + struct.pack("<I", zlib.crc32(index)))
+        for _off, buf, _crc in pieces:
+            write_all(fd, memoryview(buf).cast("B"))
+        write_all(fd, _END)
+        size = os.lseek(fd, 0, os.SEEK_CUR)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    fsync_dir(os.path.dirname(path))
+    return size
+
+
+def read(path: str) -> Journal | None:
+    """The complete journal at ``path``, or None if there is none or it is incomplete.
+
+    A journal is untrusted input: every length is bounded by the journal's
+    size and every range by the checkpoint size it names, and each range's
+    checksum is checked, before anything is written from it.
+    """
+    try:
+        f = open(path, "rb", buffering=0)
+    except FileNotFoundError:
+        return None
+    with f:
+        size = os.fstat(f.fileno()).st_size
+        head = f.read(16)
+        if len(head) != 16 or head[:8] != _MAGIC:
+            return None
+        (length,) = struct.unpack("<Q", head[8:])
+        if length > min(_MAX_INDEX, size - 28):
+            return None
+        raw = f.read(length + 4)
+        if len(raw) != length + 4 or struct.unpack("<I", raw[length:])[0] != zlib.crc32(
+                raw[:length]):
+            return None
+        try:
+            index = json.loads(raw[:length])
+            base, new, file_size = index["base"], index["new"], index["file_size"]
+            ranges = tuple((int(o), int(n), int(c)) for o, n, c in index["ranges"])
+        except (ValueError, KeyError, TypeError):
+            return None
+        if (not isinstance(base, str) or not isinstance(new, str)
+                or type(file_size) is not int or not 0 <= file_size <= _MAX_FILE):
+            return None
+        data_start = 16 + length + 4
+        if any(o < 0 or n < 0 or o + n > file_size for o, n, _c in ranges) or \
+                data_start + sum(n for _o, n, _c in ranges) + len(_END) != size:
+            return None
+        f.seek(size - len(_END))
+        if f.read(len(_END)) != _END:
+            return None
+        f.seek(data_start)
+        for _o, n, crc in ranges:
+            value, left = 0, n
+            while left:
+                chunk = f.read(min(left, _CHUNK))
+                if not chunk:
+                    return None
+                value = zlib.crc32(chunk, value)
+                left -= len(chunk)
+            if value != crc:
+                return None
+    return Journal(path, base, new, file_size, ranges, data_start)
+
+
+def replay(journal: Journal, fd: int) -> None:
+    """Write every range of ``journal`` into the checkpoint open as ``fd``, then sync it."""
+    with open(journal.path, "rb", buffering=0) as f:
+        f.seek(journal.data_start)
+        if os.fstat(fd).st_size < journal.file_size:
+            os.ftruncate(fd, journal.file_size)
+        for offset, n, _crc in journal.ranges:
+            left = n
+            while left:
+                chunk = f.read(min(left, _CHUNK))
+                if not chunk:
+                    raise OSError(f"{journal.path!r} shrank while it was replayed")
+                done = 0
+                while done < len(chunk):
+                    done += os.pwrite(fd, chunk[done:], offset + n - left + done)
+                left -= len(chunk)
+    os.fsync(fd)
