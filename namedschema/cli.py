@@ -16,6 +16,7 @@ import re
 import sys
 
 from . import __version__
+from ._printable import printable
 
 __all__ = ["build_parser", "parse_size", "main"]
 
@@ -80,6 +81,7 @@ def _run_demo(args) -> int:
 
 def _run_inspect(args) -> int:
     from .checkpoint import inspect as inspect_file
+    from .checkpoint.inspector import describe
     from .errors import FormatError
     try:
         report = inspect_file(args.path)
@@ -88,8 +90,8 @@ def _run_inspect(args) -> int:
             message = f"{args.path}: {exc.strerror}"
         else:  # format errors name the file themselves
             message = str(exc) if str(args.path) in str(exc) else f"{args.path}: {exc}"
-        return _fail("namedschema inspect", message)
-    print(report)  # its text says whether loading needs allow_pickle
+        return _fail("namedschema inspect", printable(message))
+    print(describe(report))
     return 0
 
 

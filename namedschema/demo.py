@@ -541,9 +541,10 @@ def _scenario(capacity, workdir, seed, progress, out) -> int:
     ns_path = os.path.join(workdir, "replay.nsb")
     if any(m[1] == "namedschema" for m in methods):
         from .checkpoint import inspect as inspect_file
+        from .checkpoint.inspector import describe
         print("\n$ namedschema inspect replay.nsb   # reads only the header", file=out)
         try:
-            print(str(inspect_file(ns_path)).replace(ns_path, "replay.nsb"), file=out)
+            print(describe(inspect_file(ns_path)).replace(ns_path, "replay.nsb"), file=out)
         except Exception as exc:  # noqa: BLE001 - a failed check, not a crash
             checks.append(("namedschema inspect reads the checkpoint", False,
                            f"{type(exc).__name__}: {exc}"))
