@@ -24,6 +24,7 @@ PACKAGE_DIR = os.path.join(REPO_ROOT, PACKAGE)
 CORE = ["namedschema", "namedschema._schema", "namedschema._instance", "namedschema._pickle",
         "namedschema._codegen", "namedschema._factories", "namedschema.errors",
         "namedschema._attrdict", "namedschema._classdef", "namedschema._typing",
+        "namedschema._limits", "namedschema._printable",
         "namedschema.integrations",
         # Import hooks that wait for torch / cloudpickle (they import neither).
         "namedschema.integrations._import_hooks", "namedschema.integrations._torch_hook",
