@@ -10,10 +10,12 @@ NamedTuple, NamedArrayTuple               base classes of every instance; subcla
 namedtuple, namedarraytuple, ...          rlpyt-compatible functions (import swap)
 save, load, inspect                       checkpoints (namedschema.checkpoint, lazy)
 upgrade                                   map saved schemas onto today's (namedschema.evolution, lazy)
-patch_rlpyt, unpatch_rlpyt                rlpyt drop-in (namedschema.rlpyt_compat, lazy)
+patch_rlpyt, unpatch_rlpyt                rlpyt drop-in (namedschema.rlpyt.patch, lazy)
 namedschema.buffer                        rlpyt's buffer helpers, shared memory
 namedschema.errors                        the exception classes (re-exported here)
 """
+
+import typing as _typing
 
 from . import _classdef  # noqa: F401 - installs class syntax (class P(NamedTuple): ...)
 from ._attrdict import AttrDict
@@ -42,10 +44,16 @@ from .errors import (
     SchemaDefinitionError,
     SchemaEvolutionError,
     StructureMismatchError,
+    UnpicklableError,
     UnsafeLoadError,
 )
 
 __version__ = "0.1.0"
+
+if _typing.TYPE_CHECKING:  # what the lazy names below are, for type checkers
+    from .checkpoint import inspect, load, save
+    from .evolution import upgrade
+    from .rlpyt_compat import patch_rlpyt, unpatch_rlpyt
 
 # Heavier parts load on first use, so ``import namedschema`` costs only the core.
 _LAZY = {
@@ -53,8 +61,8 @@ _LAZY = {
     "load": "checkpoint",
     "inspect": "checkpoint",
     "upgrade": "evolution",
-    "patch_rlpyt": "rlpyt_compat",
-    "unpatch_rlpyt": "rlpyt_compat",
+    "patch_rlpyt": "rlpyt.patch",
+    "unpatch_rlpyt": "rlpyt.patch",
 }
 
 
@@ -92,6 +100,7 @@ __all__ = [
     "SchemaDefinitionError",
     "SchemaEvolutionError",
     "StructureMismatchError",
+    "UnpicklableError",
     "UnsafeLoadError",
     "is_namedarraytuple",
     "is_namedarraytuple_class",

@@ -105,11 +105,15 @@ def test_buffers_resume_from_save_load(tmp_path, kind):
 
 
 @pytest.mark.parametrize("kind", ["PrioritizedReplayBuffer", "UniformReplayFrameBuffer"])
-def test_plain_pickle_of_view_holding_buffers_diverges(tmp_path, kind):
-    """Negative control: pickle copies views apart, so these buffers drift from their twin."""
+def test_plain_pickle_of_view_holding_buffers_diverges_without_pickling_patch(tmp_path, kind):
+    """Negative control: without the patch's pickling, views are copied apart and drift.
+
+    (With it, tests/integration/test_rlpyt_pickling.py shows every buffer resuming exactly.)
+    """
     path = str(tmp_path / f"{kind}.pkl")
-    twin = _driver(f"checkpoint_run('real', {kind!r}, 'pickle', {path!r})")
-    resumed = _driver(f"resume_run('real', {kind!r}, 'pickle', {path!r})")
+    off = "patch={'pickling': False}"
+    twin = _driver(f"checkpoint_run('real', {kind!r}, 'pickle', {path!r}, {off})")
+    resumed = _driver(f"resume_run('real', {kind!r}, 'pickle', {path!r}, {off})")
     assert resumed["resumed"] != twin["twin"]
 
 
