@@ -792,6 +792,18 @@ def _check_defaults(defaults):
     return out
 
 
+def _check_defaults_name_fields(fills, targets):
+    """Refuse ``defaults`` keys that name no field of a current schema (typos)."""
+    known = {(_typename(c), f) for c in targets.explicit.values() for f in c._fields}
+    known |= {(name, f) for name, group in targets.found.items()
+              for c in group for f in c._fields}
+    for key in fills:
+        typename, field = key.split(".")
+        if (typename, field) not in known:
+            raise ValueError(f"upgrade: defaults[{key!r}] names no field of the current "
+                             f"schemas given (a typo, or a schema missing from schemas=?)")
+
+
 def upgrade(obj, schemas, *, extra="error", casting="no", defaults=None, report=False):
     """Rebuild every schema instance in ``obj`` as an instance of a current schema.
 
@@ -867,6 +879,7 @@ def upgrader(schemas, *, extra="error", casting="no", defaults=None):
     """
     _check_options(extra, casting)
     targets, fills = _Targets(schemas), _check_defaults(defaults)
+    _check_defaults_name_fields(fills, targets)
 
     def apply(obj, report=False):
         up = _Upgrader(targets, extra, casting, fills)

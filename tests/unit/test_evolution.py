@@ -155,6 +155,8 @@ def test_defaults_argument_supplies_and_overrides():
     assert new.timeout.all() and new.timeout.shape == (T, B)
     with pytest.raises(TypeError, match="Typename.field"):
         upgrade(old_samples(), [Samples], defaults={"timeout": 0})
+    with pytest.raises(ValueError, match="names no field"):
+        upgrade(old_samples(), [Samples], defaults={"Samples.timeuot": 0})
 
 
 # --------------------------------------------------------------------------
