@@ -15,6 +15,8 @@ namedschema.buffer                        rlpyt's buffer helpers, shared memory
 namedschema.errors                        the exception classes (re-exported here)
 """
 
+import typing as _typing
+
 from . import _classdef  # noqa: F401 - installs class syntax (class P(NamedTuple): ...)
 from ._attrdict import AttrDict
 from ._factories import (
@@ -49,6 +51,11 @@ from .errors import (
 )
 
 __version__ = "0.1.0"
+
+if _typing.TYPE_CHECKING:  # what the lazy names below are, for type checkers
+    from .checkpoint import inspect, load, save
+    from .evolution import upgrade
+    from .rlpyt_compat import patch_rlpyt, unpatch_rlpyt
 
 # Heavier parts load on first use, so ``import namedschema`` costs only the core.
 _LAZY = {

@@ -63,9 +63,15 @@ class NamedTuple(tuple, metaclass=SchemaBaseMeta):
     """
 
     __slots__ = ()
-    _fields: tuple[str, ...] = ()
-    _field_defaults: dict[str, Any] = {}
-    _typename: str = "NamedTuple"
+    if TYPE_CHECKING:
+        # Declared for type checkers only, so that typing.get_type_hints of a
+        # schema lists its fields only (as for typing.NamedTuple).
+        _fields: tuple[str, ...]
+        _field_defaults: dict[str, Any]
+        _typename: str
+    _fields = ()
+    _field_defaults = {}
+    _typename = "NamedTuple"
 
     if TYPE_CHECKING:
         # Seen only by type checkers: every schema's real ``__new__`` is generated

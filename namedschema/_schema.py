@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, overload
 from . import _pickle
 from ._codegen import accessors_for
 from ._instance import NamedArrayTuple, NamedTuple, SchemaBaseMeta
+from ._limits import check_field_count
 from .errors import SchemaDefinitionError
 
 if TYPE_CHECKING:
@@ -98,6 +99,7 @@ def _normalize_names(kind, typename, field_names, rename, reserved):
     except TypeError:
         raise TypeError(f"{kind} {typename!r}: field_names must be a string or an "
                         f"iterable of strings, got {type(field_names).__name__}") from None
+    check_field_count(kind, typename, len(field_names))
 
     if rename:
         seen = set()

@@ -17,6 +17,7 @@ import re
 import sys
 
 from . import __version__
+from ._printable import printable
 
 __all__ = ["build_parser", "parse_size", "describe", "main"]
 
@@ -93,7 +94,7 @@ def _run_inspect(args) -> int:
             message = f"{args.path}: {exc.strerror}"
         else:  # format errors name the file themselves
             message = str(exc) if str(args.path) in str(exc) else f"{args.path}: {exc}"
-        return _fail("namedschema inspect", message)
+        return _fail("namedschema inspect", printable(message))
     print(describe(report))
     return 0
 
@@ -101,11 +102,15 @@ def _run_inspect(args) -> int:
 def describe(report) -> str:
     """The text ``namedschema inspect`` prints for a ``namedschema.inspect`` result.
 
-    Adds whether loading needs ``allow_pickle`` when the report's text does not say.
+    Adds whether loading needs ``allow_pickle`` (decided by the report's
+    ``needs_pickle``, never by searching text a file could forge). Control
+    characters from the file are escaped, so the output cannot rewrite the
+    terminal.
     """
-    text = str(report)
+    text = printable(str(report), keep_newlines=True)
     needs_pickle = getattr(report, "needs_pickle", None)
-    if needs_pickle is not None and "allow_pickle" not in text:
+    if needs_pickle is False or (
+            needs_pickle and not text.partition("\n")[2].startswith("needs allow_pickle")):
         text += ("\nloading needs allow_pickle=True: "
                  + ("yes (the file holds pickled objects)" if needs_pickle else "no"))
     return text
