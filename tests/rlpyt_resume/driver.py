@@ -93,7 +93,8 @@ def build(config):
     if config.endswith("_async"):
         from rlpyt.samplers.async_.serial_sampler import AsyncSerialSampler
         from rlpyt.utils.collections import AttrDict
-        sampler_cls, runner_cls = AsyncSerialSampler, "AsyncRl"
+        sampler_cls = AsyncSerialSampler
+        runner_cls = "AsyncRlEval" if config.endswith("eval_async") else "AsyncRl"
         runner_kwargs["affinity"] = AttrDict(
             sampler=dict(set_affinity=False),
             optimizer=[dict(cpus=[0], torch_threads=1, set_affinity=False)])
@@ -110,8 +111,8 @@ def build(config):
                    prioritized_replay=config.startswith("dqn_prioritized"),
                    pri_beta_steps=300, updates_per_sync=2)
         env_cls, env_kwargs = AtariLike, {"delay": 0.003} if config.endswith("_async") else {}
-        if config == "dqn_eval":
-            runner_cls = "MinibatchRlEval"
+        if config in ("dqn_eval", "dqn_eval_async"):
+            runner_cls = "MinibatchRlEval" if config == "dqn_eval" else runner_cls
             sampler_kwargs.update(eval_n_envs=2, eval_max_steps=60,
                                   eval_max_trajectories=4, eval_env_kwargs={})
     elif config == "r2d1":
