@@ -106,7 +106,7 @@ class FieldError(NamedSchemaError):
         self.reason, self.written, self.assigning = reason, tuple(written), assigning
         # id() of the instance that raised it, so an enclosing array tuple can
         # find the failing field without indexing again.
-        self.source_id = None
+        self.source_id: int | None = None
         where = ".".join((schema,) + self.path)
         if assigning:
             msg = f"{where}[{short_repr(loc)}]: cannot assign: {reason}"

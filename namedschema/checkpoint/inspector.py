@@ -76,6 +76,23 @@ class CheckpointInfo:
         return "\n".join(lines)
 
 
+def describe(report) -> str:
+    """The text ``namedschema inspect`` prints for a ``namedschema.inspect`` result.
+
+    Adds whether loading needs ``allow_pickle`` (decided by the report's
+    ``needs_pickle``, never by searching text a file could forge). Control
+    characters from the file are escaped, so the output cannot rewrite the
+    terminal.
+    """
+    text = printable(str(report), keep_newlines=True)
+    needs_pickle = getattr(report, "needs_pickle", None)
+    if needs_pickle is False or (
+            needs_pickle and not text.partition("\n")[2].startswith("needs allow_pickle")):
+        text += ("\nloading needs allow_pickle=True: "
+                 + ("yes (the file holds pickled objects)" if needs_pickle else "no"))
+    return text
+
+
 def _last_save_line(record: SaveRecord | None, data_bytes: int) -> str:
     if record is None:
         return f"last save: full, wrote all {_human(data_bytes)}"
