@@ -6,7 +6,6 @@ and exit with status 2, never a traceback.
 
 build_parser   the argparse parser with every subcommand
 parse_size     ``"64MB"`` / ``"1GiB"`` / ``"500000"`` -> a number of bytes
-describe       the text ``inspect`` prints for a checkpoint's description
 main           the console-script entry point
 """
 
@@ -19,7 +18,7 @@ import sys
 from . import __version__
 from ._printable import printable
 
-__all__ = ["build_parser", "parse_size", "describe", "main"]
+__all__ = ["build_parser", "parse_size", "main"]
 
 EXIT_USAGE = 2
 
@@ -81,12 +80,9 @@ def _run_demo(args) -> int:
 
 
 def _run_inspect(args) -> int:
+    from .checkpoint import inspect as inspect_file
+    from .checkpoint.inspector import describe
     from .errors import FormatError
-    try:
-        from .checkpoint import inspect as inspect_file
-    except ImportError as exc:
-        return _fail("namedschema inspect",
-                     f"this installation has no checkpoint format module ({exc})")
     try:
         report = inspect_file(args.path)
     except (FormatError, OSError) as exc:
@@ -97,23 +93,6 @@ def _run_inspect(args) -> int:
         return _fail("namedschema inspect", printable(message))
     print(describe(report))
     return 0
-
-
-def describe(report) -> str:
-    """The text ``namedschema inspect`` prints for a ``namedschema.inspect`` result.
-
-    Adds whether loading needs ``allow_pickle`` (decided by the report's
-    ``needs_pickle``, never by searching text a file could forge). Control
-    characters from the file are escaped, so the output cannot rewrite the
-    terminal.
-    """
-    text = printable(str(report), keep_newlines=True)
-    needs_pickle = getattr(report, "needs_pickle", None)
-    if needs_pickle is False or (
-            needs_pickle and not text.partition("\n")[2].startswith("needs allow_pickle")):
-        text += ("\nloading needs allow_pickle=True: "
-                 + ("yes (the file holds pickled objects)" if needs_pickle else "no"))
-    return text
 
 
 def _run_bench(args) -> int:

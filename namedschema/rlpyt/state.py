@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 __all__ = ["register_handler", "capture", "restore", "check", "prepare", "data_state",
+           "fresh_copy", "is_async_sampler", "traj_infos_state", "make_traj_infos",
            "restore_data_state", "rng_state", "set_rng_state", "Handler",
            "StateMismatchError"]
 
@@ -50,8 +51,9 @@ class Handler:
     ``capture(obj, ctx) -> dict``, ``restore(obj, state, ctx)``, the
     optional ``check(obj, ctx) -> list of str`` (reasons the state cannot be
     restored exactly, said before training starts) and the optional
-    ``prepare(obj)``, run on a resume before rlpyt's startup (before sampler
-    workers fork, so they inherit what it does). ``ctx`` is the resume
+    ``prepare(obj, saved)``, run before rlpyt's startup (before sampler
+    workers fork, so they inherit what it does) with this handler's state
+    from the checkpoint, or None when the run starts from scratch. ``ctx`` is the resume
     context (see ``namedschema.rlpyt.resume``): it carries the sampler's
     ``TrajInfoCls`` and collects notes.
     """
@@ -59,7 +61,7 @@ class Handler:
     capture: Callable[[Any, Any], dict]
     restore: Callable[[Any, dict, Any], None]
     check: Callable[[Any, Any], list] | None = None
-    prepare: Callable[[Any], None] | None = None
+    prepare: Callable[[Any, Any], None] | None = None
 
 
 _HANDLERS: dict[str, Handler] = {}
@@ -94,9 +96,14 @@ def capture(obj, ctx) -> dict:
     return {key: handler.capture(obj, ctx) for key, handler in handlers_for(obj)}
 
 
-def restore(obj, state: dict, ctx, what: str) -> None:
-    """Restore ``state`` (from :func:`capture`) into ``obj``, a freshly built component."""
+def restore(obj, state: dict, ctx, what: str, partial: bool = False) -> None:
+    """Restore ``state`` (from :func:`capture`) into ``obj``, a freshly built component.
+
+    With ``partial``, handlers without state in ``state`` are left out.
+    """
     handlers = dict(handlers_for(obj))
+    if partial:
+        handlers = {k: h for k, h in handlers.items() if k in state}
     missing = sorted(set(state) - set(handlers))
     if missing:
         raise StateMismatchError(
@@ -110,11 +117,15 @@ def restore(obj, state: dict, ctx, what: str) -> None:
         handler.restore(obj, state[key], ctx)
 
 
-def prepare(obj) -> None:
-    """Run the ``prepare`` hooks of ``obj``'s handlers (a resume, before startup)."""
-    for _, handler in handlers_for(obj):
+def prepare(obj, state: dict | None) -> None:
+    """Run the ``prepare`` hooks of ``obj``'s handlers, before rlpyt's startup.
+
+    ``state`` is what the checkpoint holds for ``obj`` (from :func:`capture`),
+    or None when the run starts from scratch.
+    """
+    for key, handler in handlers_for(obj):
         if handler.prepare is not None:
-            handler.prepare(obj)
+            handler.prepare(obj, None if state is None else state.get(key))
 
 
 def check(obj, ctx) -> list[str]:
@@ -234,9 +245,17 @@ def _copy_into(target, value, where):
     np.copyto(target, src, casting="no")
 
 
-def restore_data_state(obj, state: dict, where: str) -> None:
-    """Put a :func:`data_state` back: arrays in place, scalars assigned."""
-    for name, (kind, data) in state.items():
+def restore_data_state(obj, state: dict, where: str, _written=None) -> None:
+    """Put a :func:`data_state` back: arrays in place, scalars assigned.
+
+    An array that views memory already written in this call, from a saved
+    array that viewed the same saved memory, is not copied twice (the frame
+    buffer's ``samples_new_frames``, the sum tree's ``priorities``).
+    """
+    written = [] if _written is None else _written
+    # Arrays that own their memory first, so that their views can be skipped.
+    items = sorted(state.items(), key=lambda item: _is_view(getattr(obj, item[0], None)))
+    for name, (kind, data) in items:
         path = f"{where}.{name}"
         current = getattr(obj, name, None)
         if kind == "value":
@@ -248,15 +267,49 @@ def restore_data_state(obj, state: dict, where: str) -> None:
         elif kind == "object":
             if current is None or not hasattr(current, "__dict__"):
                 raise StateMismatchError(f"{path}: the built run has no object here")
-            restore_data_state(current, data, path)
+            restore_data_state(current, data, path, written)
         elif kind in ("array", "tuple"):
             if current is None or isinstance(current, _SCALARS):
                 # Made lazily (first sample_batch, say): take the checkpoint's.
                 setattr(obj, name, _fresh_copy(data))
-            else:
+            elif not _already_written(current, data, written):
                 _copy_into(current, data, path)
+                if isinstance(current, np.ndarray):
+                    written.append((current, data))
         else:
             raise StateMismatchError(f"{path}: unknown state kind {kind!r}")
+
+
+def _is_view(value) -> bool:
+    return isinstance(value, np.ndarray) and value.base is not None
+
+
+def _already_written(target, source, written) -> bool:
+    if not (isinstance(target, np.ndarray) and isinstance(source, np.ndarray)):
+        return False
+    if target.shape != source.shape or target.dtype != source.dtype:
+        return False
+    for t, s in written:
+        if np.may_share_memory(target, t) and np.may_share_memory(source, s):
+            # Both sides view the same offsets only if the layout matches.
+            offset_t = _offset(target, t)
+            offset_s = _offset(source, s)
+            if offset_t is not None and offset_t == offset_s \
+                    and target.strides == source.strides:
+                return True
+    return False
+
+
+def _offset(view, base):
+    try:
+        return (view.__array_interface__["data"][0] - base.__array_interface__["data"][0])
+    except (AttributeError, KeyError, TypeError):
+        return None
+
+
+def fresh_copy(value):
+    """A copy of an array, tensor or array tuple (others are returned as they are)."""
+    return _fresh_copy(value)
 
 
 def _fresh_copy(value):
@@ -405,8 +458,8 @@ class _EpsilonAfterSchedule:
             agent.distribution.set_epsilon(agent.eps_sample)
 
 
-def _eps_prepare(agent):
-    if not isinstance(vars(agent).get("sample_mode"), _EpsilonAfterSchedule):
+def _eps_prepare(agent, saved):
+    if saved is not None and not isinstance(vars(agent).get("sample_mode"), _EpsilonAfterSchedule):
         agent.sample_mode = _EpsilonAfterSchedule(agent, agent.sample_mode)
 
 
@@ -573,20 +626,26 @@ def _eval_collector_capture(collector, ctx):
             "envs": [capture(env, ctx) for env in collector.envs]}
 
 
-def _parallel_sampler_capture(sampler, ctx):
+def _async_sampler_check(sampler, ctx):
+    return [f"{type(sampler).__name__}: the sampler runs in its own process, whose state "
+            "(envs, trajectories in progress, batches not yet copied into the replay "
+            "buffer) is not saved: after a resume every env starts a new episode; the "
+            "learner state (agent, optimizers, replay buffer, counters, main-process "
+            "RNGs) is restored exactly"]
+
+
+def is_async_sampler(sampler) -> bool:
+    """Whether ``sampler`` is one of rlpyt's async samplers (its own process)."""
+    return any(_key(c) == "rlpyt.samplers.async_.base.AsyncSamplerMixin"
+               for c in type(sampler).__mro__)
+
+
+def _nothing_to_capture(obj, ctx):
     return {}
 
 
-def _parallel_sampler_restore(sampler, state, ctx):
-    pass   # Said at start by _parallel_sampler_check.
-
-
-def _parallel_sampler_check(sampler, ctx):
-    return [f"{type(sampler).__name__}: the envs live in worker processes, whose state "
-            "is not saved: after a resume every env starts a new episode (seeded as at "
-            "the first start), so sampler batches differ from an uninterrupted run; the "
-            "learner state (agent, optimizers, replay buffer, counters, main-process "
-            "RNGs) is restored exactly"]
+def _nothing_to_restore(obj, state, ctx):
+    pass
 
 
 def _runner_times(runner):
@@ -606,11 +665,13 @@ def _set_runner_times(runner, times):
 _MINIBATCH_NAMES = ("_opt_infos", "_cum_time", "_cum_completed_trajs",
                     "_last_update_counter", "_new_completed_trajs", "_cum_eval_time",
                     "seed")
+_ASYNC_NAMES = ("_opt_infos", "_cum_completed_trajs", "_new_completed_trajs",
+                "_last_itr", "_last_sampler_itr", "_last_update_counter",
+                "_last_eval_time", "seed")
 
 
-def _minibatch_capture(runner, ctx):
-    state = {name: getattr(runner, name) for name in _MINIBATCH_NAMES
-             if hasattr(runner, name)}
+def _minibatch_capture(runner, ctx, names=_MINIBATCH_NAMES):
+    state = {name: getattr(runner, name) for name in names if hasattr(runner, name)}
     state["_opt_infos"] = {k: list(v) for k, v in runner._opt_infos.items()}
     traj = getattr(runner, "_traj_infos", None)
     if traj is not None:
@@ -632,7 +693,7 @@ def _minibatch_restore(runner, state, ctx):
     state["_opt_infos"] = {k: list(v) for k, v in state["_opt_infos"].items()}
     for name, value in state.items():
         setattr(runner, name, value)
-    if not hasattr(runner, "pbar"):
+    if not hasattr(runner, "pbar") and hasattr(runner, "log_interval_itrs"):
         # MinibatchRlEval makes it in the log_diagnostics of the first
         # evaluation, which a resumed run skips.
         from rlpyt.utils.prog_bar import ProgBarCounter
@@ -660,11 +721,13 @@ def _install_defaults():
                      _collector_restore, _collector_check)
     register_handler(samplers + "serial.sampler.SerialSampler", _serial_sampler_capture,
                      _serial_sampler_restore, _serial_sampler_check)
-    register_handler(samplers + "parallel.base.ParallelSamplerBase",
-                     _parallel_sampler_capture, _parallel_sampler_restore,
-                     _parallel_sampler_check)
     register_handler("rlpyt.runners.minibatch_rl.MinibatchRlBase", _minibatch_capture,
                      _minibatch_restore)
+    register_handler("rlpyt.runners.async_rl.AsyncRlBase",
+                     lambda runner, ctx: _minibatch_capture(runner, ctx, _ASYNC_NAMES),
+                     _minibatch_restore)
+    register_handler(samplers + "async_.base.AsyncSamplerMixin", _nothing_to_capture,
+                     _nothing_to_restore, _async_sampler_check)
 
 
 _install_defaults()

@@ -90,6 +90,14 @@ def build(config):
         from rlpyt.samplers.parallel.cpu.sampler import CpuSampler
         sampler_cls = CpuSampler
         runner_kwargs["affinity"] = dict(workers_cpus=[0, 1], set_affinity=False)
+    if config.endswith("_async"):
+        from rlpyt.samplers.async_.serial_sampler import AsyncSerialSampler
+        from rlpyt.utils.collections import AttrDict
+        sampler_cls = AsyncSerialSampler
+        runner_cls = "AsyncRlEval" if config.endswith("eval_async") else "AsyncRl"
+        runner_kwargs["affinity"] = AttrDict(
+            sampler=dict(set_affinity=False),
+            optimizer=[dict(cpus=[0], torch_threads=1, set_affinity=False)])
     if config.startswith("dqn"):
         from rlpyt.agents.dqn.atari.atari_dqn_agent import AtariDqnAgent
         from rlpyt.algos.dqn.dqn import DQN
@@ -101,13 +109,13 @@ def build(config):
                    eps_steps=200, target_update_interval=5, n_step_return=2,
                    learning_rate=1e-3, double_dqn=True,
                    prioritized_replay=config.startswith("dqn_prioritized"),
-                   pri_beta_steps=300)
-        env_cls, env_kwargs = AtariLike, {}
-        if config == "dqn_eval":
-            runner_cls = "MinibatchRlEval"
+                   pri_beta_steps=300, updates_per_sync=2)
+        env_cls, env_kwargs = AtariLike, {"delay": 0.003} if config.endswith("_async") else {}
+        if config in ("dqn_eval", "dqn_eval_async"):
+            runner_cls = "MinibatchRlEval" if config == "dqn_eval" else runner_cls
             sampler_kwargs.update(eval_n_envs=2, eval_max_steps=60,
                                   eval_max_trajectories=4, eval_env_kwargs={})
-    elif config == "r2d1":
+    elif config.startswith("r2d1"):
         from rlpyt.agents.dqn.atari.atari_r2d1_agent import AtariR2d1Agent
         from rlpyt.algos.dqn.r2d1 import R2D1
         from rlpyt.samplers.parallel.cpu.collectors import CpuWaitResetCollector
@@ -134,8 +142,9 @@ def build(config):
     if "eval_env_kwargs" in sampler_kwargs:
         sampler_kwargs["eval_env_kwargs"] = env_kwargs
     sampler = sampler_cls(EnvCls=env_cls, env_kwargs=env_kwargs, **sampler_kwargs)
-    from rlpyt.runners import minibatch_rl
-    runner = getattr(minibatch_rl, runner_cls)(
+    from rlpyt.runners import async_rl, minibatch_rl
+    module = async_rl if runner_cls.startswith("Async") else minibatch_rl
+    runner = getattr(module, runner_cls)(
         algo=algo, agent=agent, sampler=sampler, n_steps=n_steps,
         log_interval_steps=64, seed=7, **runner_kwargs)
     return runner
@@ -179,6 +188,13 @@ class Recorder:
                 self.add("batch", (sampler.samples_np, out[0]))
                 return out
             sampler.collector.collect_batch = collect_batch
+        else:                               # parallel: the batch reaches the algo
+            to_buffer = algo.samples_to_buffer
+
+            def samples_to_buffer(samples):
+                self.add("batch", samples)
+                return to_buffer(samples)
+            algo.samples_to_buffer = samples_to_buffer
         sample = algo.replay_buffer.sample_batch
 
         def sample_batch(*a, **k):
@@ -282,6 +298,8 @@ def main(argv=None):
     parser.add_argument("--kill-in-loss", type=int, metavar="ITR",
                         help="SIGKILL inside the first loss computation of iteration ITR")
     parser.add_argument("--kill-in-save")
+    parser.add_argument("--unpicklable-env", action="store_true",
+                        help="envs hold a lambda, so their state cannot be saved")
     parser.add_argument("--disable-handler", action="append", default=[],
                         help="rlpyt class whose state handler is replaced by a no-op "
                              "(to show what goes wrong without it)")
@@ -297,6 +315,9 @@ def main(argv=None):
     rec.hook_logger()
     rec.hook_saves()
     runner = build(args.config)
+    if args.unpicklable_env:
+        from tests.rlpyt_resume.envs import UnpicklableAtariLike
+        runner.sampler.EnvCls = UnpicklableAtariLike
     resume = None
     if args.ckpt:
         resumable(runner, args.ckpt, every_itrs=args.every)
