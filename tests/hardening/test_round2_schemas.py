@@ -43,9 +43,14 @@ def _run(cwd, *parts, check=True):
     return proc
 
 
-@pytest.fixture
-def user_dir(tmp_path):
-    """A directory with the user's module ``pointmod`` and an honest checkpoint and torch file."""
+@pytest.fixture(scope="module")
+def user_dir(tmp_path_factory):
+    """A directory with the user's module ``pointmod`` and an honest checkpoint and torch file.
+
+    Shared by the tests of this module (each writes its forgery under the same
+    names, and each scenario runs in its own fresh interpreter).
+    """
+    tmp_path = tmp_path_factory.mktemp("user")
     (tmp_path / "pointmod.py").write_text(_MODULE)
     _run(tmp_path, """
         import torch, namedschema, pointmod
