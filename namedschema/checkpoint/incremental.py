@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import mmap
 import os
 import struct
 import threading
@@ -393,7 +394,18 @@ def _incremental(enc: _Encoded, plan: layout.Layout, path: str, fd: int,
                 scan.compact(i, source)
     except tracking.TooMuch:
         return None
-    crcs, pieces = tracking.crc_updates(fd, old, scan.changes)
+    mapped = mmap.mmap(fd, st.st_size, access=mmap.ACCESS_WRITE)
+    try:
+        return _write(enc, plan, path, fd, progress, st, old, table, scan, mapped)
+    finally:
+        mapped.close()
+
+
+def _write(enc, plan, path, fd, progress, st, old, table, scan, mapped) -> SaveRecord | None:
+    """The rest of ``_incremental``: checksums, journal, writes in place, tracking."""
+    data_bytes = plan.data_bytes
+    crcs, pieces = tracking.crc_updates(mapped, old, scan.changes)
+    n_changes = len(pieces)
     blocks = [replace(b, crc32=crcs.get(i, b.crc32)) for i, b in enumerate(old.blocks)]
     written = scan.changed
     new = enc.pickle_bytes
@@ -416,7 +428,9 @@ def _incremental(enc: _Encoded, plan: layout.Layout, path: str, fd: int,
     jpath = journal.journal_path(path)
     journal.write(jpath, old.description.checkpoint_id, header.description.checkpoint_id,
                   st.st_size, pieces)
-    for offset, data, _crc in pieces:  # the header last
+    tracking.write_in_place(mapped, pieces[:n_changes])
+    bar.advance(scan.changed)
+    for offset, data, _crc in pieces[n_changes:]:  # the pickle, then the header
         view = memoryview(data).cast("B")
         done = 0
         while done < view.nbytes:

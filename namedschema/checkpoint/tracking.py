@@ -24,12 +24,15 @@ Scan           finds the changed byte ranges of the blocks of one save
 Change         one changed range: block, offset, the new bytes
 TooMuch        raised by Scan when more changed than its budget
 crc_updates    new block CRC-32s and the journal pieces for a list of changes
+write_in_place copy changed data into the file through a shared map
 track_after_full_save    remap large blocks onto a file just written in full
 track_after_incremental  drop saved copies, remap untracked large blocks
 """
 
 from __future__ import annotations
 
+import ctypes
+import mmap
 import os
 import zlib
 from dataclasses import dataclass
@@ -46,7 +49,8 @@ from .crc import updated_crc
 from .header import Header
 
 __all__ = ["congruence", "Scan", "Change", "TooMuch", "crc_updates",
-           "track_after_full_save", "track_after_incremental", "MIN_TRACKED"]
+           "track_after_full_save", "track_after_incremental", "write_in_place",
+           "MIN_TRACKED"]
 
 PAGE = pages.PAGE
 #: Blocks at least this large are placed in the file at the page offset of their memory.
@@ -131,9 +135,8 @@ class Change:
 
 
 def _raw(lo: int, nbytes: int) -> np.ndarray:
-    return np.frombuffer(next(MemorySpan(lo, nbytes).chunks())[0], np.uint8) \
-        if nbytes <= _PIECE else np.concatenate(
-            [np.frombuffer(c, np.uint8) for c, _ in MemorySpan(lo, nbytes).chunks()])
+    """A view (no copy) of ``nbytes`` of the caller's memory at address ``lo``."""
+    return np.frombuffer((ctypes.c_ubyte * nbytes).from_address(lo), np.uint8)
 
 
 def _page_runs(flags: np.ndarray) -> list[tuple[int, int]]:
@@ -228,23 +231,51 @@ class Scan:
                 self._add(Change(index, s + cs, piece.copy() if copy else piece, False))
 
 
-def crc_updates(fd: int, old: Header, changes: list[Change]) -> tuple[dict[int, int], list]:
-    """New CRC-32 per changed data block, and the journal pieces (file offset, bytes, crc)."""
+def crc_updates(mapped: mmap.mmap, old: Header,
+                changes: list[Change]) -> tuple[dict[int, int], list]:
+    """New CRC-32 per changed data block, and the journal pieces (file offset, bytes, crc).
+
+    The old bytes are read through ``mapped``, a map of the whole file (no
+    system call per range).
+    """
     by_block: dict[int, list[tuple[int, int]]] = {}
     pieces = []
-    for c in changes:
-        data = memoryview(c.data).cast("B")
-        n = data.nbytes
-        file_off = old.block_file_start(c.block) + c.start
-        before = os.pread(fd, n, file_off)
-        if len(before) != n:
-            raise FormatError(f"{old.name!r}: file shrank during an incremental save")
-        new_crc = zlib.crc32(data)
-        by_block.setdefault(c.block, []).append((c.start + n, zlib.crc32(before) ^ new_crc))
-        pieces.append((file_off, data, new_crc))
+    starts = [old.block_file_start(i) for i in range(len(old.blocks))]
+    if len(mapped) < old.file_size:
+        raise FormatError(f"{old.name!r}: file shrank during an incremental save")
+    view = memoryview(mapped)
+    try:
+        for c in changes:
+            data = memoryview(c.data).cast("B")
+            n = data.nbytes
+            file_off = starts[c.block] + c.start
+            new_crc = zlib.crc32(data)
+            before = view[file_off:file_off + n]
+            delta = zlib.crc32(before) ^ new_crc
+            before.release()
+            by_block.setdefault(c.block, []).append((c.start + n, delta))
+            pieces.append((file_off, data, new_crc))
+    finally:
+        view.release()
     crcs = {i: updated_crc(old.blocks[i].crc32, old.blocks[i].nbytes, sorted(ch))
             for i, ch in by_block.items()}
     return crcs, pieces
+
+
+def write_in_place(mapped: mmap.mmap, pieces: list) -> None:
+    """Copy data ``pieces`` (file offset, bytes, crc) into the file through ``mapped``.
+
+    ``mapped`` is a shared, writable map of the whole file. For bytes of
+    blocks a full save wrote (never holes, so no allocation can fail): a copy
+    into the page cache, without a system call per range.
+    """
+    view = memoryview(mapped)
+    try:
+        for offset, data, _crc in pieces:
+            n = memoryview(data).nbytes
+            view[offset:offset + n] = memoryview(data).cast("B")
+    finally:
+        view.release()
 
 
 def track_after_incremental(scan: Scan, sources, fd: int, old: Header) -> None:
@@ -256,13 +287,20 @@ def track_after_incremental(scan: Scan, sources, fd: int, old: Header) -> None:
                 pages.forget_pages(lo, memoryview(c.data).nbytes)
             except OSError:
                 pass  # they stay the process's copies: saved again next time
-    if not pages.available():
+    untracked = [i for i, source in enumerate(sources)
+                 if congruence(source, old.blocks[i].nbytes) is not None
+                 and not any(m.ino == scan.ino and m.dev == scan.dev for m in
+                             pages.overlapping(scan.maps, source.lo,
+                                               source.lo + source.nbytes))]
+    if not untracked or not pages.available():
         return
-    for i, source in enumerate(sources):
-        if congruence(source, old.blocks[i].nbytes) is not None:
-            tracked = pages.overlapping(scan.maps, source.lo, source.lo + source.nbytes)
-            if not any(m.ino == scan.ino and m.dev == scan.dev for m in tracked):
-                _remap_block(scan.maps, fd, old.block_file_start(i), source.lo,
-                             source.nbytes)
+    # A descriptor of its own: a map keeps its file open, and the save's one is locked.
+    own = os.open(f"/proc/self/fd/{fd}", os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    try:
+        for i in untracked:
+            _remap_block(scan.maps, own, old.block_file_start(i), sources[i].lo,
+                         sources[i].nbytes)
+    finally:
+        os.close(own)
 
 
