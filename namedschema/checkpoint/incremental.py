@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import mmap
 import os
 import struct
 import threading
@@ -394,17 +393,7 @@ def _incremental(enc: _Encoded, plan: layout.Layout, path: str, fd: int,
                 scan.compact(i, source)
     except tracking.TooMuch:
         return None
-    mapped = mmap.mmap(fd, st.st_size, access=mmap.ACCESS_WRITE)
-    try:
-        return _write(enc, plan, path, fd, progress, st, old, table, scan, mapped)
-    finally:
-        mapped.close()
-
-
-def _write(enc, plan, path, fd, progress, st, old, table, scan, mapped) -> SaveRecord | None:
-    """The rest of ``_incremental``: checksums, journal, writes in place, tracking."""
-    data_bytes = plan.data_bytes
-    crcs, pieces = tracking.crc_updates(mapped, old, scan.changes)
+    crcs, pieces = tracking.crc_updates(fd, old, scan.changes)
     n_changes = len(pieces)
     blocks = [replace(b, crc32=crcs.get(i, b.crc32)) for i, b in enumerate(old.blocks)]
     written = scan.changed
@@ -428,7 +417,7 @@ def _write(enc, plan, path, fd, progress, st, old, table, scan, mapped) -> SaveR
     jpath = journal.journal_path(path)
     journal.write(jpath, old.description.checkpoint_id, header.description.checkpoint_id,
                   st.st_size, pieces)
-    tracking.write_in_place(mapped, pieces[:n_changes])
+    tracking.write_in_place(fd, st.st_size, pieces[:n_changes])
     bar.advance(scan.changed)
     for offset, data, _crc in pieces[n_changes:]:  # the pickle, then the header
         view = memoryview(data).cast("B")

@@ -23,6 +23,7 @@ congruence     the page offset a block should have in the file to be trackable
 Scan           finds the changed byte ranges of the blocks of one save
 Change         one changed range: block, offset, the new bytes
 TooMuch        raised by Scan when more changed than its budget
+FileWindow     views of a file through a bounded, moving map
 crc_updates    new block CRC-32s and the journal pieces for a list of changes
 write_in_place copy changed data into the file through a shared map
 track_after_full_save    remap large blocks onto a file just written in full
@@ -49,7 +50,7 @@ from .crc import updated_crc
 from .header import Header
 
 __all__ = ["congruence", "Scan", "Change", "TooMuch", "crc_updates",
-           "track_after_full_save", "track_after_incremental", "write_in_place",
+           "track_after_full_save", "track_after_incremental", "write_in_place", "FileWindow",
            "MIN_TRACKED"]
 
 PAGE = pages.PAGE
@@ -231,51 +232,82 @@ class Scan:
                 self._add(Change(index, s + cs, piece.copy() if copy else piece, False))
 
 
-def crc_updates(mapped: mmap.mmap, old: Header,
-                changes: list[Change]) -> tuple[dict[int, int], list]:
+class FileWindow:
+    """Views of a file's bytes through a map of at most WINDOW bytes at a time.
+
+    Ranges must come in increasing order. Only one window is mapped at once,
+    so the pages it touches stay within a bound (they count as the process's
+    resident memory while mapped).
+    """
+
+    WINDOW = 32 * 2**20
+
+    def __init__(self, fd: int, size: int, writable: bool):
+        self.fd, self.size = fd, size
+        self.access = mmap.ACCESS_WRITE if writable else mmap.ACCESS_READ
+        self.mapped: mmap.mmap | None = None
+        self.start = self.stop = 0
+
+    def view(self, offset: int, n: int) -> memoryview:
+        """A view of file bytes ``[offset, offset + n)`` (released before the next call)."""
+        if self.mapped is None or offset < self.start or offset + n > self.stop:
+            self.close()
+            start = offset // mmap.ALLOCATIONGRANULARITY * mmap.ALLOCATIONGRANULARITY
+            length = min(max(self.WINDOW, offset + n - start), self.size - start)
+            self.mapped = mmap.mmap(self.fd, length, access=self.access, offset=start)
+            self.start, self.stop = start, start + length
+        return memoryview(self.mapped)[offset - self.start:offset - self.start + n]
+
+    def close(self) -> None:
+        if self.mapped is not None:
+            self.mapped.close()
+            self.mapped = None
+
+
+def crc_updates(fd: int, old: Header, changes: list[Change]) -> tuple[dict[int, int], list]:
     """New CRC-32 per changed data block, and the journal pieces (file offset, bytes, crc).
 
-    The old bytes are read through ``mapped``, a map of the whole file (no
-    system call per range).
+    The old bytes are read through a map of the file (no system call per range).
     """
     by_block: dict[int, list[tuple[int, int]]] = {}
     pieces = []
     starts = [old.block_file_start(i) for i in range(len(old.blocks))]
-    if len(mapped) < old.file_size:
+    if os.fstat(fd).st_size < old.file_size:
         raise FormatError(f"{old.name!r}: file shrank during an incremental save")
-    view = memoryview(mapped)
+    window = FileWindow(fd, old.file_size, writable=False)
     try:
         for c in changes:
             data = memoryview(c.data).cast("B")
             n = data.nbytes
             file_off = starts[c.block] + c.start
             new_crc = zlib.crc32(data)
-            before = view[file_off:file_off + n]
+            before = window.view(file_off, n)
             delta = zlib.crc32(before) ^ new_crc
             before.release()
             by_block.setdefault(c.block, []).append((c.start + n, delta))
             pieces.append((file_off, data, new_crc))
     finally:
-        view.release()
+        window.close()
     crcs = {i: updated_crc(old.blocks[i].crc32, old.blocks[i].nbytes, sorted(ch))
             for i, ch in by_block.items()}
     return crcs, pieces
 
 
-def write_in_place(mapped: mmap.mmap, pieces: list) -> None:
-    """Copy data ``pieces`` (file offset, bytes, crc) into the file through ``mapped``.
+def write_in_place(fd: int, size: int, pieces: list) -> None:
+    """Copy data ``pieces`` (file offset, bytes, crc; in file order) into the file.
 
-    ``mapped`` is a shared, writable map of the whole file. For bytes of
-    blocks a full save wrote (never holes, so no allocation can fail): a copy
-    into the page cache, without a system call per range.
+    Through a shared, writable map: for bytes of blocks a full save wrote
+    (never holes, so no allocation can fail) it is a copy into the page
+    cache, without a system call per range.
     """
-    view = memoryview(mapped)
+    window = FileWindow(fd, size, writable=True)
     try:
         for offset, data, _crc in pieces:
-            n = memoryview(data).nbytes
-            view[offset:offset + n] = memoryview(data).cast("B")
+            target = window.view(offset, memoryview(data).nbytes)
+            target[:] = memoryview(data).cast("B")
+            target.release()
     finally:
-        view.release()
+        window.close()
 
 
 def track_after_incremental(scan: Scan, sources, fd: int, old: Header) -> None:

@@ -208,8 +208,8 @@ def test_committed_journal_is_applied_by_the_next_load(tmp_path, monkeypatch):
 
     real = tracking.write_in_place
 
-    def half_then_crash(mapped, pieces):
-        real(mapped, pieces[: len(pieces) // 2])
+    def half_then_crash(fd, size, pieces):
+        real(fd, size, pieces[: len(pieces) // 2])
         raise OSError("simulated crash")
 
     monkeypatch.setattr(tracking, "write_in_place", half_then_crash)
