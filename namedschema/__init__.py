@@ -10,10 +10,19 @@ NamedTuple, NamedArrayTuple               base classes of every instance; subcla
 namedtuple, namedarraytuple, ...          rlpyt-compatible functions (import swap)
 save, load, inspect                       checkpoints (namedschema.checkpoint, lazy)
 upgrade                                   map saved schemas onto today's (namedschema.evolution, lazy)
-patch_rlpyt, unpatch_rlpyt                rlpyt drop-in (namedschema.rlpyt_compat, lazy)
+patch_rlpyt, unpatch_rlpyt                rlpyt drop-in (namedschema.rlpyt.patch, lazy)
 namedschema.buffer                        rlpyt's buffer helpers, shared memory
 namedschema.errors                        the exception classes (re-exported here)
+same_definition                           whether two schemas have one definition
+
+The lazy names load their module on first use, so ``import namedschema``
+costs only the core (the standard library). They are not in ``__all__``:
+``from namedschema import *`` would otherwise import them all and replace
+the stdlib ``inspect`` module in the importing namespace. Type checkers see
+them through the ``TYPE_CHECKING`` imports below, with their real signatures.
 """
+
+import typing as _typing
 
 from . import _classdef  # noqa: F401 - installs class syntax (class P(NamedTuple): ...)
 from ._attrdict import AttrDict
@@ -28,7 +37,7 @@ from ._factories import (
     namedtuple,
 )
 from ._instance import NamedArrayTuple, NamedTuple
-from ._schema import NamedArrayTupleSchema, NamedTupleSchema
+from ._schema import NamedArrayTupleSchema, NamedTupleSchema, same_definition
 from .errors import (
     ExtraFieldError,
     FieldError,
@@ -42,10 +51,20 @@ from .errors import (
     SchemaDefinitionError,
     SchemaEvolutionError,
     StructureMismatchError,
+    UnpicklableError,
     UnsafeLoadError,
 )
 
 __version__ = "0.1.0"
+
+if _typing.TYPE_CHECKING:  # what the lazy names below are, for type checkers
+    # ``x as x``: an explicit re-export (PEP 484), though not in __all__.
+    from .checkpoint import inspect as inspect
+    from .checkpoint import load as load
+    from .checkpoint import save as save
+    from .evolution import upgrade as upgrade
+    from .rlpyt.patch import patch_rlpyt as patch_rlpyt
+    from .rlpyt.patch import unpatch_rlpyt as unpatch_rlpyt
 
 # Heavier parts load on first use, so ``import namedschema`` costs only the core.
 _LAZY = {
@@ -53,12 +72,12 @@ _LAZY = {
     "load": "checkpoint",
     "inspect": "checkpoint",
     "upgrade": "evolution",
-    "patch_rlpyt": "rlpyt_compat",
-    "unpatch_rlpyt": "rlpyt_compat",
+    "patch_rlpyt": "rlpyt.patch",
+    "unpatch_rlpyt": "rlpyt.patch",
 }
 
 
-def __getattr__(name):
+def __getattr__(name: str):
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'namedschema' has no attribute {name!r}")
@@ -92,6 +111,7 @@ __all__ = [
     "SchemaDefinitionError",
     "SchemaEvolutionError",
     "StructureMismatchError",
+    "UnpicklableError",
     "UnsafeLoadError",
     "is_namedarraytuple",
     "is_namedarraytuple_class",
@@ -100,12 +120,7 @@ __all__ = [
     "namedarraytuple",
     "namedarraytuple_like",
     "namedtuple",
-    "save",
-    "load",
-    "inspect",
-    "upgrade",
-    "patch_rlpyt",
-    "unpatch_rlpyt",
+    "same_definition",
 ]
 
 # Hooks that wait for torch / cloudpickle to be imported (neither is imported

@@ -30,7 +30,7 @@ import typing
 from typing import Any
 
 from ._instance import NamedArrayTuple, NamedTuple, SchemaBaseMeta
-from ._schema import NamedArrayTupleSchema, NamedTupleSchema, _build
+from ._schema import NamedArrayTupleSchema, NamedTupleSchema, build_schema
 from .errors import SchemaClassError, SchemaConflictError, SchemaDefinitionError
 
 __all__ = ["class_statement", "declared_dtypes", "has_class_body"]
@@ -51,7 +51,7 @@ _SCHEMA_OWNED = frozenset({"__slots__", "__new__", "__init__", "__match_args__",
 # Hooks whose absence (in a copy loaded without the class body) falls back to
 # different behaviour without an error.
 _SILENT_FALLBACK = frozenset({
-    "__bool__", "__reversed__", "__copy__", "__deepcopy__", "__array__",
+    "__bool__", "__reversed__", "__iadd__", "__imul__", "__copy__", "__deepcopy__", "__array__",
     "__array_ufunc__", "__array_function__", "__array_priority__",
     "__array_interface__", "__torch_function__"})
 
@@ -72,7 +72,7 @@ def _refuse(base, name, what, cause=None):
 def _is_classvar(annotation) -> bool:
     if isinstance(annotation, str):
         text = annotation.replace(" ", "")
-        return text.startswith(("ClassVar", "typing.ClassVar", "t.ClassVar"))
+        return text.startswith(("ClassVar", "typing.ClassVar"))
     return annotation is typing.ClassVar or typing.get_origin(annotation) is typing.ClassVar
 
 
@@ -160,8 +160,8 @@ def _class_syntax(base, name, namespace):
         if key in namespace:
             body[key] = namespace[key]
     try:
-        cls = _build(kind, name, fields, defaults=defaults or None, module=module,
-                     module_level="<locals>" not in qualname)
+        cls = build_schema(kind, name, fields, defaults=defaults or None, module=module,
+                           module_level="<locals>" not in qualname)
     except SchemaDefinitionError as exc:  # a name Python itself would reject
         message = str(exc).removeprefix(f"{kind.__name__} {name!r}: ")
         _refuse(base, name, message, exc)
@@ -238,6 +238,8 @@ def _field_annotations(schema) -> dict[str, Any]:
 
 
 def _resolve(schema, field, annotation):
+    # Only a class body's own annotations get here: by-value copies carry none,
+    # so nothing read from a file is ever evaluated.
     if not isinstance(annotation, str):
         return annotation
     module = sys.modules.get(schema.__module__)

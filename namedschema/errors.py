@@ -14,6 +14,7 @@ FormatError             a checkpoint file is not valid (ValueError)
 UnsafeLoadError         a checkpoint needs pickle and allow_pickle was not given
 NotDataError            save met a value that is not data and allow_pickle was not given
 BufferShapeError        buffer arrays disagree in leading dimensions (ValueError)
+UnpicklableError        an attribute of an object being pickled cannot be (TypeError)
 SchemaEvolutionError    saved data does not map onto today's schemas (ValueError)
 MissingFieldError       a new field without a default (a SchemaEvolutionError)
 ExtraFieldError         a saved field today's schema lacks (a SchemaEvolutionError)
@@ -40,6 +41,7 @@ __all__ = [
     "UnsafeLoadError",
     "NotDataError",
     "BufferShapeError",
+    "UnpicklableError",
     "SchemaEvolutionError",
     "MissingFieldError",
     "ExtraFieldError",
@@ -104,7 +106,7 @@ class FieldError(NamedSchemaError):
         self.reason, self.written, self.assigning = reason, tuple(written), assigning
         # id() of the instance that raised it, so an enclosing array tuple can
         # find the failing field without indexing again.
-        self.source_id = None
+        self.source_id: int | None = None
         where = ".".join((schema,) + self.path)
         if assigning:
             msg = f"{where}[{short_repr(loc)}]: cannot assign: {reason}"
@@ -193,6 +195,24 @@ class NotDataError(NamedSchemaError, TypeError):
 
 class BufferShapeError(NamedSchemaError, ValueError):
     """Buffer arrays disagree in their leading dimensions, or a shape is invalid."""
+
+
+class UnpicklableError(NamedSchemaError, TypeError):
+    """A value inside an object being pickled cannot be pickled.
+
+    Attributes:
+        path: where it is, from the object's class name down, such as
+            ``AsyncUniformReplayBuffer.priority_tree.queue``.
+        what: the value's type (``module.qualname``).
+        reason: what pickle said about it.
+    """
+
+    def __init__(self, path: str, what: str, reason: str):
+        self.path, self.what, self.reason = path, what, reason
+        super().__init__(f"{path}: cannot pickle {what}: {reason}")
+
+    def __reduce__(self):
+        return type(self), (self.path, self.what, self.reason)
 
 
 class SchemaEvolutionError(NamedSchemaError, ValueError):

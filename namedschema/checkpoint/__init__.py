@@ -11,14 +11,19 @@ FORMAT_VERSION  the format version this package writes (independent of the packa
 The package, one module per concern (each imports only those listed before it):
 
 * ``constants``: the format's name, version, limits and dtype tables
+* ``jsontext``: JSON from a file, its value count bounded before parsing
 * ``header``: typed header records with ``to_json``/``from_json``, and every
   check of untrusted header data (the trust boundary)
 * ``arrays``: the table of arrays a graph holds; arrays rebuilt from blocks
 * ``nodes``: the node kinds, each with encode, parse, decode and describe
 * ``pickled``: the pickle path for graphs that are not data
+* ``graph``: a graph encoded as nodes, or pickled when allowed (both ways of saving)
 * ``blocks``: block I/O: chunked writes with CRC-32 and fdatasync, reads, maps
 * ``layout``: arrays grouped into blocks and placed in the file
-* ``atomic``: the atomic file writer and the stale temporary file reaper
+* ``atomic``: the atomic file writer (mode kept, symlinks followed) and the
+  stale temporary file reaper
+* ``opening``: opening an untrusted file (regular files only, never blocking)
+  and the one place where failures of reading it become ``FormatError``
 * ``crc``: a block's CRC-32 updated from the ranges that changed
 * ``pages``: which pages of memory were written since read from a file (Linux)
 * ``journal``: the redo journal of in-place incremental saves
@@ -97,6 +102,11 @@ as safetensors requires) and has a ``__metadata__`` object of strings:
     * ``{"schema": s}``: the schema class ``s`` of ``schemas`` itself
     * ``{"nt": s, "values": [node, ...]}``: an instance of schema ``s`` (a
       schema, a stdlib namedtuple or an rlpyt namedarraytuple)
+    * ``{"numpy": [dtype, shape, [value, ...]]}``: a numpy scalar (shape
+      ``[]``) or array of at most 4096 elements held in the node, values in C
+      order (``"nan"``/``"inf"``/``"-inf"`` for such floats, ``[re, im]`` for
+      complex); used for schema defaults such as ``np.float32(0)``, which
+      declare a dtype, and listed as the feature ``"numpy-defaults"``
 
     A node object has exactly the keys shown. The data path keeps array
     identity but not container identity: a list that appears twice comes back
@@ -111,7 +121,9 @@ as safetensors requires) and has a ``__metadata__`` object of strings:
 
     ``features``: names of optional features the file uses; a reader must
     refuse a file listing a feature it does not know. Version 1.0 writes
-    ``[]``.
+    ``[]``, or ``["numpy-defaults"]`` when a schema default is a ``numpy``
+    node (readers before that feature refuse such files instead of
+    misreading them).
 
     ``checkpoint_id`` (random hex, new at every save) and ``parent``
     (``null``, reserved).

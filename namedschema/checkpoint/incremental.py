@@ -27,14 +27,15 @@ import threading
 import uuid
 import zlib
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
-from ..errors import FormatError, NotDataError
-from . import journal, layout, pages, pickled, tracking
+from ..errors import FormatError
+from . import journal, layout, pages, tracking
 from .atomic import AtomicFile
 from .blocks import MemorySpan, Progress, write_all, write_blocks
 from .constants import ALIGN
+from .graph import EncodedGraph, encode_graph
 from .header import (
     Description,
     Header,
@@ -43,7 +44,7 @@ from .header import (
     TensorEntry,
     read_header,
 )
-from .nodes import Encoder, NotData
+from .nodes import features_of
 
 __all__ = ["save", "recover", "reading", "wait"]
 
@@ -69,39 +70,13 @@ def _close_locked_in_child() -> None:
 os.register_at_fork(after_in_child=_close_locked_in_child)
 
 
-@dataclass(frozen=True)
-class _Encoded:
-    encoder: Encoder
-    structure: Any
-    not_data: NotData | None
-    pickle_bytes: bytes | None
-
-
-def _encode(obj: Any, path: str, allow_pickle: bool) -> _Encoded:
-    encoder = Encoder()
-    structure, not_data = None, None
-    try:
-        structure = encoder.encode(obj)
-    except NotData as exc:
-        not_data = exc
-    except RecursionError:
-        not_data = NotData("", obj, "nested too deeply for the data path")
-    pickle_bytes = None
-    if not_data is not None:
-        if not allow_pickle:
-            raise NotDataError(path, not_data.path, not_data.type_name,
-                               not_data.why) from None
-        encoder = Encoder()
-        pickle_bytes = pickled.dumps(obj, encoder.arrays)
-    return _Encoded(encoder, structure, not_data, pickle_bytes)
-
-
-def _description(enc: _Encoded, plan: layout.Layout, blocks, saved: SaveRecord) -> Description:
+def _description(enc: EncodedGraph, plan: layout.Layout, blocks, saved: SaveRecord) -> Description:
     pickle_entry = None if enc.not_data is None else PickleEntry(len(blocks) - 1,
                                                                  str(enc.not_data))
     return Description(blocks=tuple(blocks), arrays=plan.arrays,
                        schemas=tuple(enc.encoder.schemas), structure=enc.structure,
-                       pickle=pickle_entry, checkpoint_id=uuid.uuid4().hex, saved=saved)
+                       pickle=pickle_entry, checkpoint_id=uuid.uuid4().hex, saved=saved,
+                       features=features_of(enc.encoder.schemas))
 
 
 # --------------------------------------------------------------------------
@@ -256,7 +231,7 @@ def _reserved_length(header: Header) -> int:
     return raw + max(1024, raw // 8) + (-(8 + raw + max(1024, raw // 8)) % PAGE)
 
 
-def _full_save(enc: _Encoded, plan: layout.Layout, path: str, progress: bool) -> SaveRecord:
+def _full_save(enc: EncodedGraph, plan: layout.Layout, path: str, progress: bool) -> SaveRecord:
     table, blocks = _page_layout(plan, enc.pickle_bytes is not None)
     data_bytes = plan.data_bytes
     saved = SaveRecord("full", data_bytes, len(blocks), data_bytes)
@@ -300,7 +275,7 @@ def _write_run(fd, data_start, blocks, sources, run, bar) -> list[int]:
 # Incremental saves
 # --------------------------------------------------------------------------
 
-def _match(old: Header, plan: layout.Layout, enc: _Encoded) -> dict[str, TensorEntry] | None:
+def _match(old: Header, plan: layout.Layout, enc: EncodedGraph) -> dict[str, TensorEntry] | None:
     """The new tensor table if ``plan`` can update ``old`` in place, else None."""
     has_pickle = enc.pickle_bytes is not None
     if (len(old.blocks) != len(plan.blocks) or (old.description.pickle is not None)
@@ -341,7 +316,7 @@ def save(obj: Any, path: str | os.PathLike[str], *, allow_pickle: bool = False,
     ``inspect``). Arguments as for :func:`namedschema.save`.
     """
     path = os.fspath(path)
-    enc = _encode(obj, path, allow_pickle)
+    enc = encode_graph(obj, path, allow_pickle)
     plan = layout.plan(enc.encoder.arrays.entries, enc.pickle_bytes)
     wait(path)
     try:
@@ -369,7 +344,7 @@ def save(obj: Any, path: str | os.PathLike[str], *, allow_pickle: bool = False,
             _close(fd)
 
 
-def _incremental(enc: _Encoded, plan: layout.Layout, path: str, fd: int,
+def _incremental(enc: EncodedGraph, plan: layout.Layout, path: str, fd: int,
                  progress: bool) -> SaveRecord | None:
     st = os.fstat(fd)
     try:

@@ -27,6 +27,7 @@ import numpy as np
 
 from .. import _pickle
 from .._factories import _is_classic_namedtuple_class, _is_classic_nat_class
+from .._printable import printable
 from .._schema import NamedTupleSchema
 from ..errors import FormatError
 from .arrays import ArrayTable, is_storable
@@ -94,7 +95,8 @@ class Encoder:
         if index is not None:
             return index
         defaults_enc = Encoder()
-        defaults = [defaults_enc.encode(v, f"{path}<defaults>")
+        defaults = [_NUMPY.encode(defaults_enc, v, path) if _NUMPY.encodes(v)
+                    else defaults_enc.encode(v, f"{path}<defaults>")
                     for v in cls._field_defaults.values()]  # type: ignore[attr-defined]
         if defaults_enc.arrays.entries or defaults_enc.schemas:
             raise NotData(path, cls, "schema defaults that are arrays or schemas")
@@ -193,7 +195,8 @@ class Describer(_Walker):
         kind.describe(self, operands, label, depth)
 
     def line(self, depth: int, text: str) -> None:
-        self.lines.append("  " * depth + text)
+        # Names, keys and values come from the file: escape control characters.
+        self.lines.append("  " * depth + printable(text))
 
 
 # --------------------------------------------------------------------------
@@ -428,15 +431,109 @@ class _Instance(NodeKind):
             desc.describe(value, f"{fname}: ", depth + 1)
 
 
+class _Numpy(NodeKind):
+    """A numpy scalar or small array held in the node itself (schema defaults)."""
+
+    keys = frozenset({"numpy"})
+    spec = ('``{"numpy": [dtype, shape, [value, ...]]}``: a numpy scalar (shape '
+            '``[]``) or array of at most 4096 elements held in the node, values in C '
+            'order (``"nan"``/``"inf"``/``"-inf"`` for such floats, ``[re, im]`` for '
+            'complex); used for schema defaults such as ``np.float32(0)``, which '
+            'declare a dtype, and listed as the feature ``"numpy-defaults"``')
+    max_elements = 4096
+
+    def encodes(self, obj):
+        return ((type(obj) is np.ndarray or isinstance(obj, np.generic))
+                and obj.dtype.str in ALLOWED_DTYPES and obj.size <= self.max_elements)
+
+    def encode(self, enc, obj, path):
+        arr = np.asarray(obj)
+        values: list[Any]
+        if arr.dtype.kind == "c":
+            values = [[_float_value(v.real), _float_value(v.imag)] for v in arr.ravel().tolist()]
+        elif arr.dtype.kind == "f":
+            values = [_float_value(v) for v in arr.ravel().tolist()]
+        else:
+            values = arr.ravel().tolist()
+        return {"numpy": [arr.dtype.str, list(arr.shape), values]}
+
+    def parse(self, walker, node):
+        operands = node["numpy"]
+        if type(operands) is not list or len(operands) != 3:
+            walker.fail(f"malformed numpy node {node!r:.60}")
+        dtype_str, shape, values = operands
+        if type(dtype_str) is not str or dtype_str not in ALLOWED_DTYPES:
+            walker.fail(f"numpy node has a dtype that is not allowed: {dtype_str!r:.40}")
+        if (type(shape) is not list or len(shape) > 64
+                or not all(type(n) is int and 0 <= n <= self.max_elements for n in shape)
+                or math.prod(shape) > self.max_elements):
+            walker.fail(f"numpy node has an invalid shape {shape!r:.60}")
+        if type(values) is not list or len(values) != math.prod(shape):
+            walker.fail("numpy node's values do not match its shape")
+        dtype = np.dtype(dtype_str)
+        check = _NUMPY_VALUE_CHECKS[dtype.kind]
+        if not all(check(v, dtype) for v in values):
+            walker.fail(f"numpy node holds a value that is not a {dtype.name}")
+        if dtype.kind == "c":
+            values = [complex(float(re), float(im)) for re, im in values]
+        elif dtype.kind == "f":
+            values = [float(v) for v in values]
+        return dtype, tuple(shape), values
+
+    def decode(self, dec, operands, allow_refs):
+        dtype, shape, values = operands
+        arr = np.array(values, dtype=dtype).reshape(shape)
+        return arr[()] if not shape else arr
+
+    def describe(self, desc, operands, label, depth):
+        dtype, shape, _values = operands
+        desc.line(depth, f"{label}numpy {dtype.name} {shape}")
+
+
+def _float_value(v: float) -> float | str:
+    return v if math.isfinite(v) else repr(v)
+
+
+def _is_float_value(v: Any, dtype: np.dtype) -> bool:
+    return (type(v) in (int, float) and math.isfinite(v)) or v in ("nan", "inf", "-inf")
+
+
+def _is_int_value(v: Any, dtype: np.dtype) -> bool:
+    info = np.iinfo(dtype)
+    return type(v) is int and info.min <= v <= info.max
+
+
+_NUMPY_VALUE_CHECKS = {
+    "b": lambda v, dtype: type(v) is bool,
+    "i": _is_int_value,
+    "u": _is_int_value,
+    "f": _is_float_value,
+    "c": lambda v, dtype: (type(v) is list and len(v) == 2
+                           and all(_is_float_value(x, dtype) for x in v)),
+}
+
+
 _PLAIN = _Plain()
 _FLOAT = _Float()
 _LIST, _TUPLE = _Sequence(list), _Sequence(tuple)
 _DICT = _Dict()
 _ARRAY, _SCALAR, _SCHEMA, _INSTANCE = _Array(), _Scalar(), _Schema(), _Instance()
+_NUMPY = _Numpy()
 
 #: Every node kind, in the order the spec lists them.
 KINDS: tuple[NodeKind, ...] = (_PLAIN, _FLOAT, _LIST, _TUPLE, _DICT, _ARRAY, _SCALAR,
-                               _SCHEMA, _INSTANCE)
+                               _SCHEMA, _INSTANCE, _NUMPY)
+
+#: The feature a file lists when a schema default is a ``numpy`` node.
+NUMPY_DEFAULTS_FEATURE = "numpy-defaults"
+
+
+def features_of(schemas: Sequence[SchemaEntry]) -> tuple[str, ...]:
+    """The features a file with this schema table must list (readers refuse unknown ones)."""
+    if any(isinstance(d, dict) and _NUMPY.keys == frozenset(d)
+           for entry in schemas for d in entry.defaults):
+        return (NUMPY_DEFAULTS_FEATURE,)
+    return ()
 # Encoding: exact builtin types first (subclasses such as IntEnum are not
 # data), then the kinds that test the object, in this order.
 _ENCODE_BY_TYPE: dict[type, NodeKind] = {

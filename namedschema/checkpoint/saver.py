@@ -7,13 +7,13 @@ import struct
 import uuid
 from typing import Any
 
-from ..errors import NotDataError
-from . import layout, pickled
+from . import layout
 from .atomic import AtomicFile
 from .blocks import Progress, write_all, write_blocks
+from .graph import encode_graph
 from .header import Description, Header, PickleEntry
 from .incremental import save as incremental_save
-from .nodes import Encoder, NotData
+from .nodes import features_of
 
 
 def save(obj: Any, path: str | os.PathLike[str], *, allow_pickle: bool = False,
@@ -66,27 +66,15 @@ def save(obj: Any, path: str | os.PathLike[str], *, allow_pickle: bool = False,
         incremental_save(obj, path, allow_pickle=allow_pickle, progress=progress)
         return
     path = os.fspath(path)
-    encoder = Encoder()
-    structure, not_data = None, None
-    try:
-        structure = encoder.encode(obj)
-    except NotData as exc:
-        not_data = exc
-    except RecursionError:
-        not_data = NotData("", obj, "nested too deeply for the data path")
-    pickle_bytes = None
-    if not_data is not None:
-        if not allow_pickle:
-            raise NotDataError(path, not_data.path, not_data.type_name,
-                               not_data.why) from None
-        encoder = Encoder()  # start again: the pickle holds the whole graph
-        pickle_bytes = pickled.dumps(obj, encoder.arrays)
-    plan = layout.plan(encoder.arrays.entries, pickle_bytes)
-    pickle_entry = None if not_data is None else PickleEntry(len(plan.blocks) - 1,
-                                                             str(not_data))
+    graph = encode_graph(obj, path, allow_pickle)
+    plan = layout.plan(graph.encoder.arrays.entries, graph.pickle_bytes)
+    pickle_entry = None if graph.not_data is None else PickleEntry(len(plan.blocks) - 1,
+                                                                   str(graph.not_data))
     header = Header(
-        Description(blocks=plan.blocks, arrays=plan.arrays, schemas=tuple(encoder.schemas),
-                    structure=structure, pickle=pickle_entry, checkpoint_id=uuid.uuid4().hex),
+        Description(blocks=plan.blocks, arrays=plan.arrays,
+                    schemas=tuple(graph.encoder.schemas), structure=graph.structure,
+                    pickle=pickle_entry, checkpoint_id=uuid.uuid4().hex,
+                    features=features_of(graph.encoder.schemas)),
         plan.tensors, name=path)
     # The data starts after the header, whose checksums are known only once
     # the data is written: reserve the header's room (its fixed-width fields

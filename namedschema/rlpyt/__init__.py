@@ -1,6 +1,12 @@
 """rlpyt support: resume a training run exactly, and the rlpyt drop-in patch.
 
 resumable   make an rlpyt runner continue from its checkpoint (namedschema.rlpyt.resume)
+patch_rlpyt, unpatch_rlpyt, is_patched, RlpytPatch, RlpytImportError
+            the drop-in (namedschema.rlpyt.patch; ``namedschema.rlpyt_compat`` is
+            its old name)
+namedschema.rlpyt.pickling
+            the reductions the patch gives rlpyt's replay buffers, sum trees,
+            ``RWLock`` and ``AttrDict``, so plain pickle keeps views and locks right
 
 Nothing here imports rlpyt (or torch) until a name is used.
 """
@@ -13,6 +19,11 @@ _LAZY = {
     "ResumeError": "resume",
     "ResumeWarning": "resume",
     "register_handler": "state",
+    "patch_rlpyt": "patch",
+    "unpatch_rlpyt": "patch",
+    "is_patched": "patch",
+    "RlpytPatch": "patch",
+    "RlpytImportError": "patch",
 }
 
 

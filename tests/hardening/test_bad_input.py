@@ -12,29 +12,47 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import namedschema
-from namedschema import (NamedArrayTupleSchema, NamedTupleSchema, namedarraytuple,
-                         namedarraytuple_like, namedtuple)
-from namedschema import _pickle
+from namedschema import (
+    NamedArrayTupleSchema,
+    NamedTupleSchema,
+    _pickle,
+    namedarraytuple,
+    namedarraytuple_like,
+    namedtuple,
+)
 from namedschema.errors import FieldError, NamedSchemaError, SchemaDefinitionError
 from tests.hardening.figures import record
 
-WRONG = [None, 3, 2.5, b"bytes", object(), np.zeros(2), {"a": 1}, ["1bad"], ["a", "a"],
-         ["class"], "a b-c", "", "_x"]
+# Each field-name argument with what it must give: the fields of a schema that
+# is made (as collections.namedtuple would), or the error and a message fragment.
+WRONG = [
+    (None, TypeError, "field_names must be a str"),
+    (3, TypeError, "field_names must be a str"),
+    (2.5, TypeError, "field_names must be a str"),
+    (object(), TypeError, "field_names must be a str"),
+    (b"bytes", SchemaDefinitionError, "field name '98' is not a valid identifier"),
+    (np.zeros(2), SchemaDefinitionError, "field name '0.0' is not a valid identifier"),
+    (["1bad"], SchemaDefinitionError, "field name '1bad' is not a valid identifier"),
+    (["a", "a"], SchemaDefinitionError, "duplicate field name 'a'"),
+    (["class"], SchemaDefinitionError, "field name 'class' is a keyword"),
+    ("a b-c", SchemaDefinitionError, "field name 'b-c' is not a valid identifier"),
+    ("_x", SchemaDefinitionError, "field name '_x' starts with an underscore"),
+    ({"a": 1}, ("a",), None),    # an iterable of names, like namedtuple's
+    ("", (), None),              # no fields, like namedtuple's
+]
 
 
 @pytest.mark.parametrize("factory", [NamedTupleSchema, NamedArrayTupleSchema, namedtuple,
                                      namedarraytuple])
-@pytest.mark.parametrize("fields", WRONG, ids=repr)
-def test_wrong_field_names_give_clear_errors(factory, fields):
-    """Wrong field-name arguments fail with SchemaDefinitionError/TypeError or work; never anything else."""
-    try:
-        S = factory("Sch", fields)
-    except SchemaDefinitionError as exc:
-        assert "'Sch'" in str(exc)
-    except TypeError as exc:
-        assert "iterable" in str(exc) or "Sch" in str(exc)
+@pytest.mark.parametrize("fields, expected, message", WRONG, ids=repr)
+def test_wrong_field_names_give_clear_errors(factory, fields, expected, message):
+    """Each wrong field-name argument is refused with the error naming the schema, or gives the namedtuple fields."""
+    if isinstance(expected, tuple):
+        assert factory("Sch", fields)._fields == expected
     else:
-        assert all(f.isidentifier() and not f.startswith("_") for f in S._fields)
+        with pytest.raises(expected) as info:
+            factory("Sch", fields)
+        assert "'Sch'" in str(info.value) and message in str(info.value)
     record("bad_input.calls")
 
 
@@ -134,10 +152,26 @@ def test_failed_assignment_reports_exactly_the_fields_it_wrote(field_shapes, val
         value = S(*[np.full(value_shape, 1.0) for _ in names])
     else:
         value = np.full(value_shape, 1.0)
+    # What numpy does field by field (a None field is skipped for a plain
+    # value, and cannot receive a schema value's array): the expected outcome.
+    expected = [None if f is None else f.copy() for f in before]
+    must_fail = False
+    sources = tuple(value) if same_schema else [value] * len(names)
+    for target, source in zip(expected, sources, strict=True):
+        if target is None:
+            must_fail = same_schema
+        else:
+            try:
+                target[loc] = source
+            except (IndexError, ValueError, TypeError):
+                must_fail = True
+        if must_fail:
+            break
     try:
         x[loc] = value
     except FieldError as exc:
-        changed = {n for n, b, f in zip(names, before, x)
+        assert must_fail, f"numpy accepts x[{loc}] = value field by field"
+        changed = {n for n, b, f in zip(names, before, x, strict=True)
                    if f is not None and not np.array_equal(b, f)}
         assert set(exc.written) >= changed
         assert exc.path[0] not in exc.written and str(exc).startswith(f"Sch.{exc.path[0]}[")
@@ -146,6 +180,11 @@ def test_failed_assignment_reports_exactly_the_fields_it_wrote(field_shapes, val
         else:
             assert "no field was written" in str(exc) and not changed
         assert isinstance(exc, (IndexError, ValueError, TypeError))
+    else:
+        assert not must_fail, f"x[{loc}] = value was accepted; numpy refuses it"
+        for got, want in zip(x, expected, strict=True):
+            assert (got is None) == (want is None)
+            assert got is None or got.tobytes() == want.tobytes()
     record("bad_input.calls")
 
 
@@ -154,10 +193,16 @@ def test_failed_assignment_reports_exactly_the_fields_it_wrote(field_shapes, val
 def test_bad_read_index_names_the_schema_and_field(loc):
     """Indexing with a wrong key works or raises a FieldError naming Sch.<field>."""
     S = NamedArrayTupleSchema("Sch", "a b")
-    x = S(np.zeros((3, 2)), None)
+    a = np.arange(6.0).reshape(3, 2)
+    x = S(a, None)
     try:
-        x[loc]
-    except FieldError as exc:
-        assert str(exc).startswith("Sch.a: cannot index with ")
-        assert isinstance(exc, (IndexError, ValueError, TypeError, KeyError))
+        want = a[loc]
+    except (IndexError, ValueError, TypeError, KeyError):
+        with pytest.raises(FieldError) as info:
+            x[loc]
+        assert str(info.value).startswith("Sch.a: cannot index with ")
+        assert isinstance(info.value, (IndexError, ValueError, TypeError, KeyError))
+    else:
+        got = x[loc]
+        assert type(got) is S and got.b is None and np.array_equal(got.a, want)
     record("bad_input.calls")

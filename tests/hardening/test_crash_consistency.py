@@ -59,8 +59,11 @@ def _temp_files(path):
     return glob.glob(os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.tmp-*"))
 
 
-def _kill_trials(path, rng, trials):
-    """Run ``trials`` savers, each SIGKILLed after a random delay; return versions seen."""
+def _kill_trials(path, rng, trials, strays=None):
+    """Run ``trials`` savers, each SIGKILLed after a random delay; return versions seen.
+
+    ``strays``, if given, gets the number of temp files left after each kill.
+    """
     env = dict(os.environ, PYTHONPATH=REPO_ROOT)
     versions = []
     previous = _check(path)
@@ -80,6 +83,8 @@ def _kill_trials(path, rng, trials):
         assert version >= previous
         versions.append(version)
         previous = version
+        if strays is not None:
+            strays.append(len(_temp_files(path)))
         record("crash.kills")
         record("crash.previous_intact")
     return versions
@@ -91,14 +96,16 @@ def test_sigkill_during_overwrite_never_damages_the_checkpoint(tmp_path):
     Snap = NamedArrayTupleSchema("Snap", "data step")
     save({"snap": Snap(np.zeros(N), np.array([0])), "version": 0}, path)
     rng = random.Random(8)
-    versions = _kill_trials(path, rng, TRIALS)
-    stray = _temp_files(path)
-    record("crash.stray_temp_files", len(stray))
-    assert len(versions) == TRIALS
-    # Some kills land mid-write (a temp file is left) and some saves complete:
-    # both sides of the rename were exercised.
-    assert versions[-1] > 0
-    assert len(stray) <= TRIALS
+    strays: list = []
+    versions = _kill_trials(path, rng, TRIALS, strays)
+    record("crash.stray_temp_files", len(_temp_files(path)))
+    assert len(versions) == TRIALS == len(strays)
+    # Some kills land mid-write (a temp file is left) and some saves complete
+    # (the version moved on): both sides of the rename were exercised.
+    assert versions[-1] > 0 and max(strays) >= 1
+    # Each saver first removes the temp file of the killed one before it, so
+    # at most the last killed saver's temp file is ever left.
+    assert max(strays) <= 1, strays
 
 
 def test_next_save_removes_temp_files_left_by_killed_savers(tmp_path):

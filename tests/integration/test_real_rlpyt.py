@@ -1,8 +1,9 @@
 """The rlpyt drop-in against a real rlpyt source tree (opt-in).
 
 Skipped unless ``RLPYT_SRC`` points at an rlpyt checkout (the directory that
-contains the ``rlpyt`` package); rlpyt needs torch, which the test extra has.
-Run with ``RLPYT_SRC=/path/to/rlpyt pytest -m rlpyt tests/integration``.
+contains the ``rlpyt`` package); rlpyt needs torch, psutil and pyprind, which the
+test extra has. Run with ``RLPYT_SRC=/path/to/rlpyt pytest -m rlpyt``;
+``bash .ci/run`` extracts rlpyt and runs them.
 """
 
 from __future__ import annotations
@@ -17,11 +18,8 @@ from tests.helpers import run_fresh
 
 RLPYT_SRC = os.environ.get("RLPYT_SRC", "")
 
-pytestmark = [
-    pytest.mark.rlpyt,
-    pytest.mark.skipif(not (RLPYT_SRC and os.path.isdir(os.path.join(RLPYT_SRC, "rlpyt"))),
-                       reason="set RLPYT_SRC to an rlpyt source tree to run"),
-]
+# tests/conftest.py skips ``rlpyt`` tests, saying how to enable them, without RLPYT_SRC.
+pytestmark = pytest.mark.rlpyt
 
 UNIFORM = ["UniformReplayBuffer", "UniformSequenceReplayBuffer"]
 WITH_VIEWS = ["PrioritizedReplayBuffer", "UniformReplayFrameBuffer",
@@ -105,11 +103,15 @@ def test_buffers_resume_from_save_load(tmp_path, kind):
 
 
 @pytest.mark.parametrize("kind", ["PrioritizedReplayBuffer", "UniformReplayFrameBuffer"])
-def test_plain_pickle_of_view_holding_buffers_diverges(tmp_path, kind):
-    """Negative control: pickle copies views apart, so these buffers drift from their twin."""
+def test_plain_pickle_of_view_holding_buffers_diverges_without_pickling_patch(tmp_path, kind):
+    """Negative control: without the patch's pickling, views are copied apart and drift.
+
+    (With it, tests/integration/test_rlpyt_pickling.py shows every buffer resuming exactly.)
+    """
     path = str(tmp_path / f"{kind}.pkl")
-    twin = _driver(f"checkpoint_run('real', {kind!r}, 'pickle', {path!r})")
-    resumed = _driver(f"resume_run('real', {kind!r}, 'pickle', {path!r})")
+    off = "patch={'pickling': False}"
+    twin = _driver(f"checkpoint_run('real', {kind!r}, 'pickle', {path!r}, {off})")
+    resumed = _driver(f"resume_run('real', {kind!r}, 'pickle', {path!r}, {off})")
     assert resumed["resumed"] != twin["twin"]
 
 

@@ -20,7 +20,7 @@ def _class_statement(base, typename, fields, defaults):
         namespace["__qualname__"] = f"made.<locals>.{typename}"
         namespace["__module__"] = __name__
         namespace["__annotations__"] = dict.fromkeys(fields, Any)
-        for name, value in zip(fields[len(fields) - len(defaults):], defaults):
+        for name, value in zip(fields[len(fields) - len(defaults):], defaults, strict=True):
             namespace[name] = value
         namespace["describe"] = lambda self: f"{typename} of {len(self)}"
     return types.new_class(typename, (base,), exec_body=body)
@@ -42,7 +42,7 @@ def test_class_statement_matches_factory_and_round_trips(array, typename, fields
     assert declared_dtypes(cls) == dict.fromkeys(fields)
     values = data.draw(st.lists(plain_values, min_size=len(fields), max_size=len(fields)))
     x = cls(*values)
-    assert x == factory(*values) and x._asdict() == dict(zip(fields, values))
+    assert x == factory(*values) and x._asdict() == dict(zip(fields, values, strict=True))
     protocol = data.draw(st.integers(0, pickle.HIGHEST_PROTOCOL))
     back = pickle.loads(pickle.dumps(x, protocol))
     assert type(back) is cls and back == x and back.describe() == x.describe()

@@ -7,7 +7,7 @@ import os
 import tempfile
 
 import numpy as np
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
@@ -119,7 +119,7 @@ SAFETENSORS_DTYPES = {"|b1", "|u1", "|i1", "<u2", "<i2", "<u4", "<i4", "<u8", "<
 def _span_bytes(a):
     """The bytes of memory from the lowest to the highest byte a non-empty view touches."""
     lo = hi = a.__array_interface__["data"][0]
-    for n, s in zip(a.shape, a.strides):
+    for n, s in zip(a.shape, a.strides, strict=True):
         lo, hi = (lo + (n - 1) * s, hi) if s < 0 else (lo, hi + (n - 1) * s)
     return ctypes.string_at(lo, hi + a.itemsize - lo)
 
@@ -146,6 +146,11 @@ def expected_tensor(a):
 
 @settings(max_examples=20)
 @given(st.lists(arrays(), min_size=1, max_size=4))
+@example([np.arange(100.0).reshape(10, 10)[::2, ::3],           # sparse: compact copy
+          np.arange(100, dtype=">i4").reshape(10, 10)[::3, ::2],  # compact, no st dtype
+          np.asfortranarray(np.ones((3, 4), np.float32)),        # Fortran order
+          np.arange(12, dtype=np.int16)[::-1],                   # reversed: U8 span
+          np.array(7, np.uint8), np.arange(6.0).reshape(2, 3)[:, ::2]])
 def test_safetensors_reads_every_block(arrs):
     """The safetensors package reads every block as the spec says: name, dtype, shape, bytes."""
     from safetensors.numpy import load_file

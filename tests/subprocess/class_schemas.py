@@ -53,3 +53,9 @@ def reply_with_methods(queue, received):
 def sum_local(batch):
     """Pool worker for a function-local schema: fields work, its method is not here."""
     return float(batch.x.sum()), hasattr(batch, "double"), type(batch).__name__
+
+
+def write_step(buffer, t):
+    """Spawn child: write step ``t`` into a shared-memory buffer with a method of the class."""
+    buffer[t] = Transition(np.full((2, 2), t, np.uint8), t, np.float32(t), True)
+    return type(buffer) is Transition, buffer.total_reward()

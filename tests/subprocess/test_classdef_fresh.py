@@ -180,3 +180,58 @@ def test_checkpoint_loads_in_a_fresh_interpreter(tmp_path):
         """)
     lines = proc.stdout.decode().splitlines()
     assert lines == ["Transition [0.5, 0.5, 0.5] False Local", "1.5 0.99"]
+
+
+def test_shared_memory_buffer_of_a_class_schema_in_a_spawn_pool():
+    """A shared-memory buffer of a class schema is written by spawn workers in place."""
+    from namedschema.buffer import buffer_from_example
+    example = cs.Transition(np.zeros((2, 2), np.uint8), np.int64(0), np.float32(0), np.False_)
+    buf = buffer_from_example(example, (3,), share_memory=True)
+    with mp.get_context("spawn").Pool(1) as pool:
+        replies = [pool.apply(cs.write_step, (buf, t)) for t in (1, 2)]
+    assert [same for same, _ in replies] == [True, True] and replies[1][1] == 3.0
+    assert type(buf) is cs.Transition and buf.action.tolist() == [0, 1, 2]
+    assert buf.done.tolist() == [False, True, True] and buf.observation[2].max() == 2
+
+
+RESUME_SCRIPT = '''
+import os, pickle, sys
+import numpy as np
+import namedschema
+from namedschema import NamedArrayTuple
+
+class Replay(NamedArrayTuple):
+    obs: np.ndarray
+    reward: np.ndarray
+
+    def mean_reward(self):
+        return float(self.reward.mean())
+
+path = sys.argv[1]
+if os.path.exists(path + ".pkl"):            # resuming: a new process, same script
+    with open(path + ".pkl", "rb") as f:
+        replay = pickle.load(f)
+    state = namedschema.load(path + ".nsb")
+    assert type(replay) is Replay and type(state) is Replay, (type(replay), Replay)
+    print("resumed", replay.mean_reward(), state[1:].mean_reward())
+else:
+    replay = Replay(np.zeros((4, 2)), np.arange(4.0))
+    with open(path + ".pkl", "wb") as f:
+        pickle.dump(replay, f)
+    namedschema.save(replay, path + ".nsb")
+    print("saved")
+'''
+
+
+def test_script_run_again_resumes_with_its_main_class(tmp_path):
+    """Running the same script again (as __main__) resumes with the class, methods included."""
+    script = tmp_path / "train.py"
+    script.write_text(RESUME_SCRIPT)
+    env = dict(os.environ, PYTHONPATH=REPO_ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    outputs = []
+    for _ in range(2):
+        proc = subprocess.run([sys.executable, str(script), str(tmp_path / "ckpt")],
+                              capture_output=True, timeout=120, env=env, cwd=tmp_path)
+        assert proc.returncode == 0, proc.stderr.decode()
+        outputs.append(proc.stdout.decode().strip())
+    assert outputs == ["saved", "resumed 1.5 2.0"]

@@ -53,7 +53,7 @@ def test_patch_without_rlpyt_raises_clear_import_error():
         except ImportError as exc:
             print(json.dumps({"ns": isinstance(exc, NamedSchemaError),
                               "msg": str(exc), "patched":
-                              namedschema.rlpyt_compat.is_patched()}))
+                              namedschema.rlpyt.patch.is_patched()}))
         """)
     out = _last_json(proc)
     assert out["ns"] and not out["patched"]
@@ -185,11 +185,22 @@ def test_frame_buffer_needs_construction_before_resume(fake_root, tmp_path):
     assert b"NoneType" in proc.stderr
 
 
-def test_plain_pickle_breaks_sum_tree_view_and_diverges(fake_root, tmp_path):
-    """Negative control: plain pickle copies the priorities view, so training diverges."""
+def test_plain_pickle_keeps_sum_tree_view_and_resumes_exactly(fake_root, tmp_path):
+    """The patch gives SumTree a view-keeping reduction: plain pickle resumes exactly."""
     path = str(tmp_path / "pri.pkl")
     twin = _driver(fake_root, f"checkpoint_run('fake', 'PrioritizedRing', 'pickle', {path!r})")
     resumed = _driver(fake_root, f"resume_run('fake', 'PrioritizedRing', 'pickle', {path!r})")
+    assert len(twin["twin"]) > 5 and resumed["resumed"] == twin["twin"]
+
+
+def test_plain_pickle_without_view_pickling_breaks_sum_tree_view(fake_root, tmp_path):
+    """Negative control: with pickling=False, pickle copies the priorities view apart."""
+    path = str(tmp_path / "pri.pkl")
+    off = "patch={'pickling': False}"
+    twin = _driver(fake_root, f"checkpoint_run('fake', 'PrioritizedRing', 'pickle', "
+                              f"{path!r}, {off})")
+    resumed = _driver(fake_root, f"resume_run('fake', 'PrioritizedRing', 'pickle', "
+                                 f"{path!r}, {off})")
     assert resumed["resumed"] != twin["twin"]
 
 

@@ -1,12 +1,18 @@
 """The top-level API as type checkers see it."""
 
-from typing import assert_type
+from typing import Any, assert_type
 
 import numpy as np
 
 import namedschema
-from namedschema import (FieldError, NamedSchemaError, SchemaClassError, SchemaConflictError,
-                         SchemaDefinitionError)
+import namedschema.checkpoint
+from namedschema import (
+    FieldError,
+    NamedSchemaError,
+    SchemaClassError,
+    SchemaConflictError,
+    SchemaDefinitionError,
+)
 
 
 class Step(namedschema.NamedArrayTuple):
@@ -42,3 +48,8 @@ assert issubclass(FieldError, NamedSchemaError)
 # The lazily imported parts are attributes of the package.
 assert callable(namedschema.save) and callable(namedschema.load)
 assert callable(namedschema.inspect) and callable(namedschema.patch_rlpyt)
+
+# ... with their real signatures.
+assert_type(namedschema.load("replay.nsb", mmap_mode="r"), Any)
+assert_type(namedschema.save({"samples": step}, "replay.nsb"), None)
+info: namedschema.checkpoint.CheckpointInfo = namedschema.inspect("replay.nsb")

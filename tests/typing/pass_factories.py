@@ -5,8 +5,13 @@ from typing import Any, assert_type
 import numpy as np
 
 import namedschema
-from namedschema import (NamedArrayTupleSchema, NamedTupleSchema, namedarraytuple,
-                         namedarraytuple_like, namedtuple)
+from namedschema import (
+    NamedArrayTupleSchema,
+    NamedTupleSchema,
+    namedarraytuple,
+    namedarraytuple_like,
+    namedtuple,
+)
 from namedschema._typing import DynamicNamedArrayTuple, DynamicNamedTuple
 
 Point = NamedTupleSchema("Point", "x y", defaults=(0,))

@@ -33,7 +33,7 @@ def test_spec_lists_every_node_kind_exactly_as_the_table_does():
     # and the table knows every node key the spec mentions
     keys = {key for kind in nodes.KINDS for key in kind.keys}
     assert keys == {"float", "list", "tuple", "dict", "array", "scalar", "schema", "nt",
-                    "values"}
+                    "values", "numpy"}
 
 
 def test_every_module_of_the_package_is_short():

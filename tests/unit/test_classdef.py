@@ -157,6 +157,7 @@ REFUSED = [
     ("_schema_id = 'x'", "'_schema_id' cannot be defined"),
     ("_schema_extra = 1", "names starting with '_schema' are reserved"),
     ("def __copy__(self): return self", "'__copy__' cannot be defined"),
+    ("def __iadd__(self, other): return self", "'__iadd__' cannot be defined"),
 ]
 
 
@@ -351,3 +352,8 @@ def test_bench_core_times_class_syntax_against_the_factory(tmp_path):
     assert {(r["case"], r["contender"]) for r in rows} == {
         (case, who) for case in cases.split(",") for who in ("factory", "class syntax")}
     assert all(r.get("reference") == "factory" for r in rows if r["contender"] != "factory")
+
+
+def test_get_type_hints_lists_the_fields_only():
+    assert typing.get_type_hints(cs.Config) == {"lr": float, "gamma": float}
+    assert typing.get_type_hints(NamedTupleSchema("P", "a b")) == {}

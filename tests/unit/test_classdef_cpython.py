@@ -47,7 +47,8 @@ def class_syntax_namedtuple(typename, field_names, *, rename=False, defaults=Non
     def body(namespace):
         namespace["__module__"] = module
         namespace["__annotations__"] = dict.fromkeys(field_names, typing.Any)
-        for name, value in zip(field_names[len(field_names) - len(defaults):], defaults):
+        for name, value in zip(field_names[len(field_names) - len(defaults):], defaults,
+                               strict=True):
             namespace[name] = value
     cls = types.new_class(str(typename), (NamedTuple,), exec_body=body)
     assert "_schema_body" in cls.__dict__  # made by the class-syntax path
