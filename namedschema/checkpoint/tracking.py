@@ -137,7 +137,7 @@ class Change:
 
 def _raw(lo: int, nbytes: int) -> np.ndarray:
     """A view (no copy) of ``nbytes`` of the caller's memory at address ``lo``."""
-    return np.frombuffer((ctypes.c_ubyte * nbytes).from_address(lo), np.uint8)
+    return np.frombuffer(memoryview((ctypes.c_ubyte * nbytes).from_address(lo)), np.uint8)
 
 
 def _page_runs(flags: np.ndarray) -> list[tuple[int, int]]:
