@@ -214,8 +214,8 @@ def _changes(case):
     return [(p, f) for f in FRACTIONS for p in patterns]
 
 
-def _rlpyt_available():
-    root = os.environ.get("RLPYT_SRC")
+def _rlpyt_available() -> bool:
+    root = os.environ.get("RLPYT_SRC") or ""
     return bool(root) and os.path.isdir(os.path.join(root, "rlpyt"))
 
 
@@ -250,7 +250,8 @@ def main(argv=None) -> int:
     results, worst_memory = [], 0.0
     with tempfile.TemporaryDirectory(prefix="namedschema-incr-", dir=args.dir) as tmp:
         for case in cases:
-            best_full, best = None, {}
+            best_full: dict[str, Any] = {}
+            best: dict[tuple[str, float], dict[str, Any]] = {}
             changes = _changes(case)
             for round_ in range(rounds):
                 shift = round_ % len(changes)
@@ -258,7 +259,7 @@ def main(argv=None) -> int:
                 out = run_in_child("incremental", {"case": case, "rows": rows, "dir": tmp,
                                                    "order": order, "round": round_},
                                    f"incremental {case}")
-                if best_full is None or out["full"]["seconds"] < best_full["seconds"]:
+                if not best_full or out["full"]["seconds"] < best_full["seconds"]:
                     best_full = out["full"]
                 for c in out["changes"]:
                     key = (c["pattern"], c["fraction"])
