@@ -76,8 +76,9 @@ def test_format_table_marks_missed_targets():
 
 def test_best_times_reports_each_contender():
     """best_times() gives a positive per-call time for every contender, slower for more work."""
-    times = bench.best_times({"small": "sum(r)", "large": "sum(r) + sum(r) + sum(r)"},
-                             repeat=2, min_time=0.001, globals_={"r": range(300)})
+    # 30x the work: far apart enough that a loaded machine cannot swap them.
+    times = bench.best_times({"small": "sum(r)", "large": "sum(r * 30)"},
+                             repeat=2, min_time=0.001, globals_={"r": list(range(300))})
     assert set(times) == {"small", "large"}
     assert 0 < times["small"] < times["large"]
 
