@@ -9,12 +9,14 @@ SchemaClassError        a class statement cannot define a schema (also a TypeErr
 SchemaConflictError     an unpickled schema disagrees with one this process has
 StructureMismatchError  a value does not have the expected structure (TypeError)
 FieldError              reading or writing a field failed; names schema and field
-Field*Error             FieldError plus the builtin type of the failure (Index, Key, ...)
+Field*Error             FieldError plus the builtin type of the failure (IndexError, ...)
 FormatError             a checkpoint file is not valid (ValueError)
 UnsafeLoadError         a checkpoint needs pickle and allow_pickle was not given
 NotDataError            save met a value that is not data and allow_pickle was not given
 BufferShapeError        buffer arrays disagree in leading dimensions (ValueError)
 UnpicklableError        an attribute of an object being pickled cannot be (TypeError)
+MissingModuleError      unpickling needs a module this process cannot import (ModuleNotFoundError)
+MissingClassError       unpickling needs a name its module lacks here (AttributeError)
 SchemaEvolutionError    saved data does not map onto today's schemas (ValueError)
 MissingFieldError       a new field without a default (a SchemaEvolutionError)
 ExtraFieldError         a saved field today's schema lacks (a SchemaEvolutionError)
@@ -37,11 +39,14 @@ __all__ = [
     "FieldOverflowError",
     "FieldTypeError",
     "FieldValueError",
+    "FieldRuntimeError",
     "FormatError",
     "UnsafeLoadError",
     "NotDataError",
     "BufferShapeError",
     "UnpicklableError",
+    "MissingModuleError",
+    "MissingClassError",
     "SchemaEvolutionError",
     "MissingFieldError",
     "ExtraFieldError",
@@ -149,20 +154,80 @@ class FieldOverflowError(FieldError, OverflowError, IndexError):
     """
 
 
-_FIELD_ERROR_FOR = (
-    (OverflowError, FieldOverflowError),
-    (IndexError, FieldIndexError),
-    (KeyError, FieldKeyError),
-    (TypeError, FieldTypeError),
-    (ValueError, FieldValueError),
-)
+class FieldRuntimeError(FieldError, RuntimeError):
+    """A field failed with RuntimeError (what torch raises for shape and device mismatches)."""
+
+
+# The classes above, by the builtin exception they add to FieldError.
+_NAMED_FIELD_ERRORS: dict[type[BaseException], type[FieldError]] = {
+    IndexError: FieldIndexError, KeyError: FieldKeyError, TypeError: FieldTypeError,
+    ValueError: FieldValueError, OverflowError: FieldOverflowError,
+    RuntimeError: FieldRuntimeError,
+}
+# Classes made on demand for other builtins (and combinations), by builtin names.
+_made: dict[tuple[str, ...], type[FieldError]] = {}
+
+
+def _builtin_bases(cls: type) -> list[type]:
+    """The most derived builtin exception classes ``cls`` is (usually one)."""
+    found = [c for c in cls.__mro__
+             if c.__module__ == "builtins" and issubclass(c, Exception) and c is not Exception]
+    return [c for c in found if not any(o is not c and issubclass(o, c) for o in found)]
+
+
+def _field_error_for(builtins: tuple[type, ...]) -> type[FieldError]:
+    """FieldError combined with ``builtins`` (made once per combination)."""
+    if len(builtins) == 1 and builtins[0] in _NAMED_FIELD_ERRORS:
+        return _NAMED_FIELD_ERRORS[builtins[0]]
+    key = tuple(b.__name__ for b in builtins)
+    made = _made.get(key)
+    if made is None:
+        bases = tuple(_NAMED_FIELD_ERRORS.get(b) or _field_error_for((b,)) if len(builtins) > 1
+                      else b for b in builtins)
+        if len(builtins) == 1:
+            bases = (FieldError, *bases)
+        name = "Field" + "".join(b.__name__.removesuffix("Error") for b in builtins) + "Error"
+        made = type(name, bases, {
+            "__module__": __name__, "__qualname__": name,
+            "__doc__": f"A field failed with {' and '.join(key)}.",
+            "__str__": Exception.__str__,  # the builtin's own might quote or reformat it
+            "__reduce__": _reduce_made})
+        made("S", (), None, "probe")  # a builtin whose __init__ needs more arguments fails
+        made = _made.setdefault(key, made)
+    return made
+
+
+def _reduce_made(self):
+    return (rebuild_field_error, (tuple(b.__name__ for b in _builtin_bases(type(self))),
+                                  (self.schema, self.path, self.loc, self.reason,
+                                   self.written, self.assigning)))
+
+
+def rebuild_field_error(builtin_names: tuple, args: tuple) -> FieldError:
+    """Unpickle a FieldError of a class made on demand (by its builtins' names)."""
+    import builtins
+    classes = tuple(getattr(builtins, name) for name in builtin_names)
+    if not all(isinstance(c, type) and issubclass(c, Exception) for c in classes):
+        raise TypeError(f"not builtin exception classes: {builtin_names!r}")
+    return _field_error_for(classes)(*args)
 
 
 def field_error_class(exc: BaseException) -> type[FieldError]:
-    """The FieldError subclass matching the builtin type of ``exc``."""
-    for builtin, cls in _FIELD_ERROR_FOR:
-        if isinstance(exc, builtin):
-            return cls
+    """The FieldError subclass that is also every builtin exception class ``exc`` is.
+
+    So ``except RuntimeError`` (or ``ZeroDivisionError``, ``AttributeError``...)
+    still catches a field's failure once it is reported as a FieldError. A
+    builtin that cannot be combined (its constructor needs more arguments,
+    like ``UnicodeDecodeError``) gives way to its own builtin bases.
+    """
+    pending = _builtin_bases(type(exc))
+    while pending:
+        try:
+            return _field_error_for(tuple(pending))
+        except TypeError:  # an incompatible layout or constructor: one level up
+            wider = {b for c in pending for base in c.__bases__ for b in _builtin_bases(base)}
+            pending = [c for c in wider if not any(o is not c and issubclass(o, c)
+                                                   for o in wider)]
     return FieldError
 
 
@@ -213,6 +278,50 @@ class UnpicklableError(NamedSchemaError, TypeError):
 
     def __reduce__(self):
         return type(self), (self.path, self.what, self.reason)
+
+
+class MissingModuleError(NamedSchemaError, ModuleNotFoundError):
+    """Unpickling needs a module that cannot be imported in this process.
+
+    Not a problem of the file (that is :class:`FormatError`): install the
+    module or put it on ``sys.path``, and the same file loads.
+
+    Attributes:
+        module: the module that failed to import (also ``name``).
+        qualname: the name pickle wanted from it.
+        reason: the import error's text.
+        file: the checkpoint being loaded, when known (else None).
+    """
+
+    def __init__(self, module: str, qualname: str, reason: str = ""):
+        self.module, self.qualname, self.reason = module, qualname, reason
+        self.file: str | None = None
+        super().__init__(f"unpickling needs {module}.{qualname}, but module {module!r} "
+                         f"cannot be imported in this process ({reason}); make it "
+                         "importable and load again", name=module)
+
+    def __reduce__(self):
+        return type(self), (self.module, self.qualname, self.reason)
+
+
+class MissingClassError(NamedSchemaError, AttributeError):
+    """Unpickling needs a class or function that its module does not define here.
+
+    The code changed since the save (a class renamed or moved), or another
+    version of the module is installed; the file itself is fine.
+
+    Attributes:
+        module, qualname, reason, file: as for :class:`MissingModuleError`.
+    """
+
+    def __init__(self, module: str, qualname: str, reason: str = ""):
+        self.module, self.qualname, self.reason = module, qualname, reason
+        self.file: str | None = None
+        super().__init__(f"unpickling needs {module}.{qualname}, which module {module!r} "
+                         f"does not define in this process ({reason})")
+
+    def __reduce__(self):
+        return type(self), (self.module, self.qualname, self.reason)
 
 
 class SchemaEvolutionError(NamedSchemaError, ValueError):

@@ -23,6 +23,9 @@ class FieldInfo:
         dtype: numpy dtype name (``torch.*`` for tensors).
         nbytes: bytes of the array's elements.
         block: tensor name of the block holding it (None for empty arrays).
+        view_of: path of an earlier array whose memory it overlaps (it is a
+            view of that one, or both of one base), or None; its bytes are
+            stored once, with that array.
     """
 
     path: str
@@ -30,6 +33,7 @@ class FieldInfo:
     dtype: str
     nbytes: int
     block: str | None
+    view_of: str | None = None
 
 
 @dataclass(frozen=True)
@@ -113,7 +117,27 @@ def _human(n: float) -> str:
 
 
 def _array_line(info: FieldInfo) -> str:
-    return f"{info.dtype} {info.shape} {_human(info.nbytes)}"
+    text = f"{info.dtype} {info.shape} {_human(info.nbytes)}"
+    return text if info.view_of is None else f"{text}, view of {info.view_of}"
+
+
+def _view_of(arrays) -> list:
+    """For each array, the path of the first earlier one it overlaps in its block."""
+    spans_by_block: dict = {}
+    result = []
+    for a in arrays:
+        found = None
+        if a.block is not None and a.nbytes:
+            lo = hi = a.offset
+            for n, s in zip(a.shape, a.strides, strict=True):
+                lo, hi = (lo + (n - 1) * s, hi) if s < 0 else (lo, hi + (n - 1) * s)
+            hi += np.dtype(a.dtype).itemsize
+            spans = spans_by_block.setdefault(a.block, [])
+            found = next((path for slo, shi, path in spans[:1000] if lo < shi and slo < hi),
+                         None)
+            spans.append((lo, hi, a.path))
+        result.append(found)
+    return result
 
 
 def inspect(path: str | os.PathLike[str]) -> CheckpointInfo:
@@ -153,8 +177,8 @@ def _inspect(name: str) -> CheckpointInfo:
     fields = tuple(
         FieldInfo(a.path, a.shape,
                   f"torch.{a.torch}" if a.torch else np.dtype(a.dtype).name, a.nbytes,
-                  None if a.block is None else desc.blocks[a.block].tensor)
-        for a in desc.arrays)
+                  None if a.block is None else desc.blocks[a.block].tensor, view)
+        for a, view in zip(desc.arrays, _view_of(desc.arrays), strict=True))
     if desc.pickle is not None:
         lines = ["<pickled object graph>"]
         lines.extend(f"  {printable(fi.path)}: {_array_line(fi)}" for fi in fields)

@@ -6,7 +6,12 @@ import os
 from typing import Any, Literal
 
 from .._printable import printable
-from ..errors import SchemaEvolutionError, UnsafeLoadError
+from ..errors import (
+    MissingClassError,
+    MissingModuleError,
+    SchemaEvolutionError,
+    UnsafeLoadError,
+)
 from ..evolution import upgrader
 from . import pickled
 from .arrays import make_arrays
@@ -97,6 +102,10 @@ def _load(name: str, mmap_mode: str | None, allow_pickle: bool, check: bool) -> 
         if header.description.pickle is not None:
             try:
                 return pickled.loads(blocks_data[header.description.pickle.block], arrays)
+            except (MissingModuleError, MissingClassError) as exc:  # this process, not the file
+                exc.file = name
+                exc.add_note(f"while loading {name!r}")
+                raise
             except Exception as exc:  # noqa: BLE001 - anything a bad pickle raises
                 fail(name, f"pickled structure cannot be loaded: {type(exc).__name__}: "
                      f"{exc}", exc)

@@ -18,7 +18,7 @@ import stat
 from collections.abc import Iterator
 from typing import BinaryIO
 
-from ..errors import FormatError
+from ..errors import FormatError, MissingClassError, MissingModuleError
 from .header import fail
 
 
@@ -53,11 +53,13 @@ def file_errors(name: str) -> Iterator[None]:
     Header checks raise FormatError themselves; this catches what they cannot
     foresee (an exception from numpy, torch or a schema built from the file)
     so that no other exception type escapes ``load`` or ``inspect`` for a bad
-    file. OSError (the file cannot be read) and MemoryError pass unchanged.
+    file. OSError (the file cannot be read), MemoryError and the errors of
+    this process rather than the file (a module or class missing when
+    unpickling) pass unchanged.
     """
     try:
         yield
-    except (FormatError, OSError, MemoryError):
+    except (FormatError, OSError, MemoryError, MissingModuleError, MissingClassError):
         raise
     except RecursionError as exc:
         fail(name, "structure is nested too deeply", exc)
