@@ -13,6 +13,13 @@ upgrade                                   map saved schemas onto today's (nameds
 patch_rlpyt, unpatch_rlpyt                rlpyt drop-in (namedschema.rlpyt.patch, lazy)
 namedschema.buffer                        rlpyt's buffer helpers, shared memory
 namedschema.errors                        the exception classes (re-exported here)
+same_definition                           whether two schemas have one definition
+
+The lazy names load their module on first use, so ``import namedschema``
+costs only the core (the standard library). They are not in ``__all__``:
+``from namedschema import *`` would otherwise import them all and replace
+the stdlib ``inspect`` module in the importing namespace. Type checkers see
+them through the ``TYPE_CHECKING`` imports below, with their real signatures.
 """
 
 import typing as _typing
@@ -30,13 +37,15 @@ from ._factories import (
     namedtuple,
 )
 from ._instance import NamedArrayTuple, NamedTuple
-from ._schema import NamedArrayTupleSchema, NamedTupleSchema
+from ._schema import NamedArrayTupleSchema, NamedTupleSchema, same_definition
 from .errors import (
     ExtraFieldError,
     FieldError,
     FieldMismatchError,
     FormatError,
+    MissingClassError,
     MissingFieldError,
+    MissingModuleError,
     NamedSchemaError,
     NotDataError,
     SchemaClassError,
@@ -51,9 +60,13 @@ from .errors import (
 __version__ = "0.1.0"
 
 if _typing.TYPE_CHECKING:  # what the lazy names below are, for type checkers
-    from .checkpoint import inspect, load, save
-    from .evolution import upgrade
-    from .rlpyt_compat import patch_rlpyt, unpatch_rlpyt
+    # ``x as x``: an explicit re-export (PEP 484), though not in __all__.
+    from .checkpoint import inspect as inspect
+    from .checkpoint import load as load
+    from .checkpoint import save as save
+    from .evolution import upgrade as upgrade
+    from .rlpyt.patch import patch_rlpyt as patch_rlpyt
+    from .rlpyt.patch import unpatch_rlpyt as unpatch_rlpyt
 
 # Heavier parts load on first use, so ``import namedschema`` costs only the core.
 _LAZY = {
@@ -66,7 +79,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name):
+def __getattr__(name: str):
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'namedschema' has no attribute {name!r}")
@@ -87,7 +100,9 @@ __all__ = [
     "FieldError",
     "FieldMismatchError",
     "FormatError",
+    "MissingClassError",
     "MissingFieldError",
+    "MissingModuleError",
     "NamedArrayTuple",
     "NamedArrayTupleSchema",
     "NamedArrayTupleSchema_like",
@@ -109,12 +124,7 @@ __all__ = [
     "namedarraytuple",
     "namedarraytuple_like",
     "namedtuple",
-    "save",
-    "load",
-    "inspect",
-    "upgrade",
-    "patch_rlpyt",
-    "unpatch_rlpyt",
+    "same_definition",
 ]
 
 # Hooks that wait for torch / cloudpickle to be imported (neither is imported

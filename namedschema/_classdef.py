@@ -30,7 +30,7 @@ import typing
 from typing import Any
 
 from ._instance import NamedArrayTuple, NamedTuple, SchemaBaseMeta
-from ._schema import NamedArrayTupleSchema, NamedTupleSchema, _build
+from ._schema import NamedArrayTupleSchema, NamedTupleSchema, build_schema
 from .errors import SchemaClassError, SchemaConflictError, SchemaDefinitionError
 
 __all__ = ["class_statement", "declared_dtypes", "has_class_body"]
@@ -160,8 +160,8 @@ def _class_syntax(base, name, namespace):
         if key in namespace:
             body[key] = namespace[key]
     try:
-        cls = _build(kind, name, fields, defaults=defaults or None, module=module,
-                     module_level="<locals>" not in qualname)
+        cls = build_schema(kind, name, fields, defaults=defaults or None, module=module,
+                           module_level="<locals>" not in qualname)
     except SchemaDefinitionError as exc:  # a name Python itself would reject
         message = str(exc).removeprefix(f"{kind.__name__} {name!r}: ")
         _refuse(base, name, message, exc)

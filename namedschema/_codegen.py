@@ -44,7 +44,7 @@ def _source(n: int) -> str:
         f"            {unpack_values} = value",
     ]
     # ``j`` tracks the field being written, for the error message; it starts at 0.
-    for i, (f, v) in enumerate(zip(names, values)):
+    for i, (f, v) in enumerate(zip(names, values, strict=True)):
         lines += [f"            j = {i}"] * (i > 0) + [
                   f"            if {f} is not None or {v} is not None:",
                   f"                {f}[loc] = {v}"]

@@ -19,7 +19,8 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 
 from ._instance import NamedArrayTuple, NamedTuple
-from ._schema import NamedArrayTupleSchema, NamedTupleSchema, _build, _caller
+from ._pickle import is_registered_schema
+from ._schema import NamedArrayTupleSchema, NamedTupleSchema, _caller, build_schema
 
 if TYPE_CHECKING:
     from ._typing import DynamicNamedArrayTuple, DynamicNamedTuple
@@ -45,9 +46,9 @@ def namedtuple(typename: str, field_names: str | Iterable[str], *, rename: bool 
     Point(x=1, y=2)
     """
     caller_module, module_level = _caller(1)
-    return _build(NamedTupleSchema, typename, field_names, rename=rename, defaults=defaults,
-                  module=caller_module if module is None else module,
-                  module_level=module_level)
+    return build_schema(NamedTupleSchema, typename, field_names, rename=rename,
+                        defaults=defaults, module=caller_module if module is None else module,
+                        module_level=module_level)
 
 
 @overload
@@ -81,18 +82,18 @@ def namedarraytuple(typename, field_names, return_namedtuple_cls=False,
     >>> Points = namedarraytuple('Points', ['x', 'y'])
     >>> import numpy as np
     >>> p = Points(np.array([0, 1]), y=np.array([10, 11]))
-    >>> p[1]
-    Points(x=np.int64(1), y=np.int64(11))
+    >>> p[1:]
+    Points(x=array([1]), y=array([11]))
     """
     module, module_level = _caller(1)
     nt_typename = typename
     if classname_suffix:
         nt_typename, typename = typename + "_nt", typename + "_nat"
-    nat = _build(NamedArrayTupleSchema, typename, field_names, module=module,
-                 module_level=module_level)
+    nat = build_schema(NamedArrayTupleSchema, typename, field_names, module=module,
+                       module_level=module_level)
     if return_namedtuple_cls:
-        return nat, _build(NamedTupleSchema, nt_typename, nat._fields, module=module,
-                           module_level=module_level)
+        return nat, build_schema(NamedTupleSchema, nt_typename, nat._fields, module=module,
+                                 module_level=module_level)
     return nat
 
 
@@ -135,7 +136,7 @@ def is_namedarraytuple(obj) -> bool:
 
 def _name_and_fields(example):
     """(typename, fields) of a named tuple instance or class, or None."""
-    cls = example if isinstance(example, type) else type(example)
+    cls: Any = example if isinstance(example, type) else type(example)
     if isinstance(cls, NamedTupleSchema) or issubclass(cls, NamedTuple):
         return cls._typename, cls._fields
     if _is_classic_namedtuple_class(cls):
@@ -163,7 +164,7 @@ def namedarraytuple_like(namedtuple_or_class, classname_suffix=False):
     """
     ntc = namedtuple_or_class
     cls = ntc if isinstance(ntc, type) else type(ntc)
-    if isinstance(cls, NamedArrayTupleSchema) and "_schema_id" in cls.__dict__:
+    if isinstance(cls, NamedArrayTupleSchema) and is_registered_schema(cls):
         return cls
     found = _name_and_fields(ntc)
     if found is None:

@@ -92,7 +92,7 @@ class NamedTuple(tuple, metaclass=SchemaBaseMeta):
 
     def _asdict(self) -> dict[str, Any]:
         """Return a new dict mapping field names to their values."""
-        return dict(zip(self._fields, self))
+        return dict(zip(self._fields, self, strict=True))
 
     def __getnewargs__(self):
         # pickle and copy rebuild instances through ``__new__`` with these.
@@ -100,10 +100,12 @@ class NamedTuple(tuple, metaclass=SchemaBaseMeta):
 
     def __repr__(self):
         return (self.__class__.__name__ + "("
-                + ", ".join([f"{name}={value!r}" for name, value in zip(self._fields, self)])
+                + ", ".join([f"{name}={value!r}" for name, value in zip(self._fields, self, strict=True)])
                 + ")")
 
-    __class_getitem__ = classmethod(GenericAlias)
+    def __class_getitem__(cls, item: Any) -> GenericAlias:
+        """``Schema[int, str]``: a generic alias, as for tuple (implicitly a classmethod)."""
+        return GenericAlias(cls, item)
 
 
 def _locate_read_failure(nat, loc, exc):
@@ -115,11 +117,11 @@ def _locate_read_failure(nat, loc, exc):
     search at every level (exponential in the depth).
     """
     if isinstance(exc, FieldError):
-        for name, value in zip(nat._fields, nat):
+        for name, value in zip(nat._fields, nat, strict=False):
             if value is not None and id(value) == exc.source_id:
                 return (name,) + exc.path, exc
         return None, None
-    for name, value in zip(nat._fields, nat):
+    for name, value in zip(nat._fields, nat, strict=False):
         if value is None or isinstance(value, NamedArrayTuple):
             continue
         try:
@@ -152,14 +154,14 @@ class NamedArrayTuple(NamedTuple):
             raise_read_error(self, loc, exc)
 
     def __setitem__(self, loc: Any, value: Any) -> None:
-        index = 0
+        index = 0  # the loops below set it; the except clause reads it (B007 noqa)
         try:
             if isinstance(value, tuple) and getattr(value, "_fields", None) == self._fields:
-                for index, (s, v) in enumerate(zip(self, value)):
+                for index, (s, v) in enumerate(zip(self, value, strict=True)):  # noqa: B007
                     if s is not None or v is not None:
                         s[loc] = v
             else:
-                for index, s in enumerate(self):
+                for index, s in enumerate(self):  # noqa: B007
                     if s is not None:
                         s[loc] = value
         except Exception as exc:
@@ -175,7 +177,7 @@ class NamedArrayTuple(NamedTuple):
 
     def items(self) -> Iterator[tuple[str, Any]]:
         """Iterate over ``(field_name, value)`` pairs in field order."""
-        return zip(self._fields, self)
+        return zip(self._fields, self, strict=True)
 
 
 def _describe(exc: BaseException) -> str:
@@ -187,7 +189,7 @@ def raise_read_error(nat, loc, exc) -> NoReturn:
     path, cause = _locate_read_failure(nat, loc, exc)
     if path is None:  # not a field's fault (a failing hook, or RecursionError)
         raise exc
-    root = cause.__cause__ if isinstance(cause, FieldError) else cause
+    root = cause.__cause__ or cause if isinstance(cause, FieldError) else cause
     reason = cause.reason if isinstance(cause, FieldError) else _describe(cause)
     error = field_error_class(root)(nat._typename, path, loc, reason)
     error.source_id = id(nat)
@@ -202,7 +204,7 @@ def raise_write_error(nat, index, loc, value, exc) -> NoReturn:
     """
     fields = nat._fields
     name = fields[index] if fields else "?"
-    written = tuple(f for f, s in zip(fields[:index], nat) if s is not None)
+    written = tuple(f for f, s in zip(fields[:index], nat, strict=False) if s is not None)
     if isinstance(exc, FieldError):  # a nested array tuple failed inside
         root = exc.__cause__ or exc
         written += tuple(f"{name}.{w}" for w in exc.written)

@@ -14,19 +14,27 @@ pickle stores their class once per pickle through the reducer registered here
 with ``copyreg`` (which the C and Python picklers consult before falling back
 to pickling a class by name). The registry holds classes weakly.
 
-register_schema   add a newly made schema class to the registry
-rebuild_schema    the unpickling entry point (stable name: pickles refer to it)
-reduce_schema     the copyreg reducer for schema metaclasses
+register_schema           add a newly made schema class to the registry
+lookup_schema             the live schema registered under an id, or None
+is_registered_schema      whether an object is a live schema made by a factory
+registered_schema_count   how many schemas this process holds
+derived_schema_id         the one deterministic id derivation (module-level
+                          schemas, checkpoints of classic namedtuple classes)
+rebuild_schema            the unpickling entry point (stable name: pickles refer to it)
+reduce_schema             the copyreg reducer for schema metaclasses
 """
 
 from __future__ import annotations
 
 import threading
+import uuid
 import weakref
+from typing import Any
 
 from .errors import SchemaConflictError, SchemaDefinitionError
 
-_registry: "weakref.WeakValueDictionary[str, type]" = weakref.WeakValueDictionary()
+# Values are schema classes (typed Any: their _fields etc. come from the metaclass).
+_registry: weakref.WeakValueDictionary[str, Any] = weakref.WeakValueDictionary()
 # Re-entrant: rebuilding a schema happens while holding it, and building one
 # registers it under the same lock.
 _lock = threading.RLock()
@@ -45,6 +53,49 @@ def register_schema(cls, schema_id: str) -> None:
 def lookup_schema(schema_id: str):
     """The live schema registered under ``schema_id``, or None."""
     return _registry.get(schema_id)
+
+
+def is_registered_schema(obj) -> bool:
+    """True if ``obj`` is a schema class made by a factory and live in this process.
+
+    False for everything else, including classes made by a class statement
+    that subclasses a schema (they have no id of their own and pickle by
+    reference, like any class).
+    """
+    if not isinstance(obj, type):
+        return False
+    schema_id = obj.__dict__.get("_schema_id")
+    return type(schema_id) is str and _registry.get(schema_id) is obj
+
+
+def registered_schema_count() -> int:
+    """Number of live schema classes registered in this process."""
+    return len(_registry)
+
+
+# Deterministic ids are name-based UUIDs (RFC 4122 version 5) in this namespace.
+_ID_NAMESPACE = uuid.UUID("6f1c1d2e-5a0b-4c8e-9a57-2f3c4b5d6e7f")
+
+
+def derived_schema_id(kind: str, module, typename: str, fields, defaults,
+                      occurrence: int = 0) -> str | None:
+    """The id a definition always gets, in every process; None if it has none.
+
+    ``occurrence`` tells apart identical definitions made in one module (the
+    n-th one gets ``n``). ``defaults`` enter through ``repr``; a default whose
+    repr fails gives no derived id (the caller uses a random one).
+    ``multiprocessing``'s name for the parent's ``__main__``, ``__mp_main__``,
+    counts as ``__main__``, so a spawn child derives its parent's ids.
+    """
+    if module == "__mp_main__":
+        module = "__main__"
+    try:
+        key = "\x1f".join([kind, str(module), typename, ",".join(fields),
+                           repr(tuple(defaults) if defaults is not None else None),
+                           str(occurrence)])
+    except Exception:  # noqa: BLE001 - an unrepresentable default
+        return None
+    return uuid.uuid5(_ID_NAMESPACE, key).hex
 
 
 def reduce_schema(cls):

@@ -5,9 +5,9 @@ holds) whose metaclass adds three things a namedtuple class lacks:
 
 * a random ``_schema_id`` and a copyreg reducer, so the class pickles by value
   and unpickles to one class per id in each process (see ``_pickle``);
-* equality and hashing by definition (kind, typename, fields, defaults), so
-  schemas made by separate calls with the same definition compare equal,
-  although, as with namedtuple, each call makes a distinct class;
+* a definition (kind, typename, fields, defaults) that ``same_definition``
+  compares; the classes themselves compare and hash by identity, like
+  namedtuple classes, since each call makes a distinct type;
 * the array semantics of ``NamedArrayTuple`` for ``NamedArrayTupleSchema``.
 
 Hot paths are the same machinery namedtuple uses: a generated ``__new__`` with
@@ -15,6 +15,9 @@ the real signature and C-level ``_tuplegetter`` descriptors for the fields.
 
 NamedTupleSchema        metaclass and factory: ``NamedTupleSchema('P', 'x y')``
 NamedArrayTupleSchema   the same, with indexing applied across fields
+build_schema            make and register one schema (factories, unpickling,
+                        rlpyt_compat use it; ``module_level`` derives its id)
+same_definition         whether two schemas have one kind, typename, fields, defaults
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from __future__ import annotations
 import copyreg
 import keyword
 import sys
+import threading
 import unicodedata
 import uuid
 from collections.abc import Iterable
@@ -30,6 +34,7 @@ from typing import TYPE_CHECKING, Any, overload
 from . import _pickle
 from ._codegen import accessors_for
 from ._instance import NamedArrayTuple, NamedTuple, SchemaBaseMeta
+from ._limits import check_field_count
 from .errors import SchemaDefinitionError
 
 if TYPE_CHECKING:
@@ -43,7 +48,7 @@ except ImportError:  # pragma: no cover - other interpreters
     def _tuplegetter(index, doc):
         return property(_itemgetter(index), doc=doc)
 
-__all__ = ["NamedTupleSchema", "NamedArrayTupleSchema"]
+__all__ = ["NamedTupleSchema", "NamedArrayTupleSchema", "build_schema", "same_definition"]
 
 _tuple_new = tuple.__new__
 _field_docs: dict[int, str] = {}
@@ -71,21 +76,20 @@ def _caller(depth: int) -> tuple[str, bool]:
 # makes a schema with the same id and unpickling there returns that module's
 # own class. The occurrence count keeps two identical definitions in one
 # module distinct, as separate factory calls must be.
-_ID_NAMESPACE = uuid.UUID("6f1c1d2e-5a0b-4c8e-9a57-2f3c4b5d6e7f")
 _module_level_seen: dict[str, int] = {}
+_seen_lock = threading.Lock()
 
 
-def _module_level_id(kind, module, typename, fields, defaults):
-    if module == "__mp_main__":  # multiprocessing's name for the parent's __main__
-        module = "__main__"
-    try:
-        key = "\x1f".join([kind, str(module), typename, ",".join(fields), repr(defaults)])
-    except Exception:  # noqa: BLE001 - an unrepresentable default: use a random id
+def _module_level_id(kind, module, typename, fields, defaults) -> str | None:
+    first = _pickle.derived_schema_id(kind, module, typename, fields, defaults)
+    if first is None:
         return None
-    with _pickle._lock:
-        count = _module_level_seen.get(key, 0)
-        _module_level_seen[key] = count + 1
-    return uuid.uuid5(_ID_NAMESPACE, f"{key}\x1f{count}").hex
+    with _seen_lock:
+        count = _module_level_seen.get(first, 0)
+        _module_level_seen[first] = count + 1
+    if count == 0:
+        return first
+    return _pickle.derived_schema_id(kind, module, typename, fields, defaults, count)
 
 
 def _normalize_names(kind, typename, field_names, rename, reserved):
@@ -98,6 +102,7 @@ def _normalize_names(kind, typename, field_names, rename, reserved):
     except TypeError:
         raise TypeError(f"{kind} {typename!r}: field_names must be a string or an "
                         f"iterable of strings, got {type(field_names).__name__}") from None
+    check_field_count(kind, typename, len(field_names))
 
     if rename:
         seen = set()
@@ -148,8 +153,8 @@ def _make_new(typename, fields, defaults):
               f"    return _tuple_new(_cls, ({values}))\n")
     # Field names are validated identifiers that cannot start with '_', so
     # they never collide with '_cls' / '_tuple_new'. No builtins are exposed.
-    namespace = {"_tuple_new": _tuple_new, "__builtins__": {},
-                 "__name__": f"namedschema_{typename}"}
+    namespace: dict[str, Any] = {"_tuple_new": _tuple_new, "__builtins__": {},
+                                 "__name__": f"namedschema_{typename}"}
     exec(compile(source, f"<namedschema {typename}.__new__>", "exec"), namespace)
     new = namespace["__new__"]
     new.__qualname__ = f"{typename}.__new__"
@@ -174,7 +179,7 @@ def _make_make(typename, n_fields, _tuple_new=_tuple_new, _len=len):
 def _defaults_equal(a: tuple, b: tuple) -> bool:
     if len(a) != len(b):
         return False
-    for x, y in zip(a, b):
+    for x, y in zip(a, b, strict=True):
         if x is y:
             continue
         try:
@@ -183,6 +188,26 @@ def _defaults_equal(a: tuple, b: tuple) -> bool:
         except Exception:  # noqa: BLE001 - e.g. arrays: ambiguous truth value
             return False
     return True
+
+
+def same_definition(a, b) -> bool:
+    """True if schemas ``a`` and ``b`` have one kind, typename, fields and defaults.
+
+    Schema classes compare by identity; this compares what defines them.
+    Defaults compare with ``==`` (identity first; arrays, whose ``==`` has no
+    truth value, only by identity). False when either is not a schema made by
+    a factory.
+
+    >>> same_definition(NamedTupleSchema('P', 'x y'), NamedTupleSchema('P', 'x y'))
+    True
+    >>> NamedTupleSchema('P', 'x y') == NamedTupleSchema('P', 'x y')
+    False
+    """
+    if not (_pickle.is_registered_schema(a) and _pickle.is_registered_schema(b)):
+        return False
+    return (type(a) is type(b) and a._typename == b._typename and a._fields == b._fields
+            and _defaults_equal(tuple(a._field_defaults.values()),
+                                tuple(b._field_defaults.values())))
 
 
 class NamedTupleSchema(SchemaBaseMeta):
@@ -195,8 +220,9 @@ class NamedTupleSchema(SchemaBaseMeta):
     instances. Unlike a namedtuple class, it (and so its instances) can be
     pickled anywhere and loaded in a process that never defined it.
 
-    Schemas compare equal, and hash alike, when kind, typename, fields and
-    defaults agree; each call still makes a new class, as namedtuple does.
+    Each call makes a new class, as namedtuple does, and classes compare and
+    hash by identity, as namedtuple classes do (:func:`same_definition`
+    compares definitions).
     A schema made by module-level code gets an id derived from its module
     and definition, so a process that imports the same module (a ``spawn``
     worker) makes the very class that instances pickled here load as.
@@ -227,8 +253,14 @@ class NamedTupleSchema(SchemaBaseMeta):
     .. versionadded:: 0.1.0
     """
 
-    _instance_base = NamedTuple
-    _reserved: frozenset = frozenset()
+    _instance_base: type[NamedTuple] = NamedTuple
+    _reserved: frozenset[str] = frozenset()
+
+    # Set on every schema class by build_schema (declared for type checkers).
+    _typename: str
+    _fields: tuple[str, ...]
+    _field_defaults: dict[str, Any]
+    _schema_id: str
 
     # For type checkers: a call makes a class whose fields they cannot know; a
     # class statement below a schema calls the metaclass with three arguments.
@@ -260,31 +292,14 @@ class NamedTupleSchema(SchemaBaseMeta):
             raise TypeError(f"{mcls.__name__}() got unexpected keyword arguments "
                             f"{sorted(kwargs)}")
         caller_module, module_level = _caller(1)
-        return _build(mcls, typename, field_names, rename=rename, defaults=defaults,
-                      module=caller_module if module is None else module,
-                      module_level=module_level)
+        return build_schema(mcls, typename, field_names, rename=rename, defaults=defaults,
+                            module=caller_module if module is None else module,
+                            module_level=module_level)
 
-    def __eq__(cls, other):
-        if cls is other:
-            return True
-        if not isinstance(other, NamedTupleSchema):
-            return NotImplemented
-        if "_schema_id" not in cls.__dict__ or "_schema_id" not in other.__dict__:
-            return False  # subclasses made by class statements: identity only
-        return (type(cls) is type(other) and cls._typename == other._typename
-                and cls._fields == other._fields
-                and _defaults_equal(tuple(cls._field_defaults.values()),
-                                    tuple(other._field_defaults.values())))
-
-    def __hash__(cls):
-        # Precomputed: pickle and copy hash the class of every instance they
-        # handle (dispatch-table lookups), so this must be cheap. Class-statement
-        # subclasses inherit the value; they only compare equal to themselves,
-        # which a shared hash allows.
-        try:
-            return cls._schema_hash
-        except AttributeError:
-            return type.__hash__(cls)
+    # Equality and hashing are type's: by identity, as for namedtuple classes.
+    # Two calls with one definition make two distinct types (isinstance tells
+    # them apart), so dicts, sets and functools.singledispatch must too; use
+    # same_definition() to compare definitions.
 
 
 class NamedArrayTupleSchema(NamedTupleSchema):
@@ -323,9 +338,12 @@ class NamedArrayTupleSchema(NamedTupleSchema):
         def __new__(mcls, /, *args: Any, **kwargs: Any) -> Any: ...
 
 
-def _build(mcls, typename, field_names, *, rename=False, defaults=None,
-           module=None, schema_id=None, module_level=False):
-    """Make, register and return one schema class (also used by unpickling).
+def build_schema(mcls, typename, field_names, *, rename=False, defaults=None,
+                 module=None, schema_id=None, module_level=False):
+    """Make, register and return one schema class of metaclass ``mcls``.
+
+    The factories, class syntax, unpickling and ``rlpyt_compat`` all make
+    schemas here.
 
     ``module_level`` marks a call from module-level code: the id is then
     derived from the definition, and if this process already holds a live
@@ -344,7 +362,7 @@ def _build(mcls, typename, field_names, *, rename=False, defaults=None,
         if len(defaults) > len(fields):
             raise TypeError(f"{mcls.__name__} {typename!r}: got {len(defaults)} "
                             f"default values for {len(fields)} fields")
-        field_defaults = dict(zip(fields[len(fields) - len(defaults):], defaults))
+        field_defaults = dict(zip(fields[len(fields) - len(defaults):], defaults, strict=True))
     if schema_id is None and module_level:
         schema_id = _module_level_id(mcls.__name__, module, typename, fields, defaults)
         existing = _pickle.lookup_schema(schema_id) if schema_id else None
@@ -368,7 +386,6 @@ def _build(mcls, typename, field_names, *, rename=False, defaults=None,
         "_field_defaults": field_defaults,
         "_typename": typename,
         "_schema_id": schema_id,
-        "_schema_hash": hash((mcls.__name__, typename, fields)),
         "_make": _make_make(typename, len(fields)),
     }
     for index, name in enumerate(fields):
@@ -384,8 +401,8 @@ def _build(mcls, typename, field_names, *, rename=False, defaults=None,
 
 def _builder(mcls):
     def build(typename, fields, *, defaults, module, schema_id):
-        return _build(mcls, typename, fields, defaults=defaults, module=module,
-                      schema_id=schema_id)
+        return build_schema(mcls, typename, fields, defaults=defaults, module=module,
+                            schema_id=schema_id)
     return build
 
 

@@ -41,10 +41,10 @@ _ALIGN = 64
 _lock = threading.Lock()
 # Sorted start addresses and, at the same index, (end, weakref to segment).
 _starts: list[int] = []
-_entries: list[tuple[int, "weakref.ref[_Segment]"]] = []
+_entries: list[tuple[int, weakref.ref[_Segment]]] = []
 # (st_dev, st_ino) of the memfd -> segment, so that a process receiving many
 # arrays of one segment maps it once and keeps their aliasing.
-_by_inode: "weakref.WeakValueDictionary[tuple[int, int], _Segment]" = (
+_by_inode: weakref.WeakValueDictionary[tuple[int, int], _Segment] = (
     weakref.WeakValueDictionary())
 _reducer_installed = False
 
@@ -62,7 +62,7 @@ class _Segment(mmap.mmap):
     """A mapped memfd that remembers its descriptor (closed when unmapped)."""
 
     fd: int
-    size: int
+    length: int  # bytes mapped (mmap.size() would ask the kernel for the file size)
     address: int
     inode: tuple
 
@@ -75,7 +75,7 @@ class _Segment(mmap.mmap):
 
 
 def _register(seg: _Segment) -> None:
-    end = seg.address + seg.size
+    end = seg.address + seg.length
 
     def forget(_ref, start=seg.address):
         with _lock:
@@ -99,7 +99,7 @@ def _map(fd: int, size: int) -> _Segment:
     except BaseException:
         os.close(fd)
         raise
-    seg.fd, seg.size = fd, size
+    seg.fd, seg.length = fd, size
     st = os.fstat(fd)
     seg.inode = (st.st_dev, st.st_ino)
     # The address of the mapping, through a one-byte view released at once.
@@ -181,7 +181,7 @@ def allocate_many(specs) -> list[np.ndarray]:
         total += int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
     seg = _new_segment(total)
     return [np.ndarray(shape, dtype=dtype, buffer=seg, offset=offset)
-            for (shape, dtype), offset in zip(specs, offsets)]
+            for (shape, dtype), offset in zip(specs, offsets, strict=True)]
 
 
 def _extent(a: np.ndarray) -> tuple[int, int]:
@@ -189,7 +189,7 @@ def _extent(a: np.ndarray) -> tuple[int, int]:
     start = a.__array_interface__["data"][0]
     low = high = start
     if a.size:
-        for dim, stride in zip(a.shape, a.strides):
+        for dim, stride in zip(a.shape, a.strides, strict=True):
             if stride < 0:
                 low += (dim - 1) * stride
             else:
@@ -231,7 +231,7 @@ def segment_count() -> int:
 def _reduce_segment(seg: _Segment):
     from multiprocessing.reduction import DupFd
 
-    return _rebuild_segment, (DupFd(seg.fd), seg.size)
+    return _rebuild_segment, (DupFd(seg.fd), seg.length)
 
 
 def _rebuild_segment(dupfd, size):

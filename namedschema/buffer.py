@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import sys
 import weakref
+from typing import Any
 
 import numpy as np
 
@@ -40,22 +41,18 @@ __all__ = [
 
 _TORCH_HINT = "install the torch extra: pip install namedschema[torch]"
 
-# Example class (by identity: schemas compare equal by definition) -> the
-# array schema made for it, so buffers built from one example type share
-# one schema. Entries go when the example class does.
-_like_cache: dict[int, tuple] = {}
+# Example class -> the array schema made for it, so buffers built from one
+# example type share one schema. Entries go when the example class does.
+_like_cache: weakref.WeakKeyDictionary[type, type] = weakref.WeakKeyDictionary()
 
 
 def _array_schema_for(example):
     cls = type(example)
-    entry = _like_cache.get(id(cls))
-    if entry is not None and entry[0]() is cls:
-        return entry[1]
-    schema = namedarraytuple_like(example)
-    if schema is not cls:
-        key = id(cls)
-        ref = weakref.ref(cls, lambda _r, key=key: _like_cache.pop(key, None))
-        _like_cache[key] = (ref, schema)
+    schema = _like_cache.get(cls)
+    if schema is None:
+        schema = namedarraytuple_like(example)
+        if schema is not cls:
+            _like_cache[cls] = schema
     return schema
 
 
@@ -112,7 +109,7 @@ def _plan(example, path: str, leaves: list):
     if _is_named(example):
         schema = _array_schema_for(example)
         return (schema, [_plan(v, f"{path}.{name}", leaves)
-                         for name, v in zip(type(example)._fields, example)])
+                         for name, v in zip(type(example)._fields, example, strict=True)])
     a = _example_array(example, path)
     leaves.append((path, a.shape, a.dtype))
     return len(leaves) - 1
@@ -133,7 +130,7 @@ def _allocate(leaves, leading: tuple, share_memory: bool) -> list:
         if share_memory:
             return _shared_memory.allocate_many(shapes)
         arrays = []
-        for (shape, dtype), (path, _s, _d) in zip(shapes, leaves):
+        for (shape, dtype), (path, _s, _d) in zip(shapes, leaves, strict=True):
             try:
                 arrays.append(_owned_memory.allocate(shape, dtype))
             except (ValueError, MemoryError) as exc:
@@ -293,7 +290,7 @@ def to_shared_memory(buffer_):
     skeleton = _map_structure(buffer_, collect, _root_name(buffer_, "buffer"),
                               leaf_types=(np.ndarray, np.generic))
     arrays = _shared_memory.allocate_many((a.shape, a.dtype) for a in leaves)
-    for dst, src in zip(arrays, leaves):
+    for dst, src in zip(arrays, leaves, strict=True):
         dst[...] = src
     return _map_structure(skeleton, lambda i, _path: arrays[i], "buffer",
                           leaf_types=(int,))
@@ -320,22 +317,23 @@ def _map_structure(buffer_, func, path, leaf_types):
     if isinstance(buffer_, leaf_types):
         return func(buffer_, path)
     if not isinstance(buffer_, tuple):
-        names = ", ".join(t.__module__.split(".")[0] + "." + t.__name__
-                          for t in leaf_types)
+        leaves = ", ".join(t.__module__.split(".")[0] + "." + t.__name__
+                           for t in leaf_types)
         raise StructureMismatchError(
-            path, f"None, a tuple, a named tuple or a leaf ({names})",
+            path, f"None, a tuple, a named tuple or a leaf ({leaves})",
             f"{type(buffer_).__name__} {short_repr(buffer_)}")
-    names = getattr(buffer_, "_fields", None)
+    names: Any = getattr(buffer_, "_fields", None)
     if names is None or len(names) != len(buffer_):
         names = [f"[{i}]" for i in range(len(buffer_))]
         sep = ""
     else:
         sep = "."
     contents = [_map_structure(b, func, f"{path}{sep}{n}", leaf_types)
-                for n, b in zip(names, buffer_)]
+                for n, b in zip(names, buffer_, strict=True)]
     if type(buffer_) is tuple:
         return tuple(contents)
-    return buffer_._make(contents)
+    named: Any = type(buffer_)
+    return named._make(contents)
 
 
 def _import_torch(func_name: str):

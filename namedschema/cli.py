@@ -6,7 +6,6 @@ and exit with status 2, never a traceback.
 
 build_parser   the argparse parser with every subcommand
 parse_size     ``"64MB"`` / ``"1GiB"`` / ``"500000"`` -> a number of bytes
-describe       the text ``inspect`` prints for a checkpoint's description
 main           the console-script entry point
 """
 
@@ -17,8 +16,9 @@ import re
 import sys
 
 from . import __version__
+from ._printable import printable
 
-__all__ = ["build_parser", "parse_size", "describe", "main"]
+__all__ = ["build_parser", "parse_size", "main"]
 
 EXIT_USAGE = 2
 
@@ -80,12 +80,9 @@ def _run_demo(args) -> int:
 
 
 def _run_inspect(args) -> int:
+    from .checkpoint import inspect as inspect_file
+    from .checkpoint.inspector import describe
     from .errors import FormatError
-    try:
-        from .checkpoint import inspect as inspect_file
-    except ImportError as exc:
-        return _fail("namedschema inspect",
-                     f"this installation has no checkpoint format module ({exc})")
     try:
         report = inspect_file(args.path)
     except (FormatError, OSError) as exc:
@@ -93,22 +90,9 @@ def _run_inspect(args) -> int:
             message = f"{args.path}: {exc.strerror}"
         else:  # format errors name the file themselves
             message = str(exc) if str(args.path) in str(exc) else f"{args.path}: {exc}"
-        return _fail("namedschema inspect", message)
+        return _fail("namedschema inspect", printable(message))
     print(describe(report))
     return 0
-
-
-def describe(report) -> str:
-    """The text ``namedschema inspect`` prints for a ``namedschema.inspect`` result.
-
-    Adds whether loading needs ``allow_pickle`` when the report's text does not say.
-    """
-    text = str(report)
-    needs_pickle = getattr(report, "needs_pickle", None)
-    if needs_pickle is not None and "allow_pickle" not in text:
-        text += ("\nloading needs allow_pickle=True: "
-                 + ("yes (the file holds pickled objects)" if needs_pickle else "no"))
-    return text
 
 
 def _run_bench(args) -> int:

@@ -27,8 +27,11 @@ import subprocess
 import sys
 import tempfile
 import time
+from typing import Any
 
 import numpy as np
+
+from .buffer import buffer_from_example
 
 __all__ = ["TinyReplay", "synthetic", "run_demo"]
 
@@ -123,7 +126,7 @@ class TinyReplay:
                          np.array(self.filled, dtype=np.int64), _pack_rng(self.rng))
 
     @classmethod
-    def from_state(cls, state) -> "TinyReplay":
+    def from_state(cls, state) -> TinyReplay:
         """Rebuild a replay from :meth:`state`'s output (it keeps using those arrays)."""
         replay = cls.__new__(cls)
         replay.samples = state.samples
@@ -136,10 +139,10 @@ class TinyReplay:
 def _digest_fields(nat) -> dict:
     """Field name -> SHA-256 of dtype, shape and bytes (bit-exact comparison by hash)."""
     out = {}
-    for name, value in zip(nat._fields, nat):
+    for name, value in zip(nat._fields, nat, strict=True):
         a = np.ascontiguousarray(value)
         h = hashlib.sha256(f"{a.dtype.str}{a.shape}".encode())
-        h.update(memoryview(a.reshape(-1).view(np.uint8)))
+        h.update(a.reshape(-1).view(np.uint8).data)
         out[name] = h.hexdigest()
     return out
 
@@ -179,7 +182,7 @@ def _peak_rss() -> int:
 def _child_load(method: str, path: str, seed: int) -> dict:
     """Run in the fresh interpreter: load, describe, hash, resume; return a report."""
     from . import _pickle
-    report = {"schemas_before_load": len(_pickle._registry)}
+    report: dict[str, Any] = {"schemas_before_load": _pickle.registered_schema_count()}
     start = time.perf_counter()
     if method == "pickle":
         with open(path, "rb") as f:
@@ -233,7 +236,7 @@ def _classic_namedarraytuple(typename, fields, module):
     Used when ``RLPYT_SRC`` is not set; with it, rlpyt's own function is used.
     """
     import collections
-    base = collections.namedtuple(typename, fields, module=module)
+    base: Any = collections.namedtuple(typename, fields, module=module)  # type: ignore[misc]  # a run-time name
 
     def __getitem__(self, loc):
         return type(self)(*(None if v is None else v[loc] for v in self))
@@ -256,8 +259,9 @@ def _rlpyt_factory_source() -> tuple[str, str]:
             "a class-per-type namedarraytuple like rlpyt's; set RLPYT_SRC to use rlpyt's own")
 
 
-def _rlpyt_style_rows(workdir: str) -> list:
-    """What class-per-type types do with the same checkpoint: each failure, as text."""
+def _rlpyt_style_rows(workdir: str) -> tuple[list[tuple[str, str, str]], str]:
+    """What class-per-type types do with the same checkpoint: (rows of each failure, as
+    text; where the factory came from)."""
     factory, origin = _rlpyt_factory_source()
     rows = []
     # 1. The type is made inside a function (as rlpyt's buffer_from_example does):
@@ -388,7 +392,7 @@ def _human(n: float) -> str:
 
 def _table(header, rows) -> str:
     widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
-    fmt = lambda r: "  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip()  # noqa: E731
+    fmt = lambda r: "  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=False)).rstrip()  # noqa: E731
     return "\n".join([fmt(header), fmt(["-" * w for w in widths]), *map(fmt, rows)])
 
 
@@ -429,15 +433,10 @@ def run_demo(size: int = 64 * 10**6, workdir: str | None = None, seed: int = 0,
 
 
 def _fill(transition_cls, capacity, seed, progress):
-    """Allocate the buffer (``namedschema.buffer`` when present) and fill it in chunks."""
+    """Allocate the buffer (``buffer_from_example``) and fill it in chunks."""
     example = transition_cls(np.zeros(FRAME, np.uint8), np.int32(0), np.float32(0),
                              np.bool_(False))
-    try:
-        from .buffer import buffer_from_example
-        samples = buffer_from_example(example, (capacity,))
-    except ImportError:
-        samples = transition_cls(*(np.zeros((capacity, *np.shape(v)), np.asarray(v).dtype)
-                                   for v in example))
+    samples = buffer_from_example(example, (capacity,))
     replay = TinyReplay(samples, seed=seed)
     bar = _Progress(f"fill {capacity:,} transitions", capacity, progress)
     chunk = 4096
@@ -460,32 +459,26 @@ def _scenario(capacity, workdir, seed, progress, out) -> int:
     state = replay.state(state_cls)
     digests = _digest_fields(state.samples)
 
-    save_error = None
-    try:
-        from .checkpoint import save as ns_save
-    except ImportError as exc:
-        ns_save, save_error = None, f"namedschema.format is missing ({exc})"
+    from .checkpoint import save as ns_save
 
-    methods = []
+    save_error = None
+    methods: list[tuple[str, str, str, float, int]] = []
     # namedschema.save runs first: peak RSS only rises, so the later pickle's
     # extra copy cannot hide namedschema's (it would, the other way round).
-    if ns_save is not None:
-        path = os.path.join(workdir, "replay.nsb")
-        bar = _Progress("save with namedschema.save", 1, progress)
-        before = _peak_rss()
-        start = time.perf_counter()
-        try:
-            ns_save(state, path, progress=progress and sys.stderr.isatty())
-        except Exception as exc:  # noqa: BLE001 - reported as a failed check below
-            save_error = f"{type(exc).__name__}: {exc}"
-        else:
-            save_error = None
-        elapsed = time.perf_counter() - start
-        bar.update(1)
-        bar.close()
-        if save_error is None:
-            methods.append(("namedschema.save", "namedschema", path, elapsed,
-                            _peak_rss() - before))
+    path = os.path.join(workdir, "replay.nsb")
+    bar = _Progress("save with namedschema.save", 1, progress)
+    before = _peak_rss()
+    start = time.perf_counter()
+    try:
+        ns_save(state, path, progress=progress and sys.stderr.isatty())
+    except Exception as exc:  # noqa: BLE001 - reported as a failed check below
+        save_error = f"{type(exc).__name__}: {exc}"
+    elapsed = time.perf_counter() - start
+    bar.update(1)
+    bar.close()
+    if save_error is None:
+        methods.append(("namedschema.save", "namedschema", path, elapsed,
+                        _peak_rss() - before))
     path = os.path.join(workdir, "replay.pkl")
     total = sum(a.nbytes for a in state.samples)
     bar = _Progress("save with pickle (protocol 4)", total, progress)
@@ -497,7 +490,7 @@ def _scenario(capacity, workdir, seed, progress, out) -> int:
     bar.close()
     methods.append(("pickle protocol 4", "pickle", path, elapsed, _peak_rss() - before))
 
-    reports = {}
+    reports: dict[str, dict[str, Any]] = {}
     for label, method, path, _, _ in methods:
         bar = _Progress(f"load {label} in a fresh interpreter", 1, progress)
         proc = _run_child([_CHILD_CODE, method, path, str(seed)])
@@ -516,7 +509,7 @@ def _scenario(capacity, workdir, seed, progress, out) -> int:
     bar.close()
 
     checks, rows = [], []
-    for label, method, path, save_s, save_mem in methods:
+    for label, _method, path, save_s, save_mem in methods:
         r = reports[label]
         if "error" in r:
             rows.append([label, _human(os.path.getsize(path)), f"{save_s:.2f} s",
@@ -547,8 +540,8 @@ def _scenario(capacity, workdir, seed, progress, out) -> int:
           "place; pickle.dump writes in place without syncing)", file=out)
     ns_path = os.path.join(workdir, "replay.nsb")
     if any(m[1] == "namedschema" for m in methods):
-        from .cli import describe
         from .checkpoint import inspect as inspect_file
+        from .checkpoint.inspector import describe
         print("\n$ namedschema inspect replay.nsb   # reads only the header", file=out)
         try:
             print(describe(inspect_file(ns_path)).replace(ns_path, "replay.nsb"), file=out)

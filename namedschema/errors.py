@@ -15,6 +15,8 @@ UnsafeLoadError         a checkpoint needs pickle and allow_pickle was not given
 NotDataError            save met a value that is not data and allow_pickle was not given
 BufferShapeError        buffer arrays disagree in leading dimensions (ValueError)
 UnpicklableError        an attribute of an object being pickled cannot be (TypeError)
+MissingModuleError      unpickling needs a module this process cannot import (ModuleNotFoundError)
+MissingClassError       unpickling needs a name its module lacks here (AttributeError)
 SchemaEvolutionError    saved data does not map onto today's schemas (ValueError)
 MissingFieldError       a new field without a default (a SchemaEvolutionError)
 ExtraFieldError         a saved field today's schema lacks (a SchemaEvolutionError)
@@ -42,6 +44,8 @@ __all__ = [
     "NotDataError",
     "BufferShapeError",
     "UnpicklableError",
+    "MissingModuleError",
+    "MissingClassError",
     "SchemaEvolutionError",
     "MissingFieldError",
     "ExtraFieldError",
@@ -106,7 +110,7 @@ class FieldError(NamedSchemaError):
         self.reason, self.written, self.assigning = reason, tuple(written), assigning
         # id() of the instance that raised it, so an enclosing array tuple can
         # find the failing field without indexing again.
-        self.source_id = None
+        self.source_id: int | None = None
         where = ".".join((schema,) + self.path)
         if assigning:
             msg = f"{where}[{short_repr(loc)}]: cannot assign: {reason}"
@@ -213,6 +217,50 @@ class UnpicklableError(NamedSchemaError, TypeError):
 
     def __reduce__(self):
         return type(self), (self.path, self.what, self.reason)
+
+
+class MissingModuleError(NamedSchemaError, ModuleNotFoundError):
+    """Unpickling needs a module that cannot be imported in this process.
+
+    Not a problem of the file (that is :class:`FormatError`): install the
+    module or put it on ``sys.path``, and the same file loads.
+
+    Attributes:
+        module: the module that failed to import (also ``name``).
+        qualname: the name pickle wanted from it.
+        reason: the import error's text.
+        file: the checkpoint being loaded, when known (else None).
+    """
+
+    def __init__(self, module: str, qualname: str, reason: str = ""):
+        self.module, self.qualname, self.reason = module, qualname, reason
+        self.file: str | None = None
+        super().__init__(f"unpickling needs {module}.{qualname}, but module {module!r} "
+                         f"cannot be imported in this process ({reason}); make it "
+                         "importable and load again", name=module)
+
+    def __reduce__(self):
+        return type(self), (self.module, self.qualname, self.reason)
+
+
+class MissingClassError(NamedSchemaError, AttributeError):
+    """Unpickling needs a class or function that its module does not define here.
+
+    The code changed since the save (a class renamed or moved), or another
+    version of the module is installed; the file itself is fine.
+
+    Attributes:
+        module, qualname, reason, file: as for :class:`MissingModuleError`.
+    """
+
+    def __init__(self, module: str, qualname: str, reason: str = ""):
+        self.module, self.qualname, self.reason = module, qualname, reason
+        self.file: str | None = None
+        super().__init__(f"unpickling needs {module}.{qualname}, which module {module!r} "
+                         f"does not define in this process ({reason})")
+
+    def __reduce__(self):
+        return type(self), (self.module, self.qualname, self.reason)
 
 
 class SchemaEvolutionError(NamedSchemaError, ValueError):

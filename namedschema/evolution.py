@@ -32,6 +32,7 @@ field_dtype     the dtype and element shape a schema declares for a field
 from __future__ import annotations
 
 import logging
+import sys
 import types
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -332,8 +333,36 @@ def _path_join(path, key):
     return f"{path}[{short_repr(key)}]"
 
 
+def _is_tensor(value) -> bool:
+    torch = sys.modules.get("torch")  # never imported here: tensors mean it is loaded
+    return torch is not None and isinstance(value, torch.Tensor)
+
+
+def _tensor_dtype(tensor):
+    """The numpy dtype of a tensor's dtype, or None (bfloat16 has none)."""
+    try:
+        return np.dtype(str(tensor.dtype).removeprefix("torch."))
+    except TypeError:
+        return None
+
+
+def _array_leaves(values, out, depth=0):
+    for v in values:
+        if isinstance(v, np.ndarray) or _is_tensor(v):
+            out.append(v)
+        elif depth < 50 and isinstance(v, tuple) and _is_named_class(type(v)):
+            _array_leaves(v, out, depth + 1)
+
+
+def _all_tensors(values) -> bool:
+    """Whether the array leaves of an instance are torch tensors (at least one, no ndarray)."""
+    leaves: list = []
+    _array_leaves(values, leaves)
+    return bool(leaves) and all(_is_tensor(v) for v in leaves)
+
+
 def _leaf_shape(value):
-    if isinstance(value, np.ndarray | np.generic):
+    if isinstance(value, np.ndarray | np.generic) or _is_tensor(value):
         return tuple(value.shape)
     if type(value) in _NUMBERS:
         return ()
@@ -445,8 +474,10 @@ class _Upgrader:
         target_name, name = _typename(plan.target), plan.target._fields[j]
         if value is None or type(value) in _NUMBERS:
             return None  # carries no dtype of its own
-        if isinstance(value, np.ndarray | np.generic):
-            saved_dtype, saved_shape = value.dtype, tuple(value.shape)
+        tensor = _is_tensor(value)
+        if isinstance(value, np.ndarray | np.generic) or tensor:
+            saved_dtype = _tensor_dtype(value) if tensor else value.dtype
+            saved_shape = tuple(value.shape)
         else:
             raise FieldMismatchError(
                 f"{path}: {target_name}.{name} is declared as {_dtype_text(dtype)}"
@@ -473,6 +504,15 @@ class _Upgrader:
                 saved=saved_element, expected=shape)
         if saved_dtype == dtype:
             return None
+        if tensor:
+            saved_text = str(value.dtype)
+            raise FieldMismatchError(
+                f"{path}: {target_name}.{name} is a tensor of {saved_text}, but the "
+                f"current schema declares {_dtype_text(dtype)}; tensors are not cast "
+                "(their storage may be shared with arrays elsewhere): convert the "
+                "saved data with namedschema.buffer.numpify_buffer first, or cast it "
+                "yourself", schema=target_name, field=name, path=path,
+                saved=saved_text, expected=_dtype_text(dtype))
         if not np.can_cast(saved_dtype, dtype, casting=self.casting):
             raise FieldMismatchError(
                 f"{path}: {target_name}.{name} has saved dtype "
@@ -487,7 +527,14 @@ class _Upgrader:
 
     # -- filling new fields ------------------------------------------------
 
-    def fill(self, plan, j, leading, path):
+    def fill(self, plan, j, leading, path, tensors=False):
+        """The value of new field ``j``; ``tensors``: the buffer holds torch tensors."""
+        value = self._fill(plan, j, leading, path)
+        if tensors and isinstance(value, np.ndarray):
+            return sys.modules["torch"].from_numpy(value)   # like the buffer's other fields
+        return value
+
+    def _fill(self, plan, j, leading, path):
         default = plan.fills[j]
         target_name, name = _typename(plan.target), plan.target._fields[j]
         if not plan.array or default is None:
@@ -696,12 +743,14 @@ class _Walk:
                 return obj
             return cls._make(new)
         rec = None if self.dry else up.record(plan, base)
+        tensors = plan.array and not self.dry and plan.fills and _all_tensors(values)
         out = []
         for j, src in enumerate(plan.sources):
             name = plan.target._fields[j]
             fpath = f"{base}.{name}"
             if src is None:
-                out.append(None if self.dry else up.fill(plan, j, leading, base))
+                out.append(None if self.dry else
+                           up.fill(plan, j, leading, base, tensors))
                 continue
             value = values[src]
             if j in plan.declared:
@@ -792,6 +841,18 @@ def _check_defaults(defaults):
     return out
 
 
+def _check_defaults_name_fields(fills, targets):
+    """Refuse ``defaults`` keys that name no field of a current schema (typos)."""
+    known = {(_typename(c), f) for c in targets.explicit.values() for f in c._fields}
+    known |= {(name, f) for name, group in targets.found.items()
+              for c in group for f in c._fields}
+    for key in fills:
+        typename, field = key.split(".")
+        if (typename, field) not in known:
+            raise ValueError(f"upgrade: defaults[{key!r}] names no field of the current "
+                             f"schemas given (a typo, or a schema missing from schemas=?)")
+
+
 def upgrade(obj, schemas, *, extra="error", casting="no", defaults=None, report=False):
     """Rebuild every schema instance in ``obj`` as an instance of a current schema.
 
@@ -867,6 +928,7 @@ def upgrader(schemas, *, extra="error", casting="no", defaults=None):
     """
     _check_options(extra, casting)
     targets, fills = _Targets(schemas), _check_defaults(defaults)
+    _check_defaults_name_fields(fills, targets)
 
     def apply(obj, report=False):
         up = _Upgrader(targets, extra, casting, fills)

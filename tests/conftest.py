@@ -1,4 +1,4 @@
-"""Test-suite configuration: hypothesis profiles and shared fixtures."""
+"""Test-suite configuration: hypothesis profiles and the real-rlpyt marker."""
 
 import os
 
@@ -14,3 +14,69 @@ settings.register_profile(
     "long", max_examples=2000, deadline=None,
     suppress_health_check=list(HealthCheck))
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
+
+
+# ----------------------------------------------------------------- real rlpyt (marker)
+# Tests marked ``rlpyt`` need rlpyt's source (not on PyPI) in RLPYT_SRC. Without it
+# they skip with a message saying how to get it; with NAMEDSCHEMA_REQUIRE_RLPYT=1
+# (set by .ci/run) a missing tree or a skipped rlpyt test fails the run instead.
+
+RLPYT_HOW = ("set RLPYT_SRC to an rlpyt source tree (the folder holding rlpyt/): "
+             "extract ../shared/vendor/rlpyt-f04f23d.tar.gz or clone "
+             "https://github.com/astooke/rlpyt, or run bash .ci/run, which does it")
+
+
+def rlpyt_src() -> str | None:
+    """The rlpyt source tree named by RLPYT_SRC, or None when unset or not a tree."""
+    root = os.environ.get("RLPYT_SRC", "")
+    return root if root and os.path.isdir(os.path.join(root, "rlpyt")) else None
+
+
+def _require_rlpyt() -> bool:
+    return os.environ.get("NAMEDSCHEMA_REQUIRE_RLPYT") == "1"
+
+
+_rlpyt_ids: set[str] = set()
+_rlpyt_outcomes: dict[str, int] = {}
+
+
+def pytest_collection_modifyitems(config, items):
+    import pytest
+    marked = [item for item in items if item.get_closest_marker("rlpyt") is not None]
+    _rlpyt_ids.update(item.nodeid for item in marked)
+    if rlpyt_src() is not None:
+        return
+    if _require_rlpyt():
+        raise pytest.UsageError(f"NAMEDSCHEMA_REQUIRE_RLPYT=1 but RLPYT_SRC="
+                                f"{os.environ.get('RLPYT_SRC', '')!r} is no rlpyt tree; "
+                                + RLPYT_HOW)
+    skip = pytest.mark.skip(reason="real rlpyt needed: " + RLPYT_HOW)
+    for item in marked:
+        item.add_marker(skip)
+
+
+def pytest_runtest_logreport(report):
+    """Count each real-rlpyt test once: passed (call), or failed / skipped (any phase)."""
+    if report.nodeid not in _rlpyt_ids:
+        return
+    if (report.when == "call") or (report.outcome != "passed" and report.when == "setup") \
+            or (report.outcome == "failed" and report.when == "teardown"):
+        _rlpyt_outcomes[report.outcome] = _rlpyt_outcomes.get(report.outcome, 0) + 1
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    if config.option.collectonly or not _rlpyt_outcomes:
+        if _require_rlpyt() and not config.option.collectonly:
+            terminalreporter.write_line("real-rlpyt tests: none ran, and "
+                                        "NAMEDSCHEMA_REQUIRE_RLPYT=1 requires them")
+        return
+    counts = ", ".join(f"{n} {outcome}" for outcome, n in sorted(_rlpyt_outcomes.items()))
+    where = "RLPYT_SRC set" if rlpyt_src() else "RLPYT_SRC unset"
+    terminalreporter.write_line(f"real-rlpyt tests ({where}): {counts}")
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if not _require_rlpyt() or session.config.option.collectonly:
+        return
+    if exitstatus == 0 and (_rlpyt_outcomes.get("skipped") or not _rlpyt_outcomes):
+        session.exitstatus = 1  # CI must run every real-rlpyt test it collects

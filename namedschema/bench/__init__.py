@@ -15,7 +15,7 @@ format_table      the human-readable table of result rows
 write_json        write a result file in the shared shape
 plot_results      bar charts of the ratios (matplotlib, imported on use)
 run_topics        run topics in subprocesses and collect their results
-main              the ``namedschema bench`` entry point
+run_bench         carry out ``namedschema bench`` (the CLI parses its arguments)
 """
 
 from __future__ import annotations
@@ -32,13 +32,14 @@ import sys
 import tempfile
 import time
 import timeit
+from collections.abc import Sequence
 
 __all__ = [
     "TOPICS", "environment", "best_times", "result", "target_met", "topic_parser",
-    "finish", "format_table", "write_json", "plot_results", "run_topics", "main",
+    "finish", "format_table", "write_json", "plot_results", "run_topics", "run_bench",
 ]
 
-# Topics run in this order; a topic whose module is absent is skipped with a note.
+# Topics run in this order (each is a module of this package).
 TOPICS = ("core", "pickling", "buffer", "checkpoint")
 
 RATIO_NOTE = ("ratio = value / reference value measured in the same run; "
@@ -307,7 +308,7 @@ def format_table(results: list, title: str | None = None) -> str:
     widths = [max(len(str(line[i])) for line in lines) for i in range(len(header))]
     out = [] if title is None else [title, "=" * len(title)]
     for line in lines:
-        out.append("  ".join(str(c).ljust(w) for c, w in zip(line, widths)).rstrip())
+        out.append("  ".join(str(c).ljust(w) for c, w in zip(line, widths, strict=False)).rstrip())
     notes = [f"note ({row['case']}, {row['contender']}): {row['note']}"
              for row in results if row.get("note")]
     return "\n".join(out + notes)
@@ -341,7 +342,7 @@ def _write_json_atomic(path: str, doc: dict) -> None:
         raise
 
 
-def finish(topic: str, args, results: list, notes: list = ()) -> int:
+def finish(topic: str, args, results: list, notes: Sequence[str] = ()) -> int:
     """Print a topic's table and notes, write its JSON if asked; return the exit code."""
     print(format_table(results, title=f"{topic}{' (quick)' if args.quick else ''}"))
     for note in notes:
@@ -375,6 +376,8 @@ def load_rlpyt_collections():
     if not os.path.isfile(path):
         raise FileNotFoundError(f"RLPYT_SRC={root!r} has no rlpyt/utils/collections.py")
     spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:  # only for paths without a .py suffix
+        raise FileNotFoundError(f"cannot load {path} as a module")
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
     spec.loader.exec_module(module)
@@ -385,10 +388,6 @@ RLPYT_SKIP_NOTE = "RLPYT_SRC is not set: rlpyt rows skipped (set it to an rlpyt 
 
 
 # --------------------------------------------------------------------------- runner
-
-
-def _topic_available(topic: str) -> bool:
-    return importlib.util.find_spec(f"{__name__}.{topic}") is not None
 
 
 def _child_env() -> dict:
@@ -419,11 +418,6 @@ def run_topics(topics, *, quick: bool, verbose: bool = False, timeout: float = 3
     documents, notes, ok = [], [], True
     with tempfile.TemporaryDirectory(prefix="namedschema-bench-") as tmp:
         for topic in topics:
-            if not _topic_available(topic):
-                notes.append(f"topic {topic!r} skipped: module namedschema.bench.{topic} "
-                             "is not installed")
-                print(f"[bench] {topic}: skipped (no module)", file=log, flush=True)
-                continue
             out = os.path.join(tmp, f"{topic}.json")
             cmd = [sys.executable, "-m", f"{__name__}.{topic}", "--json", out]
             if quick:
@@ -490,7 +484,7 @@ def plot_results(documents: list, path: str) -> None:
     heights = [max(1.6, 0.32 * len(rows) + 1.0) for _, rows in panels]
     fig, axes = plt.subplots(len(panels), 1, figsize=(9, sum(heights)),
                              gridspec_kw={"height_ratios": heights}, squeeze=False)
-    for ax, (topic, rows) in zip(axes[:, 0], panels):
+    for ax, (topic, rows) in zip(axes[:, 0], panels, strict=True):
         labels = [f"{r['case']} {r['metric']}: {r['contender']} vs {r['reference']}"
                   for r in rows]
         ratios = [r["ratio"] for r in rows]
@@ -501,7 +495,7 @@ def plot_results(documents: list, path: str) -> None:
         ys = range(len(rows))
         ax.barh(list(ys), ratios, color=colours)
         ax.axvline(1.0, color="black", linestyle="--", linewidth=0.8)
-        for y, r in zip(ys, rows):
+        for y, r in zip(ys, rows, strict=True):
             ax.text(r["ratio"], y, f" {r['ratio']:.2f}x", va="center", fontsize=7)
             if r.get("target"):
                 bound = float(r["target"].split()[1])
@@ -523,20 +517,6 @@ def plot_results(documents: list, path: str) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
-
-
-def main(argv=None) -> int:
-    """``namedschema bench``: run every benchmark topic and report the ratios.
-
-    Args:
-        argv: command-line arguments (without the program name).
-
-    Returns:
-        0 when every topic ran, 1 when one failed, 2 for a usage error.
-    """
-    from ..cli import main as cli_main  # the parser lives with the other subcommands
-
-    return cli_main(["bench", *(sys.argv[1:] if argv is None else argv)])
 
 
 def run_bench(args) -> int:

@@ -47,8 +47,8 @@ HANDOFF_CONTENDERS = ("by value", "shared")
 def _example():
     import numpy as np
 
-    from ..buffer import buffer_from_example  # noqa: F401 - imported before timing
     from .._factories import namedtuple
+    from ..buffer import buffer_from_example  # noqa: F401 - imported before timing
     Step = namedtuple("Step", "observation action reward done")
     return Step(np.zeros((84, 84), np.uint8), np.int64(0), np.float32(0), False)
 
@@ -80,7 +80,7 @@ def _alloc_fill(contender: str, steps: int) -> dict:
             a = np.asarray(value)
             shape = (steps, BATCH) + a.shape
             raw = mp.RawArray(ctypes.c_char, int(np.prod(shape)) * a.dtype.itemsize)
-            fields.append(np.frombuffer(raw, dtype=a.dtype).reshape(shape))
+            fields.append(np.frombuffer(memoryview(raw).cast("B"), dtype=a.dtype).reshape(shape))
         buf = type(example)(*fields)
     else:
         raise ValueError(contender)

@@ -84,7 +84,7 @@ def _save(contender, samples, path):
     if contender == "raw":
         with open(tmp, "wb", buffering=0) as f:
             for arr in samples:
-                view = memoryview(arr).cast("B")
+                view = arr.data.cast("B")
                 # The same write sizes as namedschema's, so only the work around them differs.
                 for start in range(0, view.nbytes, RAW_CHUNK):
                     piece = view[start:start + RAW_CHUNK]
@@ -127,11 +127,11 @@ def _load(contender, path, rows):
     if contender == "raw":
         out = [np.empty((rows, 84, 84), np.uint8), np.empty(rows, np.int64),
                np.empty(rows, np.float32), np.empty(rows, bool)]
-        with open(path, "rb", buffering=0) as f:
+        with open(path, "rb", buffering=0) as raw_file:
             for arr in out:
-                view = memoryview(arr).cast("B")
+                view = arr.data.cast("B")
                 while view.nbytes:
-                    view = view[f.readinto(view):]
+                    view = view[raw_file.readinto(view):]
         return out
     if contender == "namedschema":
         import namedschema
@@ -249,7 +249,7 @@ def main(argv=None) -> int:
                           f"best of {rounds} alternating rounds, each in a fresh process"]
     savers, loaders = _installed(SAVERS, notes), _installed(LOADERS, notes)
     with tempfile.TemporaryDirectory(prefix="namedschema-ckpt-", dir=args.dir) as tmp:
-        saved = {}
+        saved: dict[str, dict] = {}
         # Loads need every file, so saves always run (their rows are reported if asked).
         for round_ in range(rounds):
             for contender in _rotated(savers, round_):
@@ -273,7 +273,7 @@ def main(argv=None) -> int:
                                       reference=None if is_ref else "raw",
                                       reference_value=saved["raw"]["size"] / MIB))
         if "load" in args.cases:
-            loaded = {}
+            loaded: dict[str, dict] = {}
             for round_ in range(rounds):
                 for contender in _rotated(loaders, round_):
                     out = _run_child({"op": "load", "contender": contender, "rows": rows,

@@ -89,7 +89,7 @@ def _small_cases(cases, quick, rl):
         for case, stmt in statements.items():
             if case not in cases:
                 continue
-            contenders = {}
+            contenders: dict[str, str] = {}
             for name, cls in classes.items():
                 ns[f"C_{len(contenders)}"] = cls
                 contenders[name] = stmt.replace("C", f"C_{len(contenders)}", 1)
@@ -124,7 +124,7 @@ def _floor_getitem(arrays, loc):
 def _floor_setitem(arrays, loc, value):
     # The same dispatch a named array tuple makes: field by field, or broadcast.
     if isinstance(value, tuple):
-        for a, v in zip(arrays, value):
+        for a, v in zip(arrays, value, strict=False):
             a[loc] = v
     else:
         for a in arrays:
@@ -145,7 +145,7 @@ def _array_cases(cases, quick, rl):
     if rl is not None:
         made["rlpyt NAT"] = rl.namedarraytuple("Batch", FIELDS4)
         made["rlpyt schema"] = rl.NamedArrayTupleSchema("Batch", FIELDS4)
-    ns = {"get": _floor_getitem, "put": _floor_setitem}
+    ns: dict[str, object] = {"get": _floor_getitem, "put": _floor_setitem}
     names = {}
     for i, (name, cls) in enumerate(made.items()):
         x = cls(*arrays())

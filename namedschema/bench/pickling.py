@@ -16,19 +16,26 @@ import collections
 import pickle
 import sys
 
-from . import (RLPYT_SKIP_NOTE, best_of, best_times, compare, finish,
-               load_rlpyt_collections, topic_parser)
+from . import (
+    RLPYT_SKIP_NOTE,
+    best_of,
+    best_times,
+    compare,
+    finish,
+    load_rlpyt_collections,
+    topic_parser,
+)
 
 __all__ = ["CASES", "main"]
 
 CASES = ("pickle_list", "pickle_one")
 
 PROTOCOL = 4
-FIELDS = ("step", "reward", "action", "done")
 TARGETS = {"size": "<= 1.2", "dumps": "<= 1.5", "loads": "<= 1.5"}
 
 # Pickle stores a classic class by module and name, so these must be module globals.
-PickleSmall = collections.namedtuple("PickleSmall", FIELDS)
+PickleSmall = collections.namedtuple("PickleSmall", ["step", "reward", "action", "done"])
+FIELDS = PickleSmall._fields
 RlpytSmall = None
 
 
@@ -69,8 +76,10 @@ def _pickle_list(n, quick, made):
         for name in made:
             objs, blob = lists[name], blobs[name]
             dumps[name] = min(dumps[name],
-                              best_of(lambda: pickle.dumps(objs, protocol=PROTOCOL), repeat=1))
-            loads[name] = min(loads[name], best_of(lambda: pickle.loads(blob), repeat=1))
+                              best_of(lambda objs=objs: pickle.dumps(objs, protocol=PROTOCOL),
+                                      repeat=1))
+            loads[name] = min(loads[name], best_of(lambda blob=blob: pickle.loads(blob),
+                                                           repeat=1))
     rows += compare(case, "dumps", "ms", dumps, "namedtuple",
                     {"namedschema": TARGETS["dumps"]}, scale=1e3)
     rows += compare(case, "loads", "ms", loads, "namedtuple",
@@ -83,7 +92,7 @@ def _pickle_one(quick, made):
     blobs = {name: pickle.dumps(o, protocol=PROTOCOL) for name, o in objs.items()}
     rows = compare("pickle_one", "size", "B", {n: len(b) for n, b in blobs.items()},
                    "namedtuple")
-    ns = {f"b{i}": blob for i, blob in enumerate(blobs.values())}
+    ns: dict[str, object] = {f"b{i}": blob for i, blob in enumerate(blobs.values())}
     ns["loads"] = pickle.loads
     times = best_times({name: f"loads(b{i})" for i, name in enumerate(blobs)},
                        repeat=3 if quick else 15, min_time=0.005 if quick else 0.02,

@@ -11,6 +11,7 @@ FORMAT_VERSION  the format version this package writes (independent of the packa
 The package, one module per concern (each imports only those listed before it):
 
 * ``constants``: the format's name, version, limits and dtype tables
+* ``jsontext``: JSON from a file, its value count bounded before parsing
 * ``header``: typed header records with ``to_json``/``from_json``, and every
   check of untrusted header data (the trust boundary)
 * ``arrays``: the table of arrays a graph holds; arrays rebuilt from blocks
@@ -19,7 +20,10 @@ The package, one module per concern (each imports only those listed before it):
 * ``graph``: a graph encoded as nodes, or pickled when allowed (both ways of saving)
 * ``blocks``: block I/O: chunked writes with CRC-32 and fdatasync, reads, maps
 * ``layout``: arrays grouped into blocks and placed in the file
-* ``atomic``: the atomic file writer and the stale temporary file reaper
+* ``atomic``: the atomic file writer (mode kept, symlinks followed) and the
+  stale temporary file reaper
+* ``opening``: opening an untrusted file (regular files only, never blocking)
+  and the one place where failures of reading it become ``FormatError``
 * ``crc``: a block's CRC-32 updated from the ranges that changed
 * ``pages``: which pages of memory were written since read from a file (Linux)
 * ``journal``: the redo journal of in-place incremental saves

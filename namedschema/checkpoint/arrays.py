@@ -3,6 +3,7 @@
 ArrayTable        one entry per array object found while encoding (numpy or torch)
 is_storable       whether an object is an array the file stores raw
 make_arrays       numpy arrays / torch tensors rebuilt as views of loaded blocks
+aligned_empty     a new byte array starting at a multiple of 64 (blocks are read into it)
 
 torch is never imported to save (a graph holding tensors has loaded it) and
 only imported to load when the file holds tensors.
@@ -18,8 +19,8 @@ from typing import Any
 import numpy as np
 
 from ..errors import StructureMismatchError
-from .constants import ALLOWED_DTYPES, TORCH_DTYPES, TORCH_VIA
-from .header import ArrayEntry
+from .constants import ALLOWED_DTYPES, TORCH_DTYPES, TORCH_VIA, torch_alignment
+from .header import ArrayEntry, fail
 
 
 def _torch() -> Any:
@@ -98,8 +99,37 @@ class ArrayTable:
 # Loading
 # --------------------------------------------------------------------------
 
-def make_arrays(entries: tuple[ArrayEntry, ...], blocks_data: list) -> list:
-    """Every array of the table as a view of its loaded block (tensors share storages)."""
+_BLOCK_ALIGN = 64  # as in the file: every dtype's alignment divides it
+
+
+def aligned_empty(nbytes: int) -> np.ndarray:
+    """A new uint8 array of ``nbytes`` whose data starts at a multiple of 64.
+
+    Blocks are read into these, so that an array keeps in memory the
+    alignment its block gives it in the file (whatever malloc returns).
+    """
+    raw = np.empty(nbytes + _BLOCK_ALIGN, np.uint8)
+    start = -raw.__array_interface__["data"][0] % _BLOCK_ALIGN
+    return raw[start:start + nbytes]
+
+def _import_torch(name: str, entry: ArrayEntry) -> Any:
+    try:
+        import torch
+    except ImportError as exc:
+        fail(name, f"field {entry.path!r} is a torch tensor, and torch cannot be "
+             f"imported here ({exc}); install torch to load this file", exc)
+    return torch
+
+
+def make_arrays(entries: tuple[ArrayEntry, ...], blocks_data: list, name: str = "") -> list:
+    """Every array of the table as a view of its loaded block (tensors share storages).
+
+    A tensor views its block only where torch's alignment for its dtype is
+    met (see ``constants.torch_alignment``); files written by this version
+    always meet it, and a tensor of an older or crafted file that does not
+    is loaded as an aligned copy instead, since torch's kernels may crash on
+    misaligned data.
+    """
     torch: Any = None
     storages: dict[int, Any] = {}  # block -> untyped storage, so tensors of one block share
     result: list[Any] = []
@@ -110,8 +140,8 @@ def make_arrays(entries: tuple[ArrayEntry, ...], blocks_data: list) -> list:
             arr = np.ndarray(a.shape, np.dtype(a.dtype), buffer=blocks_data[a.block],
                              offset=a.offset, strides=a.strides)
         if a.torch is not None:
-            if torch is None:
-                import torch  # the file holds tensors: torch is needed to rebuild them
+            if torch is None:  # the file holds tensors: torch is needed to rebuild them
+                torch = _import_torch(name, a)
             tensor = _make_tensor(torch, arr, a, a.torch, blocks_data, storages)
             if a.requires_grad:
                 tensor.requires_grad_(True)
@@ -124,12 +154,19 @@ def make_arrays(entries: tuple[ArrayEntry, ...], blocks_data: list) -> list:
 def _make_tensor(torch: Any, arr: np.ndarray, a: ArrayEntry, torch_dtype: str,
                  blocks_data: list, storages: dict) -> Any:
     tdtype = getattr(torch, torch_dtype)
-    itemsize = torch.empty(0, dtype=tdtype).element_size()
+    itemsize = torch_alignment(torch_dtype)  # = torch's element size
+    # The header check guarantees strides in whole, non-negative elements.
+    if arr.size and arr.__array_interface__["data"][0] % itemsize:
+        # Misaligned for torch (numpy's alignment may be smaller): copy.
+        copy = aligned_empty(arr.nbytes).view(arr.dtype).reshape(arr.shape)
+        copy[...] = arr
+        tensor = torch.from_numpy(copy)
+        return tensor.view(tdtype) if torch_dtype in TORCH_VIA else tensor
     with warnings.catch_warnings():
         # Read-only maps give read-only tensors; torch warns about that.
         warnings.simplefilter("ignore", UserWarning)
         if (a.block is not None and a.offset % itemsize == 0
-                and all(s >= 0 and s % itemsize == 0 for s in a.strides)):
+                and blocks_data[a.block].__array_interface__["data"][0] % itemsize == 0):
             storage = storages.get(a.block)
             if storage is None:
                 storage = storages[a.block] = torch.from_numpy(

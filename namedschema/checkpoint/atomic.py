@@ -38,9 +38,21 @@ class AtomicFile:
     ``path`` always holds either its old content or the complete new one. On
     any exception (KeyboardInterrupt included) the temporary file is removed
     and ``path`` is left untouched.
+
+    The new file keeps the permission bits of the file it replaces (and its
+    owner and group where this process may set them); a new file gets
+    ``0o666`` less the umask, as ``open`` gives. When ``path`` is a symbolic
+    link (to a link, or dangling), the file it finally points to is
+    replaced, atomically in that file's directory, and the link stays a link:
+    ``latest.nsb -> run3.nsb`` keeps pointing at the new ``run3.nsb``.
     """
 
     def __init__(self, path: str):
+        if os.path.islink(path):
+            try:  # the file the link finally points to; a loop raises OSError
+                path = os.path.realpath(path, strict=True)
+            except FileNotFoundError:  # dangling: create what it points to
+                path = os.path.realpath(path)
         self.path = path
         self.directory = os.path.dirname(os.path.abspath(path))
         self.prefix = temp_prefix(os.path.basename(path), host_tag())
@@ -53,6 +65,12 @@ class AtomicFile:
                                 f"{self.prefix}{os.getpid()}-{secrets.token_hex(4)}")
         self.fd = os.open(self.tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL
                           | getattr(os, "O_CLOEXEC", 0), 0o666)
+        try:
+            _copy_mode(self.path, self.fd)
+        except BaseException:
+            os.close(self.fd)
+            _unlink_quietly(self.tmp)
+            raise
         return self.fd
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
@@ -72,6 +90,23 @@ class AtomicFile:
             _unlink_quietly(self.tmp)
             return
         _fsync_dir(self.directory)
+
+
+def _copy_mode(target: str, fd: int) -> None:
+    """Give the file ``fd`` the permission bits (and, if allowed, owner) of ``target``."""
+    try:
+        st = os.stat(target)
+    except FileNotFoundError:
+        return  # a new file: 0o666 less the umask
+    if not stat.S_ISREG(st.st_mode):
+        return
+    os.fchmod(fd, stat.S_IMODE(st.st_mode))
+    mine = os.fstat(fd)
+    if (mine.st_uid, mine.st_gid) != (st.st_uid, st.st_gid):
+        try:
+            os.fchown(fd, st.st_uid, st.st_gid)
+        except OSError:
+            pass  # not ours to give away: the new file keeps this process's owner
 
 
 def _unlink_quietly(name: str) -> None:

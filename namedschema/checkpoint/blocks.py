@@ -1,7 +1,12 @@
 """Block I/O: write blocks with their CRC-32s, read or map them back, verify them.
 
-Writing copies each block from the caller's memory in CHUNK pieces; the
-checksums run in a worker thread behind the writes, and a background
+Writing copies each block from the caller's memory, piece by piece, into a
+small ring of buffers of its own, and writes and checksums those copies: the
+checksum then describes exactly the bytes in the file even while another
+thread or process keeps writing the caller's arrays (a live shared-memory
+replay buffer gives a torn snapshot, as any copy would, but never a file
+that fails ``verify``). The checksums run in a worker thread behind the
+writes, and a background
 fdatasync every SYNC_EVERY bytes lets the disk start early, so the final fsync
 has less left to do. Reading fills new arrays with ``readinto`` (checksums, if
 asked for, run behind the reads); mapping maps the file once and views it.
@@ -21,6 +26,7 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
+from .arrays import aligned_empty
 from .constants import ALIGN, CHUNK
 from .header import Header, fail
 
@@ -29,8 +35,12 @@ from .header import Header, fail
 # less is left for the final fsync.
 SYNC_EVERY = 256 * 2**20
 # Buffers this module made (copies of sparse views) may wait this long for
-# their checksum; views of the caller's arrays may wait without bound.
+# their checksum.
 MAX_COPIES_PENDING = 3 * CHUNK
+# The caller's memory is copied in pieces of this size into a ring of this
+# many buffers (16 MiB in all), each reused once its checksum is done.
+COPY_PIECE = 4 * 2**20
+COPY_RING = 4
 
 MMAP_ACCESS = {"r": mmap.ACCESS_READ, "r+": mmap.ACCESS_WRITE, "c": mmap.ACCESS_COPY}
 
@@ -49,12 +59,19 @@ class _RawMemory:
 
 @dataclass(frozen=True)
 class MemorySpan:
-    """A span of the caller's memory (the arrays of the block live in it)."""
+    """A span of the caller's memory (the arrays of the block live in it).
+
+    ``lead`` zero bytes come first: they keep the span's alignment (see
+    ``layout``).
+    """
 
     lo: int
     nbytes: int
+    lead: int = 0
 
     def chunks(self) -> Iterator[tuple[memoryview, bool]]:
+        if self.lead:
+            yield memoryview(bytes(self.lead)), True
         span = np.asarray(_RawMemory(self.lo, self.nbytes))
         for start in range(0, self.nbytes, CHUNK):
             yield span[start:start + CHUNK].data, False
@@ -143,6 +160,7 @@ def write_blocks(fd: int, sources: tuple[Source, ...], progress: Progress) -> li
     """
     fdatasync = getattr(os, "fdatasync", os.fsync)
     crcs = [_Crc() for _ in sources]
+    ring = _CopyRing()
     with ThreadPoolExecutor(1, thread_name_prefix="namedschema-crc") as crc_pool, \
             ThreadPoolExecutor(1, thread_name_prefix="namedschema-sync") as sync_pool:
         checks: list[Future] = []
@@ -151,8 +169,9 @@ def write_blocks(fd: int, sources: tuple[Source, ...], progress: Progress) -> li
         syncing: Future | None = None
         for source, crc in zip(sources, crcs, strict=True):
             nbytes = 0
-            for chunk, is_copy in source.chunks():
+            for chunk, is_copy in _private(source, ring):
                 checks.append(crc_pool.submit(crc.update, chunk))
+                ring.claimed(checks[-1])
                 write_all(fd, chunk)
                 progress.advance(chunk.nbytes)
                 nbytes += chunk.nbytes
@@ -179,6 +198,45 @@ def write_blocks(fd: int, sources: tuple[Source, ...], progress: Progress) -> li
         for check in checks:
             check.result()
     return [crc.value for crc in crcs]
+
+
+class _CopyRing:
+    """COPY_RING reusable buffers for pieces of the caller's memory."""
+
+    def __init__(self) -> None:
+        self.buffers: list[np.ndarray] = []
+        self.pending: list[Future | None] = [None] * COPY_RING
+        self.slot = -1
+        self.taken = False
+
+    def copy(self, piece: memoryview) -> memoryview:
+        """``piece`` copied into the next buffer, once that buffer's checksum is done."""
+        self.slot = (self.slot + 1) % COPY_RING
+        if len(self.buffers) < COPY_RING:
+            self.buffers.append(np.empty(COPY_PIECE, np.uint8))
+        done = self.pending[self.slot]
+        if done is not None:
+            done.result()
+        out = self.buffers[self.slot][:piece.nbytes]
+        np.copyto(out, np.frombuffer(piece, np.uint8))
+        self.taken = True
+        return out.data
+
+    def claimed(self, check: Future) -> None:
+        """Record the checksum that reads the buffer just handed out, if any."""
+        if self.taken:
+            self.pending[self.slot] = check
+            self.taken = False
+
+
+def _private(source: Source, ring: _CopyRing) -> Iterator[tuple[memoryview, bool]]:
+    """The source's chunks, with the caller's live memory replaced by private copies."""
+    for chunk, is_copy in source.chunks():
+        if is_copy or not isinstance(source, MemorySpan):
+            yield chunk, is_copy
+            continue
+        for start in range(0, chunk.nbytes, COPY_PIECE):
+            yield ring.copy(chunk[start:start + COPY_PIECE]), False
 
 
 # --------------------------------------------------------------------------
@@ -211,7 +269,7 @@ def read_blocks(f: BinaryIO, header: Header, verify: bool) -> list[np.ndarray]:
     blocks_data, crcs, checks = [], [], []
     with ThreadPoolExecutor(1, thread_name_prefix="namedschema-crc") as pool:
         for index, b in enumerate(header.blocks):
-            block = np.empty(b.nbytes, dtype=np.uint8)
+            block = aligned_empty(b.nbytes)
             f.seek(header.block_file_start(index))
             view = block.data
             crc = _Crc()

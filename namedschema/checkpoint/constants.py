@@ -21,6 +21,10 @@ CHUNK = 16 * 2**20          # bytes per write, read and checksum step
 MAX_HEADER = 100_000_000    # the header length limit safetensors itself enforces
 MAX_NDIM = 64               # numpy's own limit on dimensions
 MAX_INDEX = 2**62           # bound on any stride or offset read from a file
+# Bound on the JSON values (numbers, strings, lists, objects) of a header,
+# and of its description, counted on the raw bytes before parsing: parsing
+# then takes at most about 100 bytes of memory per value.
+MAX_JSON_VALUES = 4_000_000
 ZERO_CRC = "00000000"       # the header checksum's value while it is computed
 # numpy refuses a shape whose nonzero dimensions times the itemsize exceed
 # this, even when another dimension is 0.
@@ -52,3 +56,13 @@ TORCH_DTYPES: frozenset[str] = frozenset({
 def torch_numpy_dtype(torch_dtype: str) -> np.dtype:
     """The numpy dtype a tensor of ``torch_dtype`` is stored as."""
     return np.dtype(TORCH_VIA.get(torch_dtype, torch_dtype))
+
+
+def torch_alignment(torch_dtype: str) -> int:
+    """The address alignment torch's kernels assume for ``torch_dtype``: its element size.
+
+    numpy's own requirement can be smaller (8 for complex128, whose torch
+    kernels load 16 bytes at a time), so a tensor is only made to view bytes
+    at an address that is a multiple of this.
+    """
+    return torch_numpy_dtype(torch_dtype).itemsize

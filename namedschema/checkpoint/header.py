@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import struct
 import zlib
 from dataclasses import dataclass, replace
@@ -33,6 +34,8 @@ from typing import Any, BinaryIO, NoReturn
 
 import numpy as np
 
+from .._limits import MAX_FIELDS
+from .._printable import printable
 from ..errors import FormatError
 from .constants import (
     ALIGN,
@@ -50,27 +53,31 @@ from .constants import (
     ZERO_CRC,
     torch_numpy_dtype,
 )
+from .jsontext import parse_bounded
 
 _CRC_MARKER = b'"header_crc32":"'
+_CRC_TEXT = re.compile(r"[0-9a-f]{8}", re.ASCII)
+_MAX_MESSAGE = 2000  # characters of a message; file strings quoted in it may be huge
+# torch lets only floating point and complex tensors require gradients.
+_GRAD_DTYPES = frozenset({"float16", "bfloat16", "float32", "float64", "complex64",
+                          "complex128"})
 
 
 def fail(name: str, message: str, cause: BaseException | None = None) -> NoReturn:
-    """Raise the FormatError for file ``name``."""
-    raise FormatError(f"{name!r}: {message}") from cause
+    """Raise the FormatError for file ``name``, its message escaped and bounded.
+
+    Every message about a file goes through here, so text taken from the file
+    (names, reasons) never reaches a terminal with its control characters.
+    """
+    if len(message) > _MAX_MESSAGE:
+        message = message[:_MAX_MESSAGE] + "..."
+    raise FormatError(printable(f"{name!r}: {message}")) from cause
 
 
 def _as_int(value: Any, name: str, what: str, minimum: int = 0) -> int:
     if type(value) is not int or value < minimum:
         fail(name, f"{what} is not an integer >= {minimum}: {value!r}")
     return value
-
-
-def _reject_constant(text: str) -> NoReturn:
-    raise ValueError(f"non-standard JSON constant {text}")
-
-
-def _parse_json(text: str | bytes) -> Any:
-    return json.loads(text, parse_constant=_reject_constant)
 
 
 # --------------------------------------------------------------------------
@@ -97,11 +104,15 @@ class TensorEntry:
         dtype, shape, offsets = info.get("dtype"), info.get("shape"), info.get("data_offsets")
         if not isinstance(dtype, str) or dtype not in ST_ITEMSIZE:
             fail(name, f"tensor {tname!r}: unsupported dtype {dtype!r}")
-        if not isinstance(shape, list) or not isinstance(offsets, list) or len(offsets) != 2:
+        if (not isinstance(shape, list) or not isinstance(offsets, list) or len(offsets) != 2
+                or len(shape) > MAX_NDIM):
             fail(name, f"tensor {tname!r}: malformed shape or data_offsets")
         count = 1
         for n in shape:
+            # Bounded before multiplying: at most MAX_NDIM factors of 63 bits.
             count *= _as_int(n, name, f"tensor {tname!r}: a dimension")
+            if count > MAX_NBYTES:
+                fail(name, f"tensor {tname!r}: shape is too large")
         start = _as_int(offsets[0], name, f"tensor {tname!r}: start offset")
         end = _as_int(offsets[1], name, f"tensor {tname!r}: end offset")
         if end < start or end - start != count * ST_ITEMSIZE[dtype]:
@@ -134,13 +145,11 @@ class BlockEntry:
             fail(name, f"block {index}: nbytes {nbytes} does not match its tensor "
                  f"({tensor.end - tensor.start} bytes)")
         crc = raw.get("crc32")
-        if not isinstance(crc, str) or len(crc) != 8:
-            fail(name, f"block {index}: malformed checksum {crc!r}")
-        try:
-            value = int(crc, 16)
-        except ValueError as exc:
-            fail(name, f"block {index}: malformed checksum", exc)
-        return cls(raw["tensor"], tensor.start, nbytes, value)
+        # Exactly what the writer writes: eight lower-case ASCII hex digits
+        # (int(crc, 16) alone would take " 1234567", "0x123456" or other digits).
+        if not isinstance(crc, str) or not _CRC_TEXT.fullmatch(crc):
+            fail(name, f"block {index}: malformed checksum {crc!r:.40}")
+        return cls(raw["tensor"], tensor.start, nbytes, int(crc, 16))
 
 
 @dataclass(frozen=True)
@@ -208,13 +217,26 @@ class ArrayEntry:
                      f"at offset {offset} reaches outside its block of "
                      f"{blocks[block].nbytes} bytes")
         torch_dtype = raw.get("torch")
+        requires_grad = raw.get("requires_grad", False)
+        if type(requires_grad) is not bool:
+            fail(name, f"{where}: requires_grad is not true or false: {requires_grad!r:.40}")
         if torch_dtype is not None:
             if not isinstance(torch_dtype, str) or torch_dtype not in TORCH_DTYPES:
                 fail(name, f"{where}: torch dtype {torch_dtype!r} is not allowed")
             if np.dtype(dtype) != torch_numpy_dtype(torch_dtype):
                 fail(name, f"{where}: torch dtype {torch_dtype} stored as {dtype}")
+            # What torch can view: strides in whole, non-negative elements (a
+            # tensor saved from torch never has others).
+            if any(s < 0 or s % itemsize for s in strides):
+                fail(name, f"{where}: torch tensor strides {tuple(strides)} are not "
+                     f"non-negative multiples of its element size {itemsize}")
+            if requires_grad and torch_dtype not in _GRAD_DTYPES:
+                fail(name, f"{where}: requires_grad on a {torch_dtype} tensor (only "
+                     "floating point and complex tensors can require gradients)")
+        elif requires_grad:
+            fail(name, f"{where}: requires_grad on an array that is not a torch tensor")
         return cls(block, offset, tuple(shape), tuple(strides), dtype, path,
-                   torch_dtype, bool(raw.get("requires_grad", False)))
+                   torch_dtype, requires_grad)
 
 
 def byte_extent(offset: int, shape, strides) -> tuple[int, int]:
@@ -259,6 +281,8 @@ class SchemaEntry:
             why = f"invalid id {raw.get('id')!r}"
         elif not isinstance(raw.get("defaults", []), list):
             why = "defaults must be a list"
+        elif len(raw["fields"]) > MAX_FIELDS:
+            why = f"{len(raw['fields']):,} fields, more than the limit of {MAX_FIELDS:,}"
         if why is not None:
             fail(name, f"structure: schema {index} is invalid: {why}")
         module = raw.get("module")
@@ -442,8 +466,10 @@ def read_header(f: BinaryIO, name: str, file_size: int) -> Header:
     if len(raw) != length:
         fail(name, "is truncated while reading the header (file changed?)")
     try:
-        doc = _parse_json(raw.decode("utf-8"))
+        doc = parse_bounded(name, raw.decode("utf-8"), "header")
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        if isinstance(exc, FormatError):
+            raise
         fail(name, f"is not a namedschema file: header is not valid JSON ({exc})", exc)
     if not isinstance(doc, dict):
         fail(name, "is not a namedschema file: header is not a JSON object")
@@ -489,6 +515,10 @@ def read_header(f: BinaryIO, name: str, file_size: int) -> Header:
     if not isinstance(raw_schemas, list):
         fail(name, "schemas entry is not a list")
     schemas = tuple(SchemaEntry.from_json(name, i, s) for i, s in enumerate(raw_schemas))
+    total_fields = sum(len(s.fields) for s in schemas)
+    if total_fields > MAX_FIELDS:
+        fail(name, f"structure: its schemas have {total_fields:,} fields in all, more "
+             f"than the limit of {MAX_FIELDS:,}")
     parent = desc.get("parent")
     description = Description(
         blocks=tuple(blocks), arrays=arrays, schemas=schemas,
@@ -529,14 +559,16 @@ def _check_metadata(name: str, meta: Any, raw: bytes) -> tuple[dict, str]:
 
 def _parse_description(name: str, meta: dict) -> dict:
     try:
-        desc = _parse_json(meta["namedschema"])
+        desc = parse_bounded(name, meta["namedschema"], "namedschema description")
     except (KeyError, TypeError, ValueError, RecursionError) as exc:
+        if isinstance(exc, FormatError):
+            raise
         fail(name, "namedschema description is missing or not valid JSON", exc)
     if not isinstance(desc, dict):
         fail(name, "namedschema description is not a JSON object")
     features = desc.get("features", [])
     if not isinstance(features, list) or set(map(str, features)) - KNOWN_FEATURES:
-        fail(name, f"uses features {features!r} that this version of namedschema "
+        fail(name, f"uses features {features!r:.200} that this version of namedschema "
              "does not know; upgrade namedschema")
     return desc
 

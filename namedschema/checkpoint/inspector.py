@@ -7,8 +7,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .header import SaveRecord, fail, read_header
+from .._printable import printable
+from .header import SaveRecord, read_header
 from .nodes import Describer
+from .opening import file_errors, open_checkpoint
 
 
 @dataclass(frozen=True)
@@ -21,6 +23,9 @@ class FieldInfo:
         dtype: numpy dtype name (``torch.*`` for tensors).
         nbytes: bytes of the array's elements.
         block: tensor name of the block holding it (None for empty arrays).
+        view_of: path of an earlier array whose memory it overlaps (it is a
+            view of that one, or both of one base), or None; its bytes are
+            stored once, with that array.
     """
 
     path: str
@@ -28,6 +33,7 @@ class FieldInfo:
     dtype: str
     nbytes: int
     block: str | None
+    view_of: str | None = None
 
 
 @dataclass(frozen=True)
@@ -62,14 +68,33 @@ class CheckpointInfo:
     last_save: SaveRecord | None = None
 
     def __str__(self) -> str:
-        lines = [f"{self.path}: namedschema checkpoint, format {self.format_version}, "
-                 f"{len(self.fields)} arrays, {_human(self.data_bytes)} of data, "
-                 f"file {_human(self.file_size)}"]
+        # Every string from the file is escaped (the tree's lines already are):
+        # control characters must not reach a terminal.
+        lines = [f"{printable(self.path)}: namedschema checkpoint, format "
+                 f"{printable(self.format_version)}, {len(self.fields)} arrays, "
+                 f"{_human(self.data_bytes)} of data, file {_human(self.file_size)}"]
         if self.needs_pickle:
-            lines.append(f"needs allow_pickle=True: {self.pickle_reason}")
-        lines.append(_last_save_line(self.last_save, self.data_bytes))
-        lines.append(self.tree)
+            lines.append(f"needs allow_pickle=True: {printable(self.pickle_reason)}")
+        lines.append(printable(_last_save_line(self.last_save, self.data_bytes)))
+        lines.append(printable(self.tree, keep_newlines=True))
         return "\n".join(lines)
+
+
+def describe(report) -> str:
+    """The text ``namedschema inspect`` prints for a ``namedschema.inspect`` result.
+
+    Adds whether loading needs ``allow_pickle`` (decided by the report's
+    ``needs_pickle``, never by searching text a file could forge). Control
+    characters from the file are escaped, so the output cannot rewrite the
+    terminal.
+    """
+    text = printable(str(report), keep_newlines=True)
+    needs_pickle = getattr(report, "needs_pickle", None)
+    if needs_pickle is False or (
+            needs_pickle and not text.partition("\n")[2].startswith("needs allow_pickle")):
+        text += ("\nloading needs allow_pickle=True: "
+                 + ("yes (the file holds pickled objects)" if needs_pickle else "no"))
+    return text
 
 
 def _last_save_line(record: SaveRecord | None, data_bytes: int) -> str:
@@ -92,7 +117,27 @@ def _human(n: float) -> str:
 
 
 def _array_line(info: FieldInfo) -> str:
-    return f"{info.dtype} {info.shape} {_human(info.nbytes)}"
+    text = f"{info.dtype} {info.shape} {_human(info.nbytes)}"
+    return text if info.view_of is None else f"{text}, view of {info.view_of}"
+
+
+def _view_of(arrays) -> list:
+    """For each array, the path of the first earlier one it overlaps in its block."""
+    spans_by_block: dict = {}
+    result = []
+    for a in arrays:
+        found = None
+        if a.block is not None and a.nbytes:
+            lo = hi = a.offset
+            for n, s in zip(a.shape, a.strides, strict=True):
+                lo, hi = (lo + (n - 1) * s, hi) if s < 0 else (lo, hi + (n - 1) * s)
+            hi += np.dtype(a.dtype).itemsize
+            spans = spans_by_block.setdefault(a.block, [])
+            found = next((path for slo, shi, path in spans[:1000] if lo < shi and slo < hi),
+                         None)
+            spans.append((lo, hi, a.path))
+        result.append(found)
+    return result
 
 
 def inspect(path: str | os.PathLike[str]) -> CheckpointInfo:
@@ -121,24 +166,26 @@ def inspect(path: str | os.PathLike[str]) -> CheckpointInfo:
       vel: float64 (3,) 24 B
     """
     name = os.fspath(path)
-    with open(name, "rb", buffering=0) as f:
+    with file_errors(name):
+        return _inspect(name)
+
+
+def _inspect(name: str) -> CheckpointInfo:
+    with open_checkpoint(name) as f:
         header = read_header(f, name, os.fstat(f.fileno()).st_size)
     desc = header.description
     fields = tuple(
         FieldInfo(a.path, a.shape,
                   f"torch.{a.torch}" if a.torch else np.dtype(a.dtype).name, a.nbytes,
-                  None if a.block is None else desc.blocks[a.block].tensor)
-        for a in desc.arrays)
+                  None if a.block is None else desc.blocks[a.block].tensor, view)
+        for a, view in zip(desc.arrays, _view_of(desc.arrays), strict=True))
     if desc.pickle is not None:
         lines = ["<pickled object graph>"]
-        lines.extend(f"  {fi.path}: {_array_line(fi)}" for fi in fields)
+        lines.extend(f"  {printable(fi.path)}: {_array_line(fi)}" for fi in fields)
     else:
         describer = Describer(name, desc.schemas, desc.arrays,
                               [_array_line(fi) for fi in fields])
-        try:
-            describer.describe(desc.structure)
-        except RecursionError as exc:
-            fail(name, "structure is nested too deeply", exc)
+        describer.describe(desc.structure)
         lines = describer.lines
     return CheckpointInfo(
         path=name, format_version=header.version, file_size=header.file_size,

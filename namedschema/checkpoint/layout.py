@@ -6,6 +6,13 @@ they come back as views of one block. A block holding a single sparse view
 (more than half of its span unused) stores a C-order copy of its elements
 instead. A block holding one contiguous array of a dtype safetensors knows is
 declared with that dtype and shape, so safetensors readers get the array.
+
+Alignment. A block whose span starts at an address that is not a multiple
+of its largest item size (a view such as ``x.imag`` or ``x.view(uint8)[1:]``
+grouped with others) is stored after as many zero bytes as that address is
+past the multiple, so that every array keeps, relative to the 64-aligned
+block in the file and in memory, the alignment it had when saved: torch's
+kernels assume it (complex128 at a multiple of 16, where numpy needs 8).
 """
 
 from __future__ import annotations
@@ -42,7 +49,8 @@ class Layout:
 class _Group:
     members: list[int]                  # indices into the array table
     lo: int                             # start address of the span
-    nbytes: int                         # bytes stored (the span, or the compact copy)
+    nbytes: int                         # bytes stored (lead, span; or the compact copy)
+    lead: int = 0                       # zero bytes stored before the span (alignment)
     compact: bool = False               # store a C-order copy of its one array
     st_dtype: str = "U8"                # how the safetensors table declares it
     st_shape: tuple[int, ...] = ()      # set by _declare
@@ -58,7 +66,8 @@ def plan(entries: list[StoredArray], pickled: bytes | None = None) -> Layout:
         for i in g.members:
             view = entries[i].view
             placement[i] = ((index, 0, _c_strides(view)) if g.compact else
-                            (index, view.__array_interface__["data"][0] - g.lo, view.strides))
+                            (index, view.__array_interface__["data"][0] - g.lo + g.lead,
+                             view.strides))
     for i, e in enumerate(entries):
         block, offset, strides = placement.get(i, (None, 0, _c_strides(e.view)))
         arrays.append(ArrayEntry(block, offset, tuple(e.view.shape), tuple(strides),
@@ -66,8 +75,8 @@ def plan(entries: list[StoredArray], pickled: bytes | None = None) -> Layout:
     declared = [(name, g.st_dtype, g.st_shape, g.nbytes)
                 for name, g in zip(names, groups, strict=True)]
     sources: list[Source] = [
-        CompactCopy(entries[g.members[0]].view) if g.compact else MemorySpan(g.lo, g.nbytes)
-        for g in groups]
+        CompactCopy(entries[g.members[0]].view) if g.compact
+        else MemorySpan(g.lo, g.nbytes - g.lead, g.lead) for g in groups]
     if pickled is not None:
         declared.append((PICKLE_TENSOR, "U8", (len(pickled),), len(pickled)))
         sources.append(RawBytes(pickled))
@@ -137,7 +146,8 @@ def _group(entries: list[StoredArray]) -> list[_Group]:
     for m in sorted(members.values(), key=min):
         m.sort()
         lo = min(extents[i][0] for i in m)
-        groups.append(_Group(m, lo, max(extents[i][1] for i in m) - lo))
+        lead = lo % max(entries[i].view.itemsize for i in m)
+        groups.append(_Group(m, lo, max(extents[i][1] for i in m) - lo + lead, lead))
     return groups
 
 
@@ -160,7 +170,8 @@ def _declare(g: _Group, entries: list[StoredArray]) -> _Group:
                 st_dtype, st_shape = st, tuple(reversed(view.shape))
     if st_shape is None:
         st_shape = (nbytes,)
-    return _Group(g.members, g.lo, nbytes, compact, st_dtype, st_shape)
+    return _Group(g.members, g.lo, nbytes, 0 if compact else g.lead, compact, st_dtype,
+                  st_shape)
 
 
 def _block_names(groups: list[_Group], entries: list[StoredArray]) -> list[str]:

@@ -5,7 +5,13 @@ from __future__ import annotations
 import os
 from typing import Any, Literal
 
-from ..errors import SchemaEvolutionError, UnsafeLoadError
+from .._printable import printable
+from ..errors import (
+    MissingClassError,
+    MissingModuleError,
+    SchemaEvolutionError,
+    UnsafeLoadError,
+)
 from ..evolution import upgrader
 from . import pickled
 from .arrays import make_arrays
@@ -13,6 +19,7 @@ from .blocks import MMAP_ACCESS, map_blocks, read_blocks, verify
 from .header import fail, read_header
 from .incremental import reading, recover
 from .nodes import Decoder
+from .opening import file_errors, open_checkpoint
 
 
 def load(path: str | os.PathLike[str], *, mmap_mode: Literal["r", "r+", "c"] | None = None,
@@ -75,28 +82,32 @@ def _load(name: str, mmap_mode: str | None, allow_pickle: bool, check: bool) -> 
     if mmap_mode is not None and mmap_mode not in MMAP_ACCESS:
         raise ValueError(f"mmap_mode must be None, 'r', 'r+' or 'c', got {mmap_mode!r}")
     recover(name)  # an incremental save that was interrupted is finished first
-    with open(name, "r+b" if mmap_mode == "r+" else "rb", buffering=0) as f, reading(f, name):
+    with file_errors(name), open_checkpoint(name, writable=mmap_mode == "r+") as f, \
+            reading(f, name):
         header = read_header(f, name, os.fstat(f.fileno()).st_size)
         if header.description.pickle is not None and not allow_pickle:
+            reason = printable(header.description.pickle.reason[:200])
             raise UnsafeLoadError(
-                f"{name!r} holds pickled objects ({header.description.pickle.reason[:200]} "
-                "is not plain data); loading it runs code chosen by whoever wrote the "
-                "file. Pass allow_pickle=True only if you trust it.")
+                printable(f"{name!r} holds pickled objects ({reason} is not plain "
+                          "data); loading it runs code chosen by whoever wrote the "
+                          "file. Pass allow_pickle=True only if you trust it."))
         if mmap_mode is None:
             blocks_data = read_blocks(f, header, check)
         else:
             blocks_data = map_blocks(f, header, mmap_mode)
             if check:
                 verify(header, blocks_data)
-    arrays = make_arrays(header.arrays, blocks_data)
-    if header.description.pickle is not None:
-        try:
-            return pickled.loads(blocks_data[header.description.pickle.block], arrays)
-        except Exception as exc:  # noqa: BLE001 - anything a bad pickle raises
-            fail(name, f"pickled structure cannot be loaded: {type(exc).__name__}: {exc}",
-                 exc)
-    decoder = Decoder(name, header.description.schemas, header.arrays, arrays)
-    try:
+    with file_errors(name):
+        arrays = make_arrays(header.arrays, blocks_data, name)
+        if header.description.pickle is not None:
+            try:
+                return pickled.loads(blocks_data[header.description.pickle.block], arrays)
+            except (MissingModuleError, MissingClassError) as exc:  # this process, not the file
+                exc.file = name
+                exc.add_note(f"while loading {name!r}")
+                raise
+            except Exception as exc:  # noqa: BLE001 - anything a bad pickle raises
+                fail(name, f"pickled structure cannot be loaded: {type(exc).__name__}: "
+                     f"{exc}", exc)
+        decoder = Decoder(name, header.description.schemas, header.arrays, arrays)
         return decoder.decode(header.description.structure)
-    except RecursionError as exc:
-        fail(name, "structure is nested too deeply", exc)

@@ -27,6 +27,7 @@ import numpy as np
 
 from .. import _pickle
 from .._factories import _is_classic_namedtuple_class, _is_classic_nat_class
+from .._printable import printable
 from .._schema import NamedTupleSchema
 from ..errors import FormatError
 from .arrays import ArrayTable, is_storable
@@ -194,7 +195,8 @@ class Describer(_Walker):
         kind.describe(self, operands, label, depth)
 
     def line(self, depth: int, text: str) -> None:
-        self.lines.append("  " * depth + text)
+        # Names, keys and values come from the file: escape control characters.
+        self.lines.append("  " * depth + printable(text))
 
 
 # --------------------------------------------------------------------------

@@ -2,31 +2,49 @@
 
 Arrays the file can store raw are sent to the array table as persistent
 references ``("array", i)``, so they are written once, raw, and loaded as
-views of their blocks like those of a data graph.
+views of their blocks like those of a data graph. Each is named by the path
+that reaches it in the graph (:mod:`.naming`), so ``inspect`` can tell them
+apart. An import that fails while unpickling raises MissingModuleError or
+MissingClassError: a problem of this process, not of the file.
 """
 
 from __future__ import annotations
 
+import contextvars
 import io
 import pickle
 from typing import Any
 
-from ..errors import StructureMismatchError
+from ..errors import MissingClassError, MissingModuleError, StructureMismatchError
 from .arrays import ArrayTable, is_storable
+from .naming import ArrayNames, array_paths
+
+_dumping = contextvars.ContextVar("namedschema_checkpoint_dumping", default=False)
+
+
+def keeps_aliasing() -> bool:
+    """True while :func:`dumps` runs: arrays go to the array table, views stay views.
+
+    Reductions that turn views into offsets for plain pickle
+    (``namedschema.rlpyt.pickling``) can then hand the arrays over as they are.
+    """
+    return _dumping.get()
 
 
 class _Pickler(pickle.Pickler):
     """Protocol-5 pickler sending every storable array to the array table."""
 
-    def __init__(self, file: io.BytesIO, arrays: ArrayTable):
+    def __init__(self, file: io.BytesIO, arrays: ArrayTable, names: ArrayNames):
         super().__init__(file, protocol=5)
         self._arrays = arrays
+        self._names = names
 
     def persistent_id(self, obj: Any) -> Any:
         if not is_storable(obj):
             return None
+        name = self._names.name_of(obj) or f"pickled[{len(self._arrays.entries)}]"
         try:
-            return ("array", self._arrays.add(obj, f"pickled[{len(self._arrays.entries)}]"))
+            return ("array", self._arrays.add(obj, name))
         except StructureMismatchError:
             return None  # e.g. a CUDA tensor: let torch pickle it itself
 
@@ -35,6 +53,14 @@ class _Unpickler(pickle.Unpickler):
     def __init__(self, file: io.BytesIO, arrays: list):
         super().__init__(file)
         self._arrays = arrays
+
+    def find_class(self, module: str, name: str) -> Any:
+        try:
+            return super().find_class(module, name)
+        except ImportError as exc:
+            raise MissingModuleError(module, name, f"{type(exc).__name__}: {exc}") from exc
+        except AttributeError as exc:
+            raise MissingClassError(module, name, f"{type(exc).__name__}: {exc}") from exc
 
     def persistent_load(self, pid: Any) -> Any:
         if (type(pid) is tuple and len(pid) == 2 and pid[0] == "array"
@@ -46,10 +72,20 @@ class _Unpickler(pickle.Unpickler):
 def dumps(obj: Any, arrays: ArrayTable) -> bytes:
     """A protocol-5 pickle of ``obj`` whose storable arrays are added to ``arrays``."""
     buffer = io.BytesIO()
-    _Pickler(buffer, arrays).dump(obj)
+    token = _dumping.set(True)
+    try:
+        _Pickler(buffer, arrays, array_paths(obj, is_storable)).dump(obj)
+    finally:
+        _dumping.reset(token)
     return buffer.getvalue()
 
 
 def loads(data: Any, arrays: list) -> Any:
     """Unpickle ``data`` (a buffer), resolving array references into ``arrays``."""
-    return _Unpickler(io.BytesIO(memoryview(data)), arrays).load()
+    try:
+        return _Unpickler(io.BytesIO(memoryview(data)), arrays).load()
+    except ModuleNotFoundError as exc:  # an import inside a reduce function
+        if isinstance(exc, MissingModuleError):
+            raise
+        raise MissingModuleError(exc.name or "?", "<import>", f"{type(exc).__name__}: "
+                                 f"{exc}") from exc

@@ -21,7 +21,7 @@ install     patch them now or as soon as they are imported
 
 from __future__ import annotations
 
-from .._schema import NamedTupleSchema
+from .._pickle import is_registered_schema
 from . import _import_hooks
 
 __all__ = ["MODULES", "patch", "install"]
@@ -32,12 +32,6 @@ MODULES = (
     "joblib.externals.cloudpickle.cloudpickle",
     "srsly.cloudpickle.cloudpickle",
 )
-
-
-def _is_registered_schema(obj) -> bool:
-    # Class statements subclassing a schema have no id of their own: leave
-    # them to cloudpickle, which may pickle them by reference or by value.
-    return isinstance(obj, NamedTupleSchema) and "_schema_id" in obj.__dict__
 
 
 def patch(module) -> bool:
@@ -57,13 +51,15 @@ def patch(module) -> bool:
         return True
 
     def _class_reduce(obj):
-        if _is_registered_schema(obj):
+        # Class statements subclassing a schema have no id of their own: they
+        # go to cloudpickle, which may pickle them by reference or by value.
+        if is_registered_schema(obj):
             # NotImplemented makes the pickler use its dispatch table, which
             # includes copyreg's entry for the schema metaclasses.
             return NotImplemented
         return original(obj)
 
-    _class_reduce._namedschema_original = original
+    _class_reduce.__dict__["_namedschema_original"] = original
     _class_reduce.__doc__ = original.__doc__
     module._class_reduce = _class_reduce
     return True

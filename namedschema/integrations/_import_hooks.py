@@ -19,6 +19,7 @@ from __future__ import annotations
 import sys
 import threading
 import warnings
+from typing import Any
 
 __all__ = ["when_imported", "cancel", "pending"]
 
@@ -49,7 +50,7 @@ class _Watcher:
             spec = _find_behind(self, fullname, path, target)
         finally:
             self._busy.active = False
-        loader = getattr(spec, "loader", None)
+        loader: Any = getattr(spec, "loader", None)
         original = getattr(loader, "exec_module", None)
         if original is None:
             return spec

@@ -53,12 +53,10 @@ class _AnySchema:
     def __eq__(self, other):
         if other is self:
             return True
-        schema_id = getattr(other, "__dict__", {}).get("_schema_id") if isinstance(
-            other, type) else None
-        return (isinstance(schema_id, str)
+        # Exactly a built-in kind: a metaclass subclass could not be rebuilt by name.
+        return (_pickle.is_registered_schema(other)
                 and type(other).__name__ in _pickle.KINDS
-                and type(other) is _pickle.KINDS[type(other).__name__][0]
-                and _pickle.lookup_schema(schema_id) is other)
+                and type(other) is _pickle.KINDS[type(other).__name__][0])
 
     def __ne__(self, other):
         return not self.__eq__(other)

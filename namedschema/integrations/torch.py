@@ -15,6 +15,8 @@ share_memory_           move every tensor field (nested too) to shared memory
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from . import _torch_hook
@@ -73,9 +75,10 @@ def batch_dims(tree, dim: int | None = 0):
         return dim
     if isinstance(tree, tuple):
         values = [batch_dims(value, dim) for value in tree]
-        if hasattr(type(tree), "_make"):
-            return type(tree)._make(values)
-        return type(tree)(values)
+        cls: Any = type(tree)
+        if hasattr(cls, "_make"):
+            return cls._make(values)
+        return cls(values)
     if isinstance(tree, list):
         return [batch_dims(value, dim) for value in tree]
     if isinstance(tree, dict):

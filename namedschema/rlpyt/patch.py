@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from .. import _factories
 from .._attrdict import reduce_attrdict, setstate_attrdict
 from .._instance import NamedArrayTuple, NamedTuple
-from .._schema import NamedArrayTupleSchema, NamedTupleSchema, _build
+from .._schema import NamedArrayTupleSchema, NamedTupleSchema, build_schema
 from ..errors import NamedSchemaError
 from . import pickling
 
@@ -139,15 +139,8 @@ def _import_rlpyt():
 
 
 def _buffer_replacements() -> dict:
-    try:
-        from .. import buffer as ns_buffer
-    except ImportError:
-        # A partial install without namedschema.buffer: rlpyt's own buffer
-        # functions are kept, and they still build schemas because they call
-        # the collections factories, which are rebound in their module too.
-        return {}
-    return {name: getattr(ns_buffer, name) for name in _BUFFER_NAMES
-            if hasattr(ns_buffer, name)}
+    from .. import buffer as ns_buffer  # numpy: imported only when patching
+    return {name: getattr(ns_buffer, name) for name in _BUFFER_NAMES}
 
 
 def _classic_nat_codes(namedarraytuple_func) -> frozenset:
@@ -184,8 +177,8 @@ def _replacement_for_type(cls):
         return entry[1]
     # Made as if by the module's own top-level code, so the id matches the one
     # a process gets when it patches before importing that module (spawn workers).
-    schema = _build(NamedArrayTupleSchema, cls.__name__, tuple(cls._fields),
-                    module=cls.__module__, module_level=True)
+    schema = build_schema(NamedArrayTupleSchema, cls.__name__, tuple(cls._fields),
+                          module=cls.__module__, module_level=True)
     _state.replacements[id(cls)] = (cls, schema)
     return schema
 

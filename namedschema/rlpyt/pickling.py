@@ -22,7 +22,10 @@ reduction records, at pickling time:
   ``RawValue``, ``Array``, ``RawArray``), which are made anew on load with
   the values they held.
 
-Loading needs namedschema importable, not the patch. Arrays are rebuilt as
+Under :func:`namedschema.save`, which stores arrays raw and keeps their
+aliasing itself, arrays outside shared memory are handed over as they are
+(so ``inspect`` lists each view by name). Loading needs namedschema
+importable, not the patch. Arrays are rebuilt as
 plain ``np.ndarray`` views, so indexing costs what it did. Anything else that
 cannot be pickled is reported before pickling starts, by an
 :class:`~namedschema.errors.UnpicklableError` that names the attribute path.
@@ -253,11 +256,18 @@ def _view_entry(a, base_index, base_lo):
             a.shape, a.strides, a.dtype, bool(a.flags.writeable))
 
 
+def _checkpoint_keeps_aliasing() -> bool:
+    """Whether namedschema.save is pickling: it stores arrays raw and keeps views itself."""
+    module = sys.modules.get("namedschema.checkpoint.pickled")
+    return module is not None and module.keeps_aliasing()
+
+
 def _pack_arrays(arrays, table, refs):
+    saving = _checkpoint_keeps_aliasing()
     for group in _group(arrays):
         shared = any(_in_shared_memory(a) for a in group)
-        if len(group) == 1 and not shared:
-            continue  # pickled as usual
+        if (len(group) == 1 or saving) and not shared:
+            continue  # pickled as usual (the checkpoint keeps views of its own)
         lo = min(_extent(a)[0] for a in group)
         hi = max(_extent(a)[1] for a in group)
         base = next((a for a in group if a.flags.c_contiguous

@@ -15,9 +15,11 @@ runner *instance* (nothing in rlpyt's classes changes):
     the resume which iteration begins. That is where checkpoints are written:
     between two iterations, every ``every_itrs`` iterations.
 ``shutdown``
-    writes the final checkpoint before rlpyt's own shutdown.
+    writes the final checkpoint before rlpyt's own shutdown (after it, for
+    the async runners, once the sampler and memory copiers have stopped).
 
-Iterations before the checkpoint's are *skipped*: until the loop reaches the
+For the async runners see ``_AsyncResume`` below. Iterations before the
+checkpoint's are *skipped*: until the loop reaches the
 checkpoint's iteration, the calls the loop body makes (``agent.sample_mode``,
 ``sampler.obtain_samples``, ``algo.optimize_agent``, the runner's diagnostics
 and evaluation) return at once without doing anything. Those stand-ins are
@@ -31,6 +33,7 @@ resumable      the one call
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import os
 import warnings
@@ -46,6 +49,7 @@ CHECKPOINT_VERSION = 1
 # Runner classes resumable() drives, by rlpyt class name (subclasses included).
 _MINIBATCH = ("rlpyt.runners.minibatch_rl.MinibatchRl",
               "rlpyt.runners.minibatch_rl.MinibatchRlEval")
+_ASYNC = ("rlpyt.runners.async_rl.AsyncRl", "rlpyt.runners.async_rl.AsyncRlEval")
 _REFUSED = {
     "rlpyt.runners.sync_rl.SyncRlMixin":
         "SyncRl/SyncRlEval run one optimizer per process, and their state is not "
@@ -72,9 +76,11 @@ def _kind(runner) -> str:
             raise ResumeError(f"resumable: {type(runner).__name__} cannot be resumed: {why}")
     if any(name in names for name in _MINIBATCH):
         return "minibatch"
+    if any(name in names for name in _ASYNC):
+        return "async"
     raise ResumeError(
         f"resumable: {type(runner).__name__} is not a runner it knows; supported: "
-        "MinibatchRl, MinibatchRlEval (and their subclasses)")
+        "MinibatchRl, MinibatchRlEval, AsyncRl, AsyncRlEval (and their subclasses)")
 
 
 def _interval(value, name):
@@ -139,7 +145,7 @@ def _save_checkpoint(obj, path):
 def _load_checkpoint(path):
     import namedschema
     try:
-        data = namedschema.load(path, allow_pickle=True, mmap_mode="c")
+        data = namedschema.load(path, allow_pickle=True, mmap_mode="r")
     except ModuleNotFoundError as exc:
         raise ResumeError(f"resumable: {path} needs module {exc.name!r} to load, which "
                           "cannot be imported here") from exc
@@ -163,7 +169,7 @@ class _Resume:
         self.checkpoint = checkpoint
         self.start = checkpoint["itr"] if checkpoint is not None else 0
         self.last_saved = self.start if checkpoint is not None else None
-        self.every = None
+        self.every = 1
         self.n_itr = None
         self.gates = _Gates()
         self.notes: list = []
@@ -202,11 +208,11 @@ class _Resume:
     def _prepare(self):
         """Before rlpyt's startup, when resuming."""
         r = self.runner
-        saved = self.checkpoint["state"]["runner"].get(
-            "rlpyt.runners.minibatch_rl.MinibatchRlBase", {})
-        if r.seed is None and saved.get("seed") is not None:
+        seeds = [v["seed"] for v in self.checkpoint["state"]["runner"].values()
+                 if isinstance(v, dict) and v.get("seed") is not None]
+        if r.seed is None and seeds:
             # The same seed builds the same envs and models as the first start.
-            r.seed = saved["seed"]
+            r.seed = seeds[0]
         for obj in self.components().values():
             _state.prepare(obj)
 
@@ -220,6 +226,12 @@ class _Resume:
             self.every = max(1, self.every_steps // r.itr_batch_size)
         else:
             self.every = self.every_itrs or r.log_interval_itrs
+        self._check()
+        if self.checkpoint is not None:
+            self._restore()
+        return n_itr
+
+    def _check(self):
         ctx = _Context(self)
         reasons = []
         for what, obj in self.components().items():
@@ -228,9 +240,6 @@ class _Resume:
                 reasons.extend(_state.check(obj.replay_buffer, ctx))
         for reason in dict.fromkeys(reasons):
             self.note(f"not exact: {reason}")
-        if self.checkpoint is not None:
-            self._restore()
-        return n_itr
 
     def _restore(self):
         checkpoint, self.checkpoint = self.checkpoint, None
@@ -296,15 +305,155 @@ class _Resume:
             self.save(self.n_itr)
         return self._originals["shutdown"]()
 
-    def save(self, itr):
+    def save(self, itr, **extra):
         """Checkpoint the state between iterations ``itr - 1`` and ``itr``."""
         ctx = _Context(self)
-        state = {what: _state.capture(obj, ctx) for what, obj in self.components().items()}
-        _save_checkpoint({"format": CHECKPOINT_KIND, "version": CHECKPOINT_VERSION,
-                          "itr": int(itr), "config": self.config(),
-                          "rng": _state.rng_state(), "state": state}, self.path)
+        with _replay_write_lock(self.runner.algo):
+            state = {what: _state.capture(obj, ctx) for what, obj in self.components().items()}
+            _save_checkpoint({"format": CHECKPOINT_KIND, "version": CHECKPOINT_VERSION,
+                              "itr": int(itr), "config": self.config(),
+                              "rng": _state.rng_state(), "state": state, **extra},
+                             self.path)
         self.last_saved = itr
         self.saves += 1
+
+
+def _replay_write_lock(algo):
+    """The async replay buffer's write lock (memory copiers wait), or a no-op."""
+    lock = getattr(getattr(algo, "replay_buffer", None), "rw_lock", None)
+    return lock.write_lock if lock is not None else contextlib.nullcontext()
+
+
+class _Offset:
+    """Calls ``function`` with ``offset`` added to the chosen positional/keyword args."""
+
+    def __init__(self, function, offsets, keywords=None):
+        self.function = function
+        self.offsets = offsets            # {position: offset}
+        self.keywords = keywords or {}    # {name: offset}
+
+    def __call__(self, *args, **kwargs):
+        values = list(args)
+        for i, off in self.offsets.items():
+            if i < len(values):
+                values[i] = values[i] + off
+        for name, off in self.keywords.items():
+            if kwargs.get(name) is not None:
+                kwargs[name] = kwargs[name] + off
+        return self.function(*values, **kwargs)
+
+
+class _OffsetSampler:
+    """The async sampler as its process sees it: iteration ``i`` is ``i + offset``."""
+
+    def __init__(self, sampler, offset):
+        self._sampler = sampler
+        self._offset = offset
+
+    def obtain_samples(self, itr, *args, **kwargs):
+        return self._sampler.obtain_samples(itr + self._offset, *args, **kwargs)
+
+    def evaluate_agent(self, itr, *args, **kwargs):
+        return self._sampler.evaluate_agent(itr + self._offset, *args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self._sampler, name)
+
+
+class _AsyncResume(_Resume):
+    """AsyncRl / AsyncRlEval: the loops run in local counts; offsets map them to the run's.
+
+    rlpyt's async loop keeps its iteration counters in local variables that
+    start at 0, and its sampler runs ``range(n_itr)`` in its own process. A
+    resumed run lets both count from 0 again and adds the checkpoint's
+    optimizer and sampler iterations where the counts leave the loop: in the
+    calls of ``algo.optimize_agent`` and the runner's diagnostics, and in the
+    sampler process (started with ``n_itr`` minus the done iterations, its
+    ``obtain_samples``/``evaluate_agent`` shifted).
+    """
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        ck = self.checkpoint
+        self.itr_offset = ck["itr"] if ck is not None else 0
+        self.sampler_offset = ck.get("sampler_itr", 0) if ck is not None else 0
+        self.last_saved_sampler = self.sampler_offset if ck is not None else 0
+        self.finished = False
+        self.local_itr = -1
+
+    def install(self):
+        super().install()
+        if self.checkpoint is not None:
+            self._originals["launch_sampler"] = self.runner.launch_sampler
+            self.runner.launch_sampler = self.launch_sampler
+
+    def launch_sampler(self, n_itr):
+        r = self.runner
+        real = r.sampler
+        r.sampler = _OffsetSampler(real, self.sampler_offset)
+        try:
+            return self._originals["launch_sampler"](n_itr - self.sampler_offset)
+        finally:
+            r.sampler = real
+
+    def startup(self):
+        if self.checkpoint is not None:
+            self._prepare()
+            if self.sampler_offset >= self._n_itr_before_startup():
+                self.finished = True
+                return None
+        throttle_itr, delta = self._originals["startup"]()
+        r = self.runner
+        self.n_itr = r.n_itr
+        if self.every_steps is not None:
+            self.every = max(1, self.every_steps // r.sampler_batch_size)
+        else:
+            self.every = self.every_itrs or r.log_interval_itrs
+        self._check()
+        if self.checkpoint is not None:
+            with _replay_write_lock(r.algo):
+                self._restore()
+            r.algo.optimize_agent = _Offset(r.algo.optimize_agent, {0: self.itr_offset},
+                                            {"sampler_itr": self.sampler_offset})
+            r.store_diagnostics = _Offset(r.store_diagnostics,
+                                          {0: self.itr_offset, 1: self.sampler_offset})
+            r.log_diagnostics = _Offset(r.log_diagnostics,
+                                        {0: self.itr_offset, 1: self.sampler_offset})
+            # Learn from the first new batch on: the buffer is already filled.
+            throttle_itr = 1
+        return throttle_itr, delta
+
+    def _n_itr_before_startup(self):
+        return self.checkpoint["config"]["n_itr"]
+
+    def train(self):
+        if self.finished:
+            self.note("the checkpoint's run had finished: nothing to train")
+            return None
+        return super().train()
+
+    def _gate(self):
+        pass   # Async loops count from 0 again (offsets), nothing to skip.
+
+    def at_iteration(self, itr):
+        self.seen_iteration = True
+        self.local_itr = itr
+        done = self.sampler_offset + self.runner.ctrl.sampler_itr.value
+        if itr > 0 and done // self.every > self.last_saved_sampler // self.every:
+            self.save_async(itr + self.itr_offset, done)
+
+    def save_async(self, itr, sampler_itr):
+        self.save(itr, sampler_itr=int(sampler_itr))
+        self.last_saved_sampler = sampler_itr
+
+    def shutdown(self):
+        if self.finished:
+            return None
+        # After rlpyt's shutdown joined the sampler and the memory copiers.
+        result = self._originals["shutdown"]()
+        if self.n_itr is not None:
+            self.save_async(self.itr_offset + self.local_itr + 1, self.n_itr)
+        return result
 
 
 def _started(runner) -> str | None:
@@ -345,7 +494,9 @@ def resumable(runner, path, *, every_itrs=None, every_steps=None):
     handler) is said once as a :class:`ResumeWarning` before training.
 
     Args:
-        runner: an rlpyt ``MinibatchRl`` or ``MinibatchRlEval`` (or subclass).
+        runner: an rlpyt ``MinibatchRl``, ``MinibatchRlEval``, ``AsyncRl`` or
+            ``AsyncRlEval`` (or subclass); for the async ones the intervals
+            count sampler iterations and steps.
         path: the checkpoint file; read if it exists, replaced at each save.
         every_itrs: checkpoint every this many iterations.
         every_steps: checkpoint every this many environment steps.
@@ -361,7 +512,7 @@ def resumable(runner, path, *, every_itrs=None, every_steps=None):
         namedschema.FormatError: ``path`` exists but is not a readable
             checkpoint (it is never replaced silently).
     """
-    _kind(runner)
+    kind = _kind(runner)
     every_itrs = _interval(every_itrs, "every_itrs")
     every_steps = _interval(every_steps, "every_steps")
     if every_itrs is not None and every_steps is not None:
@@ -373,6 +524,7 @@ def resumable(runner, path, *, every_itrs=None, every_steps=None):
         raise ResumeError(f"resumable: {type(runner).__name__} must not be started yet "
                           f"({started}); call resumable() before train()")
     checkpoint = _load_checkpoint(path) if os.path.exists(path) else None
-    _Resume(runner, path, every_itrs, every_steps, checkpoint).install()
+    cls = _AsyncResume if kind == "async" else _Resume
+    cls(runner, path, every_itrs, every_steps, checkpoint).install()
     return runner
 

@@ -234,9 +234,17 @@ def _copy_into(target, value, where):
     np.copyto(target, src, casting="no")
 
 
-def restore_data_state(obj, state: dict, where: str) -> None:
-    """Put a :func:`data_state` back: arrays in place, scalars assigned."""
-    for name, (kind, data) in state.items():
+def restore_data_state(obj, state: dict, where: str, _written=None) -> None:
+    """Put a :func:`data_state` back: arrays in place, scalars assigned.
+
+    An array that views memory already written in this call, from a saved
+    array that viewed the same saved memory, is not copied twice (the frame
+    buffer's ``samples_new_frames``, the sum tree's ``priorities``).
+    """
+    written = [] if _written is None else _written
+    # Arrays that own their memory first, so that their views can be skipped.
+    items = sorted(state.items(), key=lambda item: _is_view(getattr(obj, item[0], None)))
+    for name, (kind, data) in items:
         path = f"{where}.{name}"
         current = getattr(obj, name, None)
         if kind == "value":
@@ -248,15 +256,44 @@ def restore_data_state(obj, state: dict, where: str) -> None:
         elif kind == "object":
             if current is None or not hasattr(current, "__dict__"):
                 raise StateMismatchError(f"{path}: the built run has no object here")
-            restore_data_state(current, data, path)
+            restore_data_state(current, data, path, written)
         elif kind in ("array", "tuple"):
             if current is None or isinstance(current, _SCALARS):
                 # Made lazily (first sample_batch, say): take the checkpoint's.
                 setattr(obj, name, _fresh_copy(data))
-            else:
+            elif not _already_written(current, data, written):
                 _copy_into(current, data, path)
+                if isinstance(current, np.ndarray):
+                    written.append((current, data))
         else:
             raise StateMismatchError(f"{path}: unknown state kind {kind!r}")
+
+
+def _is_view(value) -> bool:
+    return isinstance(value, np.ndarray) and value.base is not None
+
+
+def _already_written(target, source, written) -> bool:
+    if not (isinstance(target, np.ndarray) and isinstance(source, np.ndarray)):
+        return False
+    if target.shape != source.shape or target.dtype != source.dtype:
+        return False
+    for t, s in written:
+        if np.may_share_memory(target, t) and np.may_share_memory(source, s):
+            # Both sides view the same offsets only if the layout matches.
+            offset_t = _offset(target, t)
+            offset_s = _offset(source, s)
+            if offset_t is not None and offset_t == offset_s \
+                    and target.strides == source.strides:
+                return True
+    return False
+
+
+def _offset(view, base):
+    try:
+        return (view.__array_interface__["data"][0] - base.__array_interface__["data"][0])
+    except (AttributeError, KeyError, TypeError):
+        return None
 
 
 def _fresh_copy(value):
@@ -581,7 +618,22 @@ def _parallel_sampler_restore(sampler, state, ctx):
     pass   # Said at start by _parallel_sampler_check.
 
 
+def _async_sampler_check(sampler, ctx):
+    return [f"{type(sampler).__name__}: the sampler runs in its own process, whose state "
+            "(envs, trajectories in progress, batches not yet copied into the replay "
+            "buffer) is not saved: after a resume every env starts a new episode; the "
+            "learner state (agent, optimizers, replay buffer, counters, main-process "
+            "RNGs) is restored exactly"]
+
+
+def _is_async_sampler(sampler) -> bool:
+    return any(_key(c) == "rlpyt.samplers.async_.base.AsyncSamplerMixin"
+               for c in type(sampler).__mro__)
+
+
 def _parallel_sampler_check(sampler, ctx):
+    if _is_async_sampler(sampler):
+        return []   # Said by the async sampler's check.
     return [f"{type(sampler).__name__}: the envs live in worker processes, whose state "
             "is not saved: after a resume every env starts a new episode (seeded as at "
             "the first start), so sampler batches differ from an uninterrupted run; the "
@@ -606,11 +658,13 @@ def _set_runner_times(runner, times):
 _MINIBATCH_NAMES = ("_opt_infos", "_cum_time", "_cum_completed_trajs",
                     "_last_update_counter", "_new_completed_trajs", "_cum_eval_time",
                     "seed")
+_ASYNC_NAMES = ("_opt_infos", "_cum_completed_trajs", "_new_completed_trajs",
+                "_last_itr", "_last_sampler_itr", "_last_update_counter",
+                "_last_eval_time", "seed")
 
 
-def _minibatch_capture(runner, ctx):
-    state = {name: getattr(runner, name) for name in _MINIBATCH_NAMES
-             if hasattr(runner, name)}
+def _minibatch_capture(runner, ctx, names=_MINIBATCH_NAMES):
+    state = {name: getattr(runner, name) for name in names if hasattr(runner, name)}
     state["_opt_infos"] = {k: list(v) for k, v in runner._opt_infos.items()}
     traj = getattr(runner, "_traj_infos", None)
     if traj is not None:
@@ -632,7 +686,7 @@ def _minibatch_restore(runner, state, ctx):
     state["_opt_infos"] = {k: list(v) for k, v in state["_opt_infos"].items()}
     for name, value in state.items():
         setattr(runner, name, value)
-    if not hasattr(runner, "pbar"):
+    if not hasattr(runner, "pbar") and hasattr(runner, "log_interval_itrs"):
         # MinibatchRlEval makes it in the log_diagnostics of the first
         # evaluation, which a resumed run skips.
         from rlpyt.utils.prog_bar import ProgBarCounter
@@ -665,6 +719,11 @@ def _install_defaults():
                      _parallel_sampler_check)
     register_handler("rlpyt.runners.minibatch_rl.MinibatchRlBase", _minibatch_capture,
                      _minibatch_restore)
+    register_handler("rlpyt.runners.async_rl.AsyncRlBase",
+                     lambda runner, ctx: _minibatch_capture(runner, ctx, _ASYNC_NAMES),
+                     _minibatch_restore)
+    register_handler(samplers + "async_.base.AsyncSamplerMixin", _parallel_sampler_capture,
+                     _parallel_sampler_restore, _async_sampler_check)
 
 
 _install_defaults()

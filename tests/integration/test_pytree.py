@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import collections
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -10,11 +12,12 @@ import torch.utils._pytree as pytree  # noqa: E402
 from hypothesis import given, strategies as st  # noqa: E402
 
 import namedschema as ns  # noqa: E402
+from namedschema._schema import same_definition  # noqa: E402
 from namedschema.integrations.torch import batch_dims  # noqa: E402
 
 Inner = ns.NamedArrayTupleSchema("Inner", "pos vel")
 Traj = ns.NamedArrayTupleSchema("Traj", "obs inner done")
-# Distinct classes that compare equal: registries keyed by class would merge them.
+# Distinct classes with one definition: nothing below may merge them.
 TwinA = ns.NamedArrayTupleSchema("Twin", "a b")
 TwinB = ns.NamedArrayTupleSchema("Twin", "a b")
 
@@ -33,9 +36,9 @@ def _cxx():
     return cxx
 
 
-def test_twins_are_equal_but_distinct():
-    """The twin schemas used below really are equal and distinct."""
-    assert TwinA == TwinB and TwinA is not TwinB and hash(TwinA) == hash(TwinB)
+def test_twins_have_one_definition_but_are_distinct():
+    """The twin schemas used below really share a definition and are distinct types."""
+    assert same_definition(TwinA, TwinB) and TwinA != TwinB
 
 
 def test_torch_pytree_flatten_unflatten_nested():
@@ -60,15 +63,28 @@ def test_torch_pytree_tree_map_keeps_types():
     assert torch.equal(y.inner.pos, torch.full((3,), 2.0))
 
 
+def _outcome(func):
+    try:
+        return type(func())
+    except Exception as exc:  # noqa: BLE001 - the outcome is compared, not hidden
+        return type(exc)
+
+
 def test_torch_pytree_twins_keep_own_type():
-    """Equal but distinct schemas each unflatten to their own class under torch pytree."""
+    """Distinct schemas with one definition each unflatten to their own class under
+    torch pytree, and mapping over both at once does what it does for namedtuple twins."""
     a, b = TwinA(torch.ones(1), None), TwinB(torch.ones(1), None)
     for x in (a, b):
         leaves, spec = pytree.tree_flatten(x)
         assert type(pytree.tree_unflatten(leaves, spec)) is type(x)
         assert type(pytree.tree_map(lambda v: v, x)) is type(x)
-    assert type(pytree.tree_map(lambda u, v: u, a, b)) is TwinA
-    assert type(pytree.tree_map(lambda u, v: u, b, a)) is TwinB
+    NtA, NtB = collections.namedtuple("Twin", "a b"), collections.namedtuple("Twin", "a b")
+    nta, ntb = NtA(torch.ones(1), None), NtB(torch.ones(1), None)
+    for first, second, nt_first, nt_second in ((a, b, nta, ntb), (b, a, ntb, nta)):
+        ours = _outcome(lambda: pytree.tree_map(lambda u, v: u, first, second))
+        theirs = _outcome(lambda: pytree.tree_map(lambda u, v: u, nt_first, nt_second))
+        assert (ours is type(first)) == (theirs is type(nt_first)), (ours, theirs)
+        assert ours is type(first) or ours is theirs
 
 
 def test_torch_pytree_needs_no_registration():
@@ -108,7 +124,14 @@ def test_optree_map_and_twins():
     assert type(optree.tree_map(lambda v: v + 1, a)) is TwinA
     assert type(optree.tree_map(lambda v: v + 1, b)) is TwinB
     c = TwinB(torch.zeros(1), Inner(torch.zeros(1), None))
-    assert type(optree.tree_map(lambda u, v: u + v, a, c)) is TwinA
+    # Two trees of distinct namedtuple types: optree refuses them, for stdlib twins too.
+    NtA, NtB = collections.namedtuple("Twin", "a b"), collections.namedtuple("Twin", "a b")
+    with pytest.raises(ValueError, match="namedtuple type mismatch"):
+        optree.tree_map(lambda u, v: u + v, NtA(1, 2), NtB(3, 4))
+    with pytest.raises(ValueError, match="namedtuple type mismatch"):
+        optree.tree_map(lambda u, v: u + v, a, c)
+    d = TwinA(torch.zeros(1), Inner(torch.zeros(1), None))
+    assert type(optree.tree_map(lambda u, v: u + v, a, d)) is TwinA
     assert optree.is_namedtuple_class(TwinA)
 
 

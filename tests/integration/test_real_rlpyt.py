@@ -1,8 +1,9 @@
 """The rlpyt drop-in against a real rlpyt source tree (opt-in).
 
 Skipped unless ``RLPYT_SRC`` points at an rlpyt checkout (the directory that
-contains the ``rlpyt`` package); rlpyt needs torch, which the test extra has.
-Run with ``RLPYT_SRC=/path/to/rlpyt pytest -m rlpyt tests/integration``.
+contains the ``rlpyt`` package); rlpyt needs torch, psutil and pyprind, which the
+test extra has. Run with ``RLPYT_SRC=/path/to/rlpyt pytest -m rlpyt``;
+``bash .ci/run`` extracts rlpyt and runs them.
 """
 
 from __future__ import annotations
@@ -17,11 +18,8 @@ from tests.helpers import run_fresh
 
 RLPYT_SRC = os.environ.get("RLPYT_SRC", "")
 
-pytestmark = [
-    pytest.mark.rlpyt,
-    pytest.mark.skipif(not (RLPYT_SRC and os.path.isdir(os.path.join(RLPYT_SRC, "rlpyt"))),
-                       reason="set RLPYT_SRC to an rlpyt source tree to run"),
-]
+# tests/conftest.py skips ``rlpyt`` tests, saying how to enable them, without RLPYT_SRC.
+pytestmark = pytest.mark.rlpyt
 
 UNIFORM = ["UniformReplayBuffer", "UniformSequenceReplayBuffer"]
 WITH_VIEWS = ["PrioritizedReplayBuffer", "UniformReplayFrameBuffer",

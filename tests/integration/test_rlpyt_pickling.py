@@ -313,3 +313,46 @@ def test_patch_reports_methods_and_unpatch_removes_them():
         "rlpyt.utils.collections.AttrDict.__setstate__",
         "rlpyt.utils.synchronize.RWLock.__reduce_ex__"]
     assert out["during"] and out["after"] == []
+
+
+def test_inspect_names_arrays_of_a_real_checkpoint(tmp_path):
+    """inspect on {replay buffer, model weights, counters}: every array by path, views once."""
+    path = str(tmp_path / "run.nsc")
+    out = _last_json(_run(f"""
+        import json, torch
+        import namedschema
+        namedschema.patch_rlpyt()
+        from tests.rlpyt_patterns.driver import BACKENDS, _train
+        spec = BACKENDS["real"]["AsyncPrioritizedReplayBuffer"]
+        replay = spec["make"]()
+        _train(replay, spec, 0, 12)
+        frames = BACKENDS["real"]["PrioritizedReplayFrameBuffer"]
+        frame_replay = frames["make"]()
+        _train(frame_replay, frames, 0, 12)
+
+        class Model(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.conv = torch.nn.Sequential(torch.nn.Conv2d(1, 4, 3), torch.nn.ReLU())
+                self.head = torch.nn.Linear(4, 2)
+
+        state = {{"replay": replay, "frame_replay": frame_replay,
+                  "agent": {{"model": Model().state_dict()}}, "itr": 12, "cum_steps": 96}}
+        namedschema.save(state, {path!r}, allow_pickle=True)
+        info = namedschema.inspect({path!r})
+        back = namedschema.load({path!r}, allow_pickle=True)
+        print(json.dumps({{"fields": [[f.path, f.view_of] for f in info.fields],
+                          "text": str(info),
+                          "shared": namedschema.buffer.is_shared_memory(
+                              back["replay"].samples.observation)}}))
+        """))
+    fields = dict(out["fields"])
+    for name in ("replay.samples.observation", "replay.samples.reward",
+                 "replay.priority_tree.tree", "frame_replay.samples_frames",
+                 "agent.model.conv.0.weight", "agent.model.head.bias"):
+        assert name in fields, (name, sorted(fields))
+    assert not [n for n in fields if n.startswith("pickled[")]
+    assert fields["frame_replay.samples_new_frames"] == "frame_replay.samples_frames"
+    assert fields["frame_replay.priority_tree.priorities"] == "frame_replay.priority_tree.tree"
+    assert "pickled[" not in out["text"]
+    assert out["shared"]  # the async buffer's arrays are in shared memory again

@@ -90,6 +90,13 @@ def build(config):
         from rlpyt.samplers.parallel.cpu.sampler import CpuSampler
         sampler_cls = CpuSampler
         runner_kwargs["affinity"] = dict(workers_cpus=[0, 1], set_affinity=False)
+    if config.endswith("_async"):
+        from rlpyt.samplers.async_.serial_sampler import AsyncSerialSampler
+        from rlpyt.utils.collections import AttrDict
+        sampler_cls, runner_cls = AsyncSerialSampler, "AsyncRl"
+        runner_kwargs["affinity"] = AttrDict(
+            sampler=dict(set_affinity=False),
+            optimizer=[dict(cpus=[0], torch_threads=1, set_affinity=False)])
     if config.startswith("dqn"):
         from rlpyt.agents.dqn.atari.atari_dqn_agent import AtariDqnAgent
         from rlpyt.algos.dqn.dqn import DQN
@@ -101,8 +108,8 @@ def build(config):
                    eps_steps=200, target_update_interval=5, n_step_return=2,
                    learning_rate=1e-3, double_dqn=True,
                    prioritized_replay=config.startswith("dqn_prioritized"),
-                   pri_beta_steps=300)
-        env_cls, env_kwargs = AtariLike, {}
+                   pri_beta_steps=300, updates_per_sync=2)
+        env_cls, env_kwargs = AtariLike, {"delay": 0.003} if config.endswith("_async") else {}
         if config == "dqn_eval":
             runner_cls = "MinibatchRlEval"
             sampler_kwargs.update(eval_n_envs=2, eval_max_steps=60,
@@ -134,8 +141,9 @@ def build(config):
     if "eval_env_kwargs" in sampler_kwargs:
         sampler_kwargs["eval_env_kwargs"] = env_kwargs
     sampler = sampler_cls(EnvCls=env_cls, env_kwargs=env_kwargs, **sampler_kwargs)
-    from rlpyt.runners import minibatch_rl
-    runner = getattr(minibatch_rl, runner_cls)(
+    from rlpyt.runners import async_rl, minibatch_rl
+    module = async_rl if runner_cls.startswith("Async") else minibatch_rl
+    runner = getattr(module, runner_cls)(
         algo=algo, agent=agent, sampler=sampler, n_steps=n_steps,
         log_interval_steps=64, seed=7, **runner_kwargs)
     return runner

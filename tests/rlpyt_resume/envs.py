@@ -9,6 +9,7 @@ Each env draws from its own ``np.random.RandomState`` (seeded by rlpyt's
 state is restored too.
 """
 
+import time
 from collections import namedtuple
 
 import numpy as np
@@ -23,8 +24,9 @@ ContinuousInfo = namedtuple("ContinuousInfo", ["timeout"])
 class AtariLike(Env):
     """A moving bright square; the right action scores, wrong ones may cost a life."""
 
-    def __init__(self, n_frames=2, size=16, n_actions=4, lives=3, max_steps=40):
+    def __init__(self, n_frames=2, size=16, n_actions=4, lives=3, max_steps=40, delay=0.0):
         self.n_frames, self.size, self.n_lives = n_frames, size, lives
+        self.delay = delay   # seconds per step: paces an async sampler
         self.max_steps = max_steps
         self._action_space = IntBox(low=0, high=n_actions)
         self._observation_space = IntBox(low=0, high=256, shape=(n_frames, size, size),
@@ -57,6 +59,8 @@ class AtariLike(Env):
         return self._push(self._frame())
 
     def step(self, action):
+        if self.delay:
+            time.sleep(self.delay)
         self.t += 1
         target = self.pos % self._action_space.n
         reward = 1.0 if int(action) == target else -0.1 * float(self.rng.rand() < 0.5)

@@ -172,3 +172,31 @@ def test_cpu_sampler_learner_state_is_exact_and_the_envs_are_said_once(tmp_path)
                                     "runner": True}
     assert resumed["final"]["views"] == [True, True]
     assert resumed["final"]["update_counter"] == 2 * (64 - 5)
+
+
+def test_async_runner_resumes_with_the_learner_exact(tmp_path):
+    """AsyncRl + AsyncSerialSampler + async prioritized frame buffer, SIGKILLed, resumed.
+
+    The sampler runs in its own process (envs start new episodes, said once);
+    the learner (agent, optimizer, replay buffer in shared memory, counters)
+    resumes exactly where the checkpoint left it, and the iteration counts go
+    on from the checkpoint's in the logs and in the final checkpoint.
+    """
+    import namedschema
+
+    ckpt = tmp_path / "run.nsc"
+    drive(tmp_path, "killed", "dqn_prioritized_async", "--ckpt", ckpt, "--every", 8,
+          "--kill-at-itr", 12, expect_kill=True)
+    saved = namedschema.load(ckpt, allow_pickle=True)
+    assert 0 < saved["itr"] < 12 and 0 < saved["sampler_itr"] < 64
+    resumed = drive(tmp_path, "resumed", "dqn_prioritized_async", "--ckpt", ckpt,
+                    "--every", 8)
+    assert resumed["start"] == saved["itr"]
+    assert len(resumed["notes"]) == 1 and "AsyncSerialSampler" in resumed["notes"][0]
+    assert resumed["roundtrip"] == {"agent": True, "algo": True, "sampler": True,
+                                    "runner": True}
+    assert resumed["final"]["views"] == [True, True]
+    assert resumed["final"]["update_counter"] > saved["state"]["algo"][
+        "rlpyt.algos.base.RlAlgorithm"]["counters"]["update_counter"][1]
+    final = namedschema.load(ckpt, allow_pickle=True)
+    assert final["sampler_itr"] == 64 and final["itr"] > saved["itr"]

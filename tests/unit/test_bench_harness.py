@@ -138,8 +138,6 @@ def test_pickling_quick_writes_json(tmp_path, monkeypatch):
 @pytest.mark.rlpyt
 def test_core_includes_rlpyt_rows_when_rlpyt_src_is_set(tmp_path):
     """With RLPYT_SRC, array cases are measured against rlpyt's namedarraytuple and schema."""
-    if not os.environ.get("RLPYT_SRC"):
-        pytest.skip("RLPYT_SRC is not set")
     out = tmp_path / "core.json"
     assert core.main(["--quick", "--cases", "setitem_scalar,attr_access_8",
                       "--json", str(out)]) == 0
@@ -157,11 +155,11 @@ def test_load_rlpyt_collections_reports_a_bad_tree(tmp_path, monkeypatch):
         bench.load_rlpyt_collections()
 
 
-def test_run_topics_skips_missing_topic_modules(capsys):
-    """A topic without a module is skipped with a note and does not count as a failure."""
+def test_run_topics_fails_for_a_topic_without_a_module(capsys):
+    """Every topic ships with the package, so one without a module is a failure, not a skip."""
     docs, notes, ok = bench.run_topics(["no_such_topic"], quick=True)
-    assert docs == [] and ok is True
-    assert "no_such_topic" in notes[0] and "skipped" in notes[0]
+    assert docs == [] and ok is False
+    assert "no_such_topic" in notes[0] and "failed" in notes[0]
 
 
 def test_plot_results_writes_a_png(tmp_path):

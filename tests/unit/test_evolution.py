@@ -155,6 +155,8 @@ def test_defaults_argument_supplies_and_overrides():
     assert new.timeout.all() and new.timeout.shape == (T, B)
     with pytest.raises(TypeError, match="Typename.field"):
         upgrade(old_samples(), [Samples], defaults={"timeout": 0})
+    with pytest.raises(ValueError, match="names no field"):
+        upgrade(old_samples(), [Samples], defaults={"Samples.timeuot": 0})
 
 
 # --------------------------------------------------------------------------
@@ -557,3 +559,29 @@ def test_nothing_changes_when_a_default_fails_while_rebuilding():
     with pytest.raises(SchemaEvolutionError, match="Obs.vel.*too big"):
         upgrade(graph, [Samples, Obs])
     assert graph["first"][0] is good and type(graph["second"][0]) is OldObs
+
+
+# --------------------------------------------------------------------------
+# Torch buffers
+# --------------------------------------------------------------------------
+
+def test_torch_buffer_gets_a_tensor_field_and_dtype_checks():
+    """A torchified buffer keeps its tensors, gets a tensor for the new field; tensors are never cast."""
+    torch = pytest.importorskip("torch")
+    from namedschema.buffer import torchify_buffer
+
+    old = torchify_buffer(old_samples())
+    Samples = NamedArrayTupleSchema("Samples", "observation action reward timeout",
+                                    defaults=(np.float32(0), np.bool_(False)))
+    new = upgrade(old, [Samples])
+    assert type(new) is Samples and new.reward is old.reward
+    assert isinstance(new.timeout, torch.Tensor) and tuple(new.timeout.shape) == (T, B)
+    assert new.timeout.dtype == torch.bool
+    Wide = NamedArrayTupleSchema("Samples", "observation action reward",
+                                 defaults=(np.float64(0),))
+    with pytest.raises(FieldMismatchError, match="tensor of torch.float32.*not cast"):
+        upgrade(old, [Wide], casting="unsafe")
+    Shape = NamedArrayTupleSchema("Samples", "observation action reward",
+                                  defaults=(np.zeros(5, np.float32),))
+    with pytest.raises(FieldMismatchError, match="element shape"):
+        upgrade(old, [Shape])

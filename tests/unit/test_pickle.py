@@ -5,6 +5,7 @@ import copy
 import gc
 import pickle
 import pickletools
+import uuid
 
 import numpy as np
 import pytest
@@ -12,6 +13,7 @@ import pytest
 from namedschema import (NamedArrayTupleSchema, NamedTupleSchema, SchemaConflictError,
                          SchemaDefinitionError)
 from namedschema._pickle import rebuild_schema
+from namedschema._schema import same_definition
 
 PROTOCOLS = range(pickle.HIGHEST_PROTOCOL + 1)
 
@@ -79,11 +81,11 @@ def test_schema_stored_once_per_pickle():
 
 
 def test_unpickle_returns_original_even_after_equal_schema_made():
-    """In the pickling process, loads return the original schema, not a later equal one."""
+    """In the pickling process, loads return the original schema, not a later twin."""
     Point, _ = make_local_schemas()
     data = pickle.dumps(Point(1, 2))
     Later = NamedTupleSchema("Point", "x y", defaults=(0,))
-    assert Later == Point
+    assert same_definition(Later, Point) and Later is not Point
     assert type(pickle.loads(data)) is Point
 
 
@@ -135,3 +137,52 @@ ModulePoint_base = NamedTupleSchema("ModulePoint_base", "x y")
 
 class ModulePoint(ModulePoint_base):
     pass
+
+
+def test_is_registered_schema_is_true_only_for_live_factory_schemas():
+    """Factory schemas are registered; class-statement subclasses, namedtuples and
+    instances are not, nor a class that copies a live schema's id."""
+    from namedschema._pickle import is_registered_schema
+    S = NamedTupleSchema("S", "a b")
+    A = NamedArrayTupleSchema("A", "a b")
+
+    class Sub(S):
+        pass
+
+    Impostor = type("Impostor", (tuple,), {"_schema_id": S._schema_id})
+    assert is_registered_schema(S) and is_registered_schema(A)
+    for other in (Sub, Impostor, collections.namedtuple("S", "a b"), S(1, 2), tuple,
+                  NamedTupleSchema, None, S._schema_id):
+        assert not is_registered_schema(other), other
+
+
+def test_derived_schema_id_is_the_one_deterministic_id():
+    """Module-level schemas get derived_schema_id's id (occurrence 0, then 1, ...)."""
+    from namedschema._pickle import derived_schema_id
+    first = derived_schema_id("NamedTupleSchema", "m", "P", ("x", "y"), None)
+    assert first == derived_schema_id("NamedTupleSchema", "m", "P", ("x", "y"), None)
+    assert first == derived_schema_id("NamedTupleSchema", "m", "P", ("x", "y"), None, 0)
+    others = {derived_schema_id("NamedTupleSchema", "m", "P", ("x", "y"), None, 1),
+              derived_schema_id("NamedTupleSchema", "m", "P", ("x", "y"), (0,)),
+              derived_schema_id("NamedArrayTupleSchema", "m", "P", ("x", "y"), None),
+              derived_schema_id("NamedTupleSchema", "n", "P", ("x", "y"), None),
+              derived_schema_id("NamedTupleSchema", "m", "Q", ("x", "y"), None),
+              derived_schema_id("NamedTupleSchema", "m", "P", ("x", "z"), None)}
+    assert first not in others and len(others) == 6
+    assert derived_schema_id("NamedTupleSchema", "__mp_main__", "P", ("x",), None) == \
+        derived_schema_id("NamedTupleSchema", "__main__", "P", ("x",), None)
+
+    class Unrepresentable:
+        def __repr__(self):
+            raise RuntimeError("no repr")
+
+    assert derived_schema_id("NamedTupleSchema", "m", "P", ("x",), (Unrepresentable(),)) is None
+    code = ("from namedschema import NamedTupleSchema\n"
+            "A = NamedTupleSchema('P', 'x y')\nB = NamedTupleSchema('P', 'x y')\n")
+    module = f"module_{uuid.uuid4().hex}"  # a fresh name: occurrences count per process
+    namespace = {"__name__": module}
+    exec(compile(code, f"{module}.py", "exec"), namespace)
+    assert namespace["A"]._schema_id == derived_schema_id(
+        "NamedTupleSchema", module, "P", ("x", "y"), None, 0)
+    assert namespace["B"]._schema_id == derived_schema_id(
+        "NamedTupleSchema", module, "P", ("x", "y"), None, 1)

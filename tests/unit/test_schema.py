@@ -8,6 +8,7 @@ import pytest
 import namedschema
 from namedschema import (NamedArrayTuple, NamedArrayTupleSchema, NamedTuple,
                          NamedTupleSchema, SchemaDefinitionError)
+from namedschema._schema import same_definition
 
 
 @pytest.mark.parametrize("typename, fields, fragment", [
@@ -69,26 +70,49 @@ def test_class_is_schema_and_instances_are_tuples():
     assert Point.__module__ == __name__ and Point.__qualname__ == "Point"
 
 
-def test_each_call_makes_a_new_schema_equal_by_definition():
-    """Separate calls give distinct classes that compare equal and hash alike."""
+def test_each_call_makes_a_new_schema_that_compares_by_identity():
+    """Separate calls give distinct classes that, like namedtuple classes, compare and
+    hash by identity; same_definition compares what defines them."""
     A = NamedTupleSchema("P", "x y", defaults=(0,))
     B = NamedTupleSchema("P", "x y", defaults=(0,))
-    assert A is not B and A == B and hash(A) == hash(B)
-    assert not isinstance(A(1), B)
-    assert A != NamedTupleSchema("P", "x y")                       # other defaults
-    assert A != NamedTupleSchema("Q", "x y", defaults=(0,))        # other name
-    assert A != NamedArrayTupleSchema("P", "x y", defaults=(0,))   # other kind
-    assert A != collections.namedtuple("P", "x y", defaults=(0,))
+    assert A is not B and A != B and not isinstance(A(1), B)
+    assert A == A and hash(A) == object.__hash__(A) and hash(B) == object.__hash__(B)
+    assert {A: "a"}.get(B) is None and len({A, B}) == 2
+    # The stdlib does the same for namedtuple classes.
+    C, D = collections.namedtuple("P", "x y"), collections.namedtuple("P", "x y")
+    assert C != D and {C: 1}.get(D) is None
+    assert same_definition(A, B) and same_definition(A, A)
+    assert not same_definition(A, NamedTupleSchema("P", "x y"))                      # defaults
+    assert not same_definition(A, NamedTupleSchema("Q", "x y", defaults=(0,)))       # name
+    assert not same_definition(A, NamedTupleSchema("P", "x z", defaults=(0,)))       # fields
+    assert not same_definition(A, NamedArrayTupleSchema("P", "x y", defaults=(0,)))  # kind
+    assert not same_definition(A, collections.namedtuple("P", "x y", defaults=(0,)))
     A.x.__doc__ = "changed"
     assert B.x.__doc__ == "Alias for field number 0"
 
 
-def test_defaults_that_are_arrays_do_not_break_equality():
-    """Schemas with array defaults compare without raising (arrays compare by identity)."""
+def test_singledispatch_tells_schemas_with_one_definition_apart():
+    """functools.singledispatch registered for one schema does not take its twin."""
+    import functools
+    A = NamedTupleSchema("P", "x y")
+    B = NamedTupleSchema("P", "x y")
+
+    @functools.singledispatch
+    def kind(value):
+        return "other"
+
+    kind.register(A, lambda value: "A")
+    assert kind(A(1, 2)) == "A" and kind(B(1, 2)) == "other"
+
+
+def test_defaults_that_are_arrays_do_not_break_same_definition():
+    """Array defaults compare without raising (arrays compare by identity)."""
     import numpy as np
     a = np.zeros(3)
-    assert NamedTupleSchema("P", "x", defaults=(a,)) == NamedTupleSchema("P", "x", defaults=(a,))
-    assert NamedTupleSchema("P", "x", defaults=(a,)) != NamedTupleSchema("P", "x", defaults=(np.zeros(3),))
+    assert same_definition(NamedTupleSchema("P", "x", defaults=(a,)),
+                           NamedTupleSchema("P", "x", defaults=(a,)))
+    assert not same_definition(NamedTupleSchema("P", "x", defaults=(a,)),
+                               NamedTupleSchema("P", "x", defaults=(np.zeros(3),)))
 
 
 def test_subclass_by_class_statement_is_an_ordinary_class():
