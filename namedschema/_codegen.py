@@ -9,13 +9,22 @@ of functions is compiled per field count and shared by all schemas with that
 many fields. Errors are handed to the generic reporters in ``_instance``.
 
 accessors_for   (getitem, setitem) for a field count, or None when too large
+compile_source  compile generated code, its source registered in ``linecache``
+
+Generated source is registered in ``linecache`` under its ``<namedschema ...>``
+file name, so tracebacks through generated methods show their lines and
+``inspect.getsource`` finds them. Entries are keyed by what the code depends
+on (a field count here; field names for ``__new__``), so there is one per
+distinct definition, not one per schema.
 """
 
 from __future__ import annotations
 
+import linecache
+
 from ._instance import raise_read_error, raise_write_error
 
-__all__ = ["accessors_for", "MAX_UNROLLED_FIELDS"]
+__all__ = ["accessors_for", "compile_source", "MAX_UNROLLED_FIELDS"]
 
 MAX_UNROLLED_FIELDS = 64
 _cache: dict[int, tuple] = {}
@@ -58,6 +67,14 @@ def _source(n: int) -> str:
     return "\n".join(lines)
 
 
+def compile_source(source: str, filename: str):
+    """Compile ``source`` for ``exec`` and register it in ``linecache`` as ``filename``."""
+    code = compile(source, filename, "exec")
+    # mtime None: linecache.checkcache keeps the entry (there is no file to check).
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    return code
+
+
 def accessors_for(n_fields: int):
     """Shared unrolled (``__getitem__``, ``__setitem__``) for ``n_fields`` fields."""
     if n_fields > MAX_UNROLLED_FIELDS:
@@ -66,8 +83,8 @@ def accessors_for(n_fields: int):
     if pair is None:
         namespace = {"_tuple_new": tuple.__new__, "_raise_read_error": raise_read_error,
                      "_raise_write_error": raise_write_error}
-        code = compile(_source(n_fields), f"<namedschema accessors for {n_fields} fields>",
-                       "exec")
+        code = compile_source(_source(n_fields),
+                              f"<namedschema accessors for {n_fields} fields>")
         exec(code, namespace)
         getitem, setitem = namespace["__getitem__"], namespace["__setitem__"]
         getitem.__doc__ = ("Return a new instance of the same schema with ``loc`` "

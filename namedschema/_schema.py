@@ -23,6 +23,7 @@ same_definition         whether two schemas have one kind, typename, fields, def
 from __future__ import annotations
 
 import copyreg
+import hashlib
 import keyword
 import sys
 import threading
@@ -32,7 +33,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, overload
 
 from . import _pickle
-from ._codegen import accessors_for
+from ._codegen import accessors_for, compile_source
 from ._instance import NamedArrayTuple, NamedTuple, SchemaBaseMeta
 from ._limits import check_field_count
 from .errors import SchemaDefinitionError
@@ -155,7 +156,13 @@ def _make_new(typename, fields, defaults):
     # they never collide with '_cls' / '_tuple_new'. No builtins are exposed.
     namespace: dict[str, Any] = {"_tuple_new": _tuple_new, "__builtins__": {},
                                  "__name__": f"namedschema_{typename}"}
-    exec(compile(source, f"<namedschema {typename}.__new__>", "exec"), namespace)
+    # Named by the fields, all the code depends on (one linecache entry for each).
+    if len(params) > 120:
+        digest = hashlib.blake2b(params.encode(), digest_size=8).hexdigest()
+        filename = f"<namedschema __new__ of {len(fields)} fields {digest}>"
+    else:
+        filename = f"<namedschema __new__({params})>"
+    exec(compile_source(source, filename), namespace)
     new = namespace["__new__"]
     new.__qualname__ = f"{typename}.__new__"
     new.__doc__ = f"Create new instance of {typename}({values})"

@@ -448,8 +448,9 @@ def buffer_method(buffer_, method_name, *args, **kwargs):
 
     >>> from namedschema import namedarraytuple
     >>> P = namedarraytuple('P', 'a b')
-    >>> buffer_method(P(np.arange(3), None), 'sum')
-    P(a=np.int64(3), b=None)
+    >>> total = buffer_method(P(np.arange(3), None), 'sum')
+    >>> int(total.a), total.b
+    (3, None)
     """
     return _map_structure(buffer_, lambda x, _p: getattr(x, method_name)(*args, **kwargs),
                           _root_name(buffer_, "buffer"), _leaf_types())

@@ -9,7 +9,8 @@ SchemaClassError        a class statement cannot define a schema (also a TypeErr
 SchemaConflictError     an unpickled schema disagrees with one this process has
 StructureMismatchError  a value does not have the expected structure (TypeError)
 FieldError              reading or writing a field failed; names schema and field
-Field*Error             FieldError plus the builtin type of the failure (Index, Key, ...)
+Field*Error             FieldError plus the builtin type of the failure (Index, Key,
+                        Runtime, ...; made on demand for other builtins)
 FormatError             a checkpoint file is not valid (ValueError)
 UnsafeLoadError         a checkpoint needs pickle and allow_pickle was not given
 NotDataError            save met a value that is not data and allow_pickle was not given
@@ -39,6 +40,7 @@ __all__ = [
     "FieldOverflowError",
     "FieldTypeError",
     "FieldValueError",
+    "FieldRuntimeError",
     "FormatError",
     "UnsafeLoadError",
     "NotDataError",
@@ -153,20 +155,80 @@ class FieldOverflowError(FieldError, OverflowError, IndexError):
     """
 
 
-_FIELD_ERROR_FOR = (
-    (OverflowError, FieldOverflowError),
-    (IndexError, FieldIndexError),
-    (KeyError, FieldKeyError),
-    (TypeError, FieldTypeError),
-    (ValueError, FieldValueError),
-)
+class FieldRuntimeError(FieldError, RuntimeError):
+    """A field failed with RuntimeError (what torch raises for shape and device mismatches)."""
+
+
+# The classes above, by the builtin exception they add to FieldError.
+_NAMED_FIELD_ERRORS: dict[type[BaseException], type[FieldError]] = {
+    IndexError: FieldIndexError, KeyError: FieldKeyError, TypeError: FieldTypeError,
+    ValueError: FieldValueError, OverflowError: FieldOverflowError,
+    RuntimeError: FieldRuntimeError,
+}
+# Classes made on demand for other builtins (and combinations), by builtin names.
+_made: dict[tuple[str, ...], type[FieldError]] = {}
+
+
+def _builtin_bases(cls: type) -> list[type]:
+    """The most derived builtin exception classes ``cls`` is (usually one)."""
+    found = [c for c in cls.__mro__
+             if c.__module__ == "builtins" and issubclass(c, Exception) and c is not Exception]
+    return [c for c in found if not any(o is not c and issubclass(o, c) for o in found)]
+
+
+def _field_error_for(builtins: tuple[type, ...]) -> type[FieldError]:
+    """FieldError combined with ``builtins`` (made once per combination)."""
+    if len(builtins) == 1 and builtins[0] in _NAMED_FIELD_ERRORS:
+        return _NAMED_FIELD_ERRORS[builtins[0]]
+    key = tuple(b.__name__ for b in builtins)
+    made = _made.get(key)
+    if made is None:
+        bases = tuple(_NAMED_FIELD_ERRORS.get(b) or _field_error_for((b,)) if len(builtins) > 1
+                      else b for b in builtins)
+        if len(builtins) == 1:
+            bases = (FieldError, *bases)
+        name = "Field" + "".join(b.__name__.removesuffix("Error") for b in builtins) + "Error"
+        made = type(name, bases, {
+            "__module__": __name__, "__qualname__": name,
+            "__doc__": f"A field failed with {' and '.join(key)}.",
+            "__str__": Exception.__str__,  # the builtin's own might quote or reformat it
+            "__reduce__": _reduce_made})
+        made("S", (), None, "probe")  # a builtin whose __init__ needs more arguments fails
+        made = _made.setdefault(key, made)
+    return made
+
+
+def _reduce_made(self):
+    return (rebuild_field_error, (tuple(b.__name__ for b in _builtin_bases(type(self))),
+                                  (self.schema, self.path, self.loc, self.reason,
+                                   self.written, self.assigning)))
+
+
+def rebuild_field_error(builtin_names: tuple, args: tuple) -> FieldError:
+    """Unpickle a FieldError of a class made on demand (by its builtins' names)."""
+    import builtins
+    classes = tuple(getattr(builtins, name) for name in builtin_names)
+    if not all(isinstance(c, type) and issubclass(c, Exception) for c in classes):
+        raise TypeError(f"not builtin exception classes: {builtin_names!r}")
+    return _field_error_for(classes)(*args)
 
 
 def field_error_class(exc: BaseException) -> type[FieldError]:
-    """The FieldError subclass matching the builtin type of ``exc``."""
-    for builtin, cls in _FIELD_ERROR_FOR:
-        if isinstance(exc, builtin):
-            return cls
+    """The FieldError subclass that is also every builtin exception class ``exc`` is.
+
+    So ``except RuntimeError`` (or ``ZeroDivisionError``, ``AttributeError``...)
+    still catches a field's failure once it is reported as a FieldError. A
+    builtin that cannot be combined (its constructor needs more arguments,
+    like ``UnicodeDecodeError``) gives way to its own builtin bases.
+    """
+    pending = _builtin_bases(type(exc))
+    while pending:
+        try:
+            return _field_error_for(tuple(pending))
+        except TypeError:  # an incompatible layout or constructor: one level up
+            wider = {b for c in pending for base in c.__bases__ for b in _builtin_bases(base)}
+            pending = [c for c in wider if not any(o is not c and issubclass(o, c)
+                                                   for o in wider)]
     return FieldError
 
 

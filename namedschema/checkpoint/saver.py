@@ -59,8 +59,8 @@ def save(obj: Any, path: str | os.PathLike[str], *, allow_pickle: bool = False,
     >>> path = os.path.join(tempfile.mkdtemp(), 'buf.nsb')
     >>> namedschema.save({'buffer': buf, 'recent': buf.obs[-2:]}, path)
     >>> back = namedschema.load(path)
-    >>> back['buffer'].reward[3], np.shares_memory(back['recent'], back['buffer'].obs)
-    (np.float64(3.0), True)
+    >>> float(back['buffer'].reward[3]), np.shares_memory(back['recent'], back['buffer'].obs)
+    (3.0, True)
     """
     if incremental:
         incremental_save(obj, path, allow_pickle=allow_pickle, progress=progress)

@@ -40,6 +40,7 @@ import warnings
 
 from ..errors import NamedSchemaError
 from . import state as _state
+from . import workers as _workers  # noqa: F401  (registers the parallel-sampler handler)
 
 __all__ = ["resumable", "ResumeError", "ResumeWarning", "CHECKPOINT_KIND"]
 
@@ -206,19 +207,22 @@ class _Resume:
                 "world_size": int(getattr(r, "world_size", 1)), "n_itr": int(self.n_itr or 0)}
 
     def _prepare(self):
-        """Before rlpyt's startup, when resuming."""
+        """Before rlpyt's startup (before sampler workers fork)."""
         r = self.runner
+        if self.checkpoint is None:
+            for obj in self.components().values():
+                _state.prepare(obj, None)
+            return
         seeds = [v["seed"] for v in self.checkpoint["state"]["runner"].values()
                  if isinstance(v, dict) and v.get("seed") is not None]
         if r.seed is None and seeds:
             # The same seed builds the same envs and models as the first start.
             r.seed = seeds[0]
-        for obj in self.components().values():
-            _state.prepare(obj)
+        for what, obj in self.components().items():
+            _state.prepare(obj, self.checkpoint["state"].get(what))
 
     def startup(self):
-        if self.checkpoint is not None:
-            self._prepare()
+        self._prepare()
         n_itr = self._originals["startup"]()
         r = self.runner
         self.n_itr = n_itr
@@ -397,8 +401,8 @@ class _AsyncResume(_Resume):
             r.sampler = real
 
     def startup(self):
+        self._prepare()
         if self.checkpoint is not None:
-            self._prepare()
             if self.sampler_offset >= self._n_itr_before_startup():
                 self.finished = True
                 return None

@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 __all__ = ["register_handler", "capture", "restore", "check", "prepare", "data_state",
+           "fresh_copy", "is_async_sampler", "traj_infos_state", "make_traj_infos",
            "restore_data_state", "rng_state", "set_rng_state", "Handler",
            "StateMismatchError"]
 
@@ -50,8 +51,9 @@ class Handler:
     ``capture(obj, ctx) -> dict``, ``restore(obj, state, ctx)``, the
     optional ``check(obj, ctx) -> list of str`` (reasons the state cannot be
     restored exactly, said before training starts) and the optional
-    ``prepare(obj)``, run on a resume before rlpyt's startup (before sampler
-    workers fork, so they inherit what it does). ``ctx`` is the resume
+    ``prepare(obj, saved)``, run before rlpyt's startup (before sampler
+    workers fork, so they inherit what it does) with this handler's state
+    from the checkpoint, or None when the run starts from scratch. ``ctx`` is the resume
     context (see ``namedschema.rlpyt.resume``): it carries the sampler's
     ``TrajInfoCls`` and collects notes.
     """
@@ -59,7 +61,7 @@ class Handler:
     capture: Callable[[Any, Any], dict]
     restore: Callable[[Any, dict, Any], None]
     check: Callable[[Any, Any], list] | None = None
-    prepare: Callable[[Any], None] | None = None
+    prepare: Callable[[Any, Any], None] | None = None
 
 
 _HANDLERS: dict[str, Handler] = {}
@@ -94,9 +96,14 @@ def capture(obj, ctx) -> dict:
     return {key: handler.capture(obj, ctx) for key, handler in handlers_for(obj)}
 
 
-def restore(obj, state: dict, ctx, what: str) -> None:
-    """Restore ``state`` (from :func:`capture`) into ``obj``, a freshly built component."""
+def restore(obj, state: dict, ctx, what: str, partial: bool = False) -> None:
+    """Restore ``state`` (from :func:`capture`) into ``obj``, a freshly built component.
+
+    With ``partial``, handlers without state in ``state`` are left out.
+    """
     handlers = dict(handlers_for(obj))
+    if partial:
+        handlers = {k: h for k, h in handlers.items() if k in state}
     missing = sorted(set(state) - set(handlers))
     if missing:
         raise StateMismatchError(
@@ -110,11 +117,15 @@ def restore(obj, state: dict, ctx, what: str) -> None:
         handler.restore(obj, state[key], ctx)
 
 
-def prepare(obj) -> None:
-    """Run the ``prepare`` hooks of ``obj``'s handlers (a resume, before startup)."""
-    for _, handler in handlers_for(obj):
+def prepare(obj, state: dict | None) -> None:
+    """Run the ``prepare`` hooks of ``obj``'s handlers, before rlpyt's startup.
+
+    ``state`` is what the checkpoint holds for ``obj`` (from :func:`capture`),
+    or None when the run starts from scratch.
+    """
+    for key, handler in handlers_for(obj):
         if handler.prepare is not None:
-            handler.prepare(obj)
+            handler.prepare(obj, None if state is None else state.get(key))
 
 
 def check(obj, ctx) -> list[str]:
@@ -296,6 +307,11 @@ def _offset(view, base):
         return None
 
 
+def fresh_copy(value):
+    """A copy of an array, tensor or array tuple (others are returned as they are)."""
+    return _fresh_copy(value)
+
+
 def _fresh_copy(value):
     if _is_array_tuple(value):
         return type(value)(*(_fresh_copy(v) for v in value))
@@ -442,8 +458,8 @@ class _EpsilonAfterSchedule:
             agent.distribution.set_epsilon(agent.eps_sample)
 
 
-def _eps_prepare(agent):
-    if not isinstance(vars(agent).get("sample_mode"), _EpsilonAfterSchedule):
+def _eps_prepare(agent, saved):
+    if saved is not None and not isinstance(vars(agent).get("sample_mode"), _EpsilonAfterSchedule):
         agent.sample_mode = _EpsilonAfterSchedule(agent, agent.sample_mode)
 
 
@@ -610,14 +626,6 @@ def _eval_collector_capture(collector, ctx):
             "envs": [capture(env, ctx) for env in collector.envs]}
 
 
-def _parallel_sampler_capture(sampler, ctx):
-    return {}
-
-
-def _parallel_sampler_restore(sampler, state, ctx):
-    pass   # Said at start by _parallel_sampler_check.
-
-
 def _async_sampler_check(sampler, ctx):
     return [f"{type(sampler).__name__}: the sampler runs in its own process, whose state "
             "(envs, trajectories in progress, batches not yet copied into the replay "
@@ -626,19 +634,18 @@ def _async_sampler_check(sampler, ctx):
             "RNGs) is restored exactly"]
 
 
-def _is_async_sampler(sampler) -> bool:
+def is_async_sampler(sampler) -> bool:
+    """Whether ``sampler`` is one of rlpyt's async samplers (its own process)."""
     return any(_key(c) == "rlpyt.samplers.async_.base.AsyncSamplerMixin"
                for c in type(sampler).__mro__)
 
 
-def _parallel_sampler_check(sampler, ctx):
-    if _is_async_sampler(sampler):
-        return []   # Said by the async sampler's check.
-    return [f"{type(sampler).__name__}: the envs live in worker processes, whose state "
-            "is not saved: after a resume every env starts a new episode (seeded as at "
-            "the first start), so sampler batches differ from an uninterrupted run; the "
-            "learner state (agent, optimizers, replay buffer, counters, main-process "
-            "RNGs) is restored exactly"]
+def _nothing_to_capture(obj, ctx):
+    return {}
+
+
+def _nothing_to_restore(obj, state, ctx):
+    pass
 
 
 def _runner_times(runner):
@@ -714,16 +721,13 @@ def _install_defaults():
                      _collector_restore, _collector_check)
     register_handler(samplers + "serial.sampler.SerialSampler", _serial_sampler_capture,
                      _serial_sampler_restore, _serial_sampler_check)
-    register_handler(samplers + "parallel.base.ParallelSamplerBase",
-                     _parallel_sampler_capture, _parallel_sampler_restore,
-                     _parallel_sampler_check)
     register_handler("rlpyt.runners.minibatch_rl.MinibatchRlBase", _minibatch_capture,
                      _minibatch_restore)
     register_handler("rlpyt.runners.async_rl.AsyncRlBase",
                      lambda runner, ctx: _minibatch_capture(runner, ctx, _ASYNC_NAMES),
                      _minibatch_restore)
-    register_handler(samplers + "async_.base.AsyncSamplerMixin", _parallel_sampler_capture,
-                     _parallel_sampler_restore, _async_sampler_check)
+    register_handler(samplers + "async_.base.AsyncSamplerMixin", _nothing_to_capture,
+                     _nothing_to_restore, _async_sampler_check)
 
 
 _install_defaults()

@@ -33,24 +33,50 @@ FILES["rlpyt/utils/collections.py"] = '''
 import sys
 from collections import namedtuple
 
+# What rlpyt does, as tests/integration/test_fake_rlpyt_vs_real.py checks against
+# the real rlpyt: reserved names, errors wrapped in a bare Exception naming the
+# field, a None field written to when the value's field is not None, and
+# predicates that look at the exact class layout (type(cls) is type, MRO length).
+RESERVED_NAMES = ("get", "items")
+
 
 def namedarraytuple(typename, field_names, return_namedtuple_cls=False,
                     classname_suffix=False):
     """A classic run-time class: a namedtuple subclass indexing every field."""
+    nt_typename = typename
+    if classname_suffix:
+        nt_typename, typename = typename + "_nt", typename + "_nat"
     module = sys._getframe(1).f_globals.get("__name__", "__main__")
-    base = namedtuple(typename, field_names, module=module)
+    base = namedtuple(nt_typename, field_names, module=module)
+    for name in base._fields:
+        if name in RESERVED_NAMES:
+            raise ValueError(f"Disallowed field name: {name}.")
 
     def __getitem__(self, loc):
-        return type(self)(*(None if v is None else v[loc] for v in self))
+        try:
+            return type(self)(*(None if v is None else v[loc] for v in self))
+        except IndexError as exc:
+            for name, v in zip(self._fields, self):
+                if v is None:
+                    continue
+                try:
+                    v[loc]
+                except IndexError:
+                    raise Exception(f"Occured in {self.__class__} at field "
+                                    f"'{name}'.") from exc
 
     def __setitem__(self, loc, value):
-        if isinstance(value, tuple) and getattr(value, "_fields", None) == self._fields:
-            pairs = zip(self, value)
-        else:
-            pairs = ((s, value) for s in self)
-        for s, v in pairs:
-            if s is not None:
-                s[loc] = v
+        if not (isinstance(value, tuple)
+                and getattr(value, "_fields", None) == self._fields):
+            value = tuple(None if s is None else value for s in self)
+        j = 0
+        try:
+            for j, (s, v) in enumerate(zip(self, value)):
+                if s is not None or v is not None:
+                    s[loc] = v
+        except (ValueError, IndexError, TypeError) as exc:
+            raise Exception(f"Occured in {self.__class__} at field "
+                            f"'{self._fields[j]}'.") from exc
 
     def __contains__(self, key):
         return key in self._fields
@@ -59,7 +85,7 @@ def namedarraytuple(typename, field_names, return_namedtuple_cls=False,
         return tuple.__getitem__(self, index)
 
     def items(self):
-        return zip(self._fields, self)
+        yield from zip(self._fields, self)
 
     namespace = {"__slots__": (), "__getitem__": __getitem__,
                  "__setitem__": __setitem__, "__contains__": __contains__,
@@ -70,13 +96,16 @@ def namedarraytuple(typename, field_names, return_namedtuple_cls=False,
 
 
 def is_namedtuple_class(obj):
-    return (isinstance(obj, type) and issubclass(obj, tuple)
-            and hasattr(obj, "_fields") and not hasattr(obj, "items"))
+    if type(obj) is not type or obj is type or len(obj.mro()) != 3:
+        return False
+    return obj.mro()[1] is tuple and all(
+        hasattr(obj, a) for a in ("_fields", "_asdict", "_make", "_replace"))
 
 
 def is_namedarraytuple_class(obj):
-    return (isinstance(obj, type) and issubclass(obj, tuple)
-            and hasattr(obj, "_fields") and hasattr(obj, "items"))
+    if type(obj) is not type or obj is type or len(obj.mro()) != 4:
+        return False
+    return is_namedtuple_class(obj.mro()[1]) and all(hasattr(obj, a) for a in RESERVED_NAMES)
 
 
 def is_namedtuple(obj):
@@ -89,11 +118,12 @@ def is_namedarraytuple(obj):
 
 def namedarraytuple_like(example, classname_suffix=False):
     cls = example if isinstance(example, type) else type(example)
+    if is_namedtuple_class(cls):
+        return namedarraytuple(cls.__name__, cls._fields, classname_suffix=classname_suffix)
     if is_namedarraytuple_class(cls):
         return cls
-    if is_namedtuple_class(cls):
-        return namedarraytuple(cls.__name__, cls._fields)
-    raise TypeError(f"not a named tuple: {cls!r}")
+    raise TypeError("Input must be namedtuple or namedarraytuple instance"
+                    f" or class, got {type(example)}.")
 
 
 ExampleNat = namedarraytuple("ExampleNat", ["a", "b"])

@@ -93,7 +93,8 @@ def build(config):
     if config.endswith("_async"):
         from rlpyt.samplers.async_.serial_sampler import AsyncSerialSampler
         from rlpyt.utils.collections import AttrDict
-        sampler_cls, runner_cls = AsyncSerialSampler, "AsyncRl"
+        sampler_cls = AsyncSerialSampler
+        runner_cls = "AsyncRlEval" if config.endswith("eval_async") else "AsyncRl"
         runner_kwargs["affinity"] = AttrDict(
             sampler=dict(set_affinity=False),
             optimizer=[dict(cpus=[0], torch_threads=1, set_affinity=False)])
@@ -110,11 +111,11 @@ def build(config):
                    prioritized_replay=config.startswith("dqn_prioritized"),
                    pri_beta_steps=300, updates_per_sync=2)
         env_cls, env_kwargs = AtariLike, {"delay": 0.003} if config.endswith("_async") else {}
-        if config == "dqn_eval":
-            runner_cls = "MinibatchRlEval"
+        if config in ("dqn_eval", "dqn_eval_async"):
+            runner_cls = "MinibatchRlEval" if config == "dqn_eval" else runner_cls
             sampler_kwargs.update(eval_n_envs=2, eval_max_steps=60,
                                   eval_max_trajectories=4, eval_env_kwargs={})
-    elif config == "r2d1":
+    elif config.startswith("r2d1"):
         from rlpyt.agents.dqn.atari.atari_r2d1_agent import AtariR2d1Agent
         from rlpyt.algos.dqn.r2d1 import R2D1
         from rlpyt.samplers.parallel.cpu.collectors import CpuWaitResetCollector
@@ -187,6 +188,13 @@ class Recorder:
                 self.add("batch", (sampler.samples_np, out[0]))
                 return out
             sampler.collector.collect_batch = collect_batch
+        else:                               # parallel: the batch reaches the algo
+            to_buffer = algo.samples_to_buffer
+
+            def samples_to_buffer(samples):
+                self.add("batch", samples)
+                return to_buffer(samples)
+            algo.samples_to_buffer = samples_to_buffer
         sample = algo.replay_buffer.sample_batch
 
         def sample_batch(*a, **k):
@@ -290,6 +298,8 @@ def main(argv=None):
     parser.add_argument("--kill-in-loss", type=int, metavar="ITR",
                         help="SIGKILL inside the first loss computation of iteration ITR")
     parser.add_argument("--kill-in-save")
+    parser.add_argument("--unpicklable-env", action="store_true",
+                        help="envs hold a lambda, so their state cannot be saved")
     parser.add_argument("--disable-handler", action="append", default=[],
                         help="rlpyt class whose state handler is replaced by a no-op "
                              "(to show what goes wrong without it)")
@@ -305,6 +315,9 @@ def main(argv=None):
     rec.hook_logger()
     rec.hook_saves()
     runner = build(args.config)
+    if args.unpicklable_env:
+        from tests.rlpyt_resume.envs import UnpicklableAtariLike
+        runner.sampler.EnvCls = UnpicklableAtariLike
     resume = None
     if args.ckpt:
         resumable(runner, args.ckpt, every_itrs=args.every)

@@ -80,6 +80,14 @@ class AtariLike(Env):
         return self.max_steps
 
 
+class UnpicklableAtariLike(AtariLike):
+    """AtariLike holding a lambda: its state cannot be pickled, so a resume resets it."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.callback = lambda: None
+
+
 class ContinuousLike(Env):
     """A point pushed towards a random goal in 3-D; 2-D continuous actions."""
 

@@ -217,3 +217,24 @@ def test_negative_plain_pickle_of_a_replay_buffer_copies_its_views_apart(tmp_pat
     assert out["plain"] == [False, False]
     assert out["restored"] == [True, True] and out["same"]
     assert out["t"][0] == out["t"][1]
+
+
+def test_every_steps_rounds_down_to_whole_iterations_and_saves_at_the_end(tmp_path):
+    """every_steps=40 with 8 steps per iteration: iterations 5, 10, 15, then the end (16)."""
+    out = run("""
+        import functools
+        saved = []
+        save = namedschema.save
+
+        @functools.wraps(save)
+        def counting(obj, path, **kwargs):
+            saved.append(obj["itr"])
+            return save(obj, path, **kwargs)
+        namedschema.save = counting
+        runner = build("dqn_uniform")
+        runner.n_steps = 80        # 10 iterations, rounded up to 2 log intervals of 8
+        resumable(runner, "run.nsc", every_steps=40).train()
+        print(json.dumps({"saved": saved, "itr": namedschema.load(
+            "run.nsc", allow_pickle=True)["itr"]}))
+        """, tmp_path)
+    assert out == {"saved": [5, 10, 15, 16], "itr": 16}

@@ -157,25 +157,53 @@ def test_without_the_epsilon_handler_a_resume_diverges(tmp_path, tmp_path_factor
     assert first_twin != first_resumed
 
 
-def test_cpu_sampler_learner_state_is_exact_and_the_envs_are_said_once(tmp_path):
-    """CpuSampler: envs live in workers (not restored, said once); the learner is exact."""
+# rlpyt's parallel samplers pass completed trajectory infos through a queue that the
+# main process drains without waiting, so even two uninterrupted runs may log a
+# trajectory one iteration apart: those log rows (and the runner's trajectory window)
+# are left out of the comparison; everything else must match.
+_TRAJ_LOGS = ("Return", "Length", "NonzeroRewards", "CompletedTrajs", "StepsInTraj")
+
+
+def _without_traj_logs(run):
+    run = dict(run)
+    run["events"] = [e for e in run["events"]
+                     if not (e[1].startswith("log:") and any(w in e[1] for w in _TRAJ_LOGS))]
+    run["final"] = {k: v for k, v in run["final"].items() if k != "runner"}
+    return run
+
+
+@pytest.mark.parametrize("config", ["dqn_prioritized_cpu", "r2d1_cpu"])
+def test_cpu_sampler_resumes_exactly_with_the_envs_in_its_workers(tmp_path, tmp_path_factory,
+                                                                  config):
+    """CpuSampler: the workers' envs, agent inputs, trajectories and RNGs are restored too."""
+    ckpt = tmp_path / "run.nsc"
+    drive(tmp_path, "killed", config, "--ckpt", ckpt, "--kill-at-itr", 35, expect_kill=True)
+    resumed = drive(tmp_path, "resumed", config, "--ckpt", ckpt)
+    assert resumed["notes"] == []
+    assert_same_from(_without_traj_logs(twin(tmp_path_factory, config)),
+                     _without_traj_logs(resumed), 30)
+    assert resumed["final"]["views"] == [True, True]
+
+
+def test_cpu_sampler_with_unpicklable_envs_is_said_once_and_the_learner_is_exact(tmp_path):
+    """Envs that cannot be pickled start new episodes in the workers; the learner is exact."""
     ckpt = tmp_path / "run.nsc"
     drive(tmp_path, "killed", "dqn_prioritized_cpu", "--ckpt", ckpt, "--kill-at-itr", 35,
-          expect_kill=True)
-    resumed = drive(tmp_path, "resumed", "dqn_prioritized_cpu", "--ckpt", ckpt)
+          "--unpicklable-env", expect_kill=True)
+    resumed = drive(tmp_path, "resumed", "dqn_prioritized_cpu", "--ckpt", ckpt,
+                    "--unpicklable-env")
     assert resumed["start"] == 30
     assert len(resumed["notes"]) == 1
-    assert "CpuSampler: the envs live in worker processes" in resumed["notes"][0]
-    assert "new episode" in resumed["notes"][0]
-    # What the resumed learner starts from is exactly what was saved.
-    assert resumed["roundtrip"] == {"agent": True, "algo": True, "sampler": True,
-                                    "runner": True}
+    assert "cannot be pickled" in resumed["notes"][0]
+    assert "(in sampler workers)" in resumed["notes"][0]
+    assert resumed["roundtrip"]["agent"] and resumed["roundtrip"]["algo"]
     assert resumed["final"]["views"] == [True, True]
     assert resumed["final"]["update_counter"] == 2 * (64 - 5)
 
 
-def test_async_runner_resumes_with_the_learner_exact(tmp_path):
-    """AsyncRl + AsyncSerialSampler + async prioritized frame buffer, SIGKILLed, resumed.
+@pytest.mark.parametrize("config", ["dqn_prioritized_async", "dqn_eval_async"])
+def test_async_runner_resumes_with_the_learner_exact(tmp_path, config):
+    """AsyncRl(Eval) + AsyncSerialSampler + async frame buffer, SIGKILLed, resumed.
 
     The sampler runs in its own process (envs start new episodes, said once);
     the learner (agent, optimizer, replay buffer in shared memory, counters)
@@ -185,17 +213,16 @@ def test_async_runner_resumes_with_the_learner_exact(tmp_path):
     import namedschema
 
     ckpt = tmp_path / "run.nsc"
-    drive(tmp_path, "killed", "dqn_prioritized_async", "--ckpt", ckpt, "--every", 8,
+    drive(tmp_path, "killed", config, "--ckpt", ckpt, "--every", 8,
           "--kill-at-itr", 12, expect_kill=True)
     saved = namedschema.load(ckpt, allow_pickle=True)
     assert 0 < saved["itr"] < 12 and 0 < saved["sampler_itr"] < 64
-    resumed = drive(tmp_path, "resumed", "dqn_prioritized_async", "--ckpt", ckpt,
-                    "--every", 8)
+    resumed = drive(tmp_path, "resumed", config, "--ckpt", ckpt, "--every", 8)
     assert resumed["start"] == saved["itr"]
     assert len(resumed["notes"]) == 1 and "AsyncSerialSampler" in resumed["notes"][0]
     assert resumed["roundtrip"] == {"agent": True, "algo": True, "sampler": True,
                                     "runner": True}
-    assert resumed["final"]["views"] == [True, True]
+    assert resumed["final"]["views"] == ([True, True] if "prioritized" in config else [True])
     assert resumed["final"]["update_counter"] > saved["state"]["algo"][
         "rlpyt.algos.base.RlAlgorithm"]["counters"]["update_counter"][1]
     final = namedschema.load(ckpt, allow_pickle=True)

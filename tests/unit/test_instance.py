@@ -152,3 +152,86 @@ def test_torch_tensor_fields():
     assert s[1].obs.tolist() == [1.0, 1.0] and float(s.reward[1]) == 3.0
     with pytest.raises(FieldIndexError, match="Step.obs"):
         s[9]
+
+
+class _Raising:
+    """A field whose indexing and assignment raise a given exception."""
+
+    def __init__(self, exc):
+        self.exc = exc
+
+    def __getitem__(self, loc):
+        raise self.exc
+
+    def __setitem__(self, loc, value):
+        raise self.exc
+
+    def __len__(self):
+        return 4
+
+
+@pytest.mark.parametrize("exc, builtins", [
+    (RuntimeError("shape mismatch"), (RuntimeError,)),
+    (ZeroDivisionError("zero"), (ZeroDivisionError, ArithmeticError)),
+    (NotImplementedError("later"), (NotImplementedError, RuntimeError)),
+    (AttributeError("attr"), (AttributeError,)),
+    (LookupError("lookup"), (LookupError,)),
+    (BufferError("buffer"), (BufferError,)),
+    (np.exceptions.AxisError(3, 1), (ValueError, IndexError)),
+    (UnicodeDecodeError("utf-8", b"\xff", 0, 1, "bad"), (UnicodeError, ValueError)),
+])
+@pytest.mark.parametrize("n_fields", [2, 70])  # unrolled and generic paths
+def test_field_error_is_still_the_builtin_class_of_the_failure(exc, builtins, n_fields):
+    """A field failing with any builtin exception class (or a subclass) gives a FieldError
+    that ``except <that builtin>`` still catches, for reads and writes; it pickles."""
+    import pickle
+    S = NamedArrayTupleSchema("S", [f"f{i}" for i in range(n_fields)])
+    s = S(np.zeros(4), _Raising(exc), *[np.zeros(4)] * (n_fields - 2))
+    for action in (lambda: s[1], lambda: s.__setitem__(1, 0)):
+        with pytest.raises(builtins[0]) as info:
+            action()
+        err = info.value
+        assert isinstance(err, FieldError) and all(isinstance(err, b) for b in builtins)
+        assert err.path == ("f1",) and err.__cause__ is exc
+        back = pickle.loads(pickle.dumps(err))
+        assert type(back) is type(err) and str(back) == str(err)
+
+
+def test_torch_shape_mismatch_is_still_a_runtime_error():
+    """torch raises RuntimeError for shape mismatches; the FieldError is one too."""
+    torch = pytest.importorskip("torch")
+    s = Step(torch.zeros(4, 2), torch.zeros(4), None)
+    with pytest.raises(RuntimeError, match=r"Step\.obs\[1\]: cannot assign") as info:
+        s[1] = Step(torch.ones(3), torch.tensor(1.0), None)
+    assert isinstance(info.value, FieldError)
+
+
+def test_tracebacks_show_the_lines_of_generated_methods():
+    """Generated __getitem__ / __setitem__ / __new__ source is in linecache: tracebacks
+    through them show their lines, and inspect.getsource finds them."""
+    import inspect
+    import traceback
+
+    class Boom:
+        def __getitem__(self, loc):
+            raise RuntimeError("boom")
+
+        def __setitem__(self, loc, value):
+            raise RuntimeError("boom")
+
+    S = NamedArrayTupleSchema("S", "a b")
+    s = S(np.zeros(3), Boom())
+    for action, line in ((lambda: s[1], "_raise_read_error(self, loc, exc)"),
+                         (lambda: s.__setitem__(1, 0), "f1[loc] = value")):
+        try:
+            action()
+        except FieldError:
+            text = traceback.format_exc()
+        frames = text.split('File "<namedschema accessors for 2 fields>"')
+        assert len(frames) > 1, text
+        assert any(f.splitlines()[1].strip() == line for f in frames[1:]), text
+    P = NamedTupleSchema("P", "x y")
+    assert inspect.getsource(P.__new__) == ("def __new__(_cls, x, y):\n"
+                                            "    return _tuple_new(_cls, (x, y))\n")
+    Wide = NamedTupleSchema("Wide", [f"field_{i}" for i in range(300)])
+    assert "field_299" in inspect.getsource(Wide.__new__)
