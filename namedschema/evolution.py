@@ -899,6 +899,9 @@ def upgrade(obj, schemas, *, extra="error", casting="no", defaults=None, report=
             one and ``casting`` does not allow the cast.
         SchemaEvolutionError: (the base of the three) a typename matches
             several current schemas, or another rule cannot be followed.
+        ValueError: an unknown ``extra``/``casting``, or a ``defaults`` key
+            that names no field of the current schemas.
+        TypeError: ``schemas`` or ``defaults`` has the wrong form.
 
     >>> import numpy as np, namedschema
     >>> Old = namedschema.NamedArrayTupleSchema('Samples', 'obs reward')

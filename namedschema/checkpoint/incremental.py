@@ -369,6 +369,7 @@ def _incremental(enc: EncodedGraph, plan: layout.Layout, path: str, fd: int,
     except tracking.TooMuch:
         return None
     crcs, pieces = tracking.crc_updates(fd, old, scan.changes)
+    n_changes = len(pieces)
     blocks = [replace(b, crc32=crcs.get(i, b.crc32)) for i, b in enumerate(old.blocks)]
     written = scan.changed
     new = enc.pickle_bytes
@@ -391,7 +392,9 @@ def _incremental(enc: EncodedGraph, plan: layout.Layout, path: str, fd: int,
     jpath = journal.journal_path(path)
     journal.write(jpath, old.description.checkpoint_id, header.description.checkpoint_id,
                   st.st_size, pieces)
-    for offset, data, _crc in pieces:  # the header last
+    tracking.write_in_place(fd, st.st_size, pieces[:n_changes])
+    bar.advance(scan.changed)
+    for offset, data, _crc in pieces[n_changes:]:  # the pickle, then the header
         view = memoryview(data).cast("B")
         done = 0
         while done < view.nbytes:

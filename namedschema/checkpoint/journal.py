@@ -46,6 +46,7 @@ _END = b"NSJEND01"
 _MAX_INDEX = 64 * 2**20
 _MAX_FILE = 2**50
 _CHUNK = 16 * 2**20
+_IOV = min(getattr(os, "sysconf", lambda _n: 1024)("SC_IOV_MAX"), 1024)
 
 
 def journal_path(path: str) -> str:
@@ -98,8 +99,17 @@ def write(path: str, base: str, new: str, file_size: int,
     try:
         write_all(fd, _MAGIC + struct.pack("<Q", len(index)) + index
                   + struct.pack("<I", zlib.crc32(index)))
-        for _off, buf, _crc in pieces:
-            write_all(fd, memoryview(buf).cast("B"))
+        views = [memoryview(buf).cast("B") for _off, buf, _crc in pieces]
+        for start in range(0, len(views), _IOV):  # few system calls for many ranges
+            batch = views[start:start + _IOV]
+            done, total = os.writev(fd, batch), sum(v.nbytes for v in batch)
+            if done < total:  # a short write: finish it piece by piece
+                for v in batch:
+                    if done >= v.nbytes:
+                        done -= v.nbytes
+                        continue
+                    write_all(fd, v[done:])
+                    done = 0
         write_all(fd, _END)
         size = os.lseek(fd, 0, os.SEEK_CUR)
         os.fsync(fd)

@@ -23,13 +23,17 @@ congruence     the page offset a block should have in the file to be trackable
 Scan           finds the changed byte ranges of the blocks of one save
 Change         one changed range: block, offset, the new bytes
 TooMuch        raised by Scan when more changed than its budget
+FileWindow     views of a file through a bounded, moving map
 crc_updates    new block CRC-32s and the journal pieces for a list of changes
+write_in_place copy changed data into the file through a shared map
 track_after_full_save    remap large blocks onto a file just written in full
 track_after_incremental  drop saved copies, remap untracked large blocks
 """
 
 from __future__ import annotations
 
+import ctypes
+import mmap
 import os
 import zlib
 from dataclasses import dataclass
@@ -46,7 +50,8 @@ from .crc import updated_crc
 from .header import Header
 
 __all__ = ["congruence", "Scan", "Change", "TooMuch", "crc_updates",
-           "track_after_full_save", "track_after_incremental", "MIN_TRACKED"]
+           "track_after_full_save", "track_after_incremental", "write_in_place", "FileWindow",
+           "MIN_TRACKED"]
 
 PAGE = pages.PAGE
 #: Blocks at least this large are placed in the file at the page offset of their memory.
@@ -131,9 +136,8 @@ class Change:
 
 
 def _raw(lo: int, nbytes: int) -> np.ndarray:
-    return np.frombuffer(next(MemorySpan(lo, nbytes).chunks())[0], np.uint8) \
-        if nbytes <= _PIECE else np.concatenate(
-            [np.frombuffer(c, np.uint8) for c, _ in MemorySpan(lo, nbytes).chunks()])
+    """A view (no copy) of ``nbytes`` of the caller's memory at address ``lo``."""
+    return np.frombuffer(memoryview((ctypes.c_ubyte * nbytes).from_address(lo)), np.uint8)
 
 
 def _page_runs(flags: np.ndarray) -> list[tuple[int, int]]:
@@ -228,23 +232,82 @@ class Scan:
                 self._add(Change(index, s + cs, piece.copy() if copy else piece, False))
 
 
+class FileWindow:
+    """Views of a file's bytes through a map of at most WINDOW bytes at a time.
+
+    Ranges must come in increasing order. Only one window is mapped at once,
+    so the pages it touches stay within a bound (they count as the process's
+    resident memory while mapped).
+    """
+
+    WINDOW = 32 * 2**20
+
+    def __init__(self, fd: int, size: int, writable: bool):
+        self.fd, self.size = fd, size
+        self.access = mmap.ACCESS_WRITE if writable else mmap.ACCESS_READ
+        self.mapped: mmap.mmap | None = None
+        self.start = self.stop = 0
+
+    def view(self, offset: int, n: int) -> memoryview:
+        """A view of file bytes ``[offset, offset + n)`` (released before the next call)."""
+        if self.mapped is None or offset < self.start or offset + n > self.stop:
+            self.close()
+            start = offset // mmap.ALLOCATIONGRANULARITY * mmap.ALLOCATIONGRANULARITY
+            length = min(max(self.WINDOW, offset + n - start), self.size - start)
+            self.mapped = mmap.mmap(self.fd, length, access=self.access, offset=start)
+            self.start, self.stop = start, start + length
+        return memoryview(self.mapped)[offset - self.start:offset - self.start + n]
+
+    def close(self) -> None:
+        if self.mapped is not None:
+            self.mapped.close()
+            self.mapped = None
+
+
 def crc_updates(fd: int, old: Header, changes: list[Change]) -> tuple[dict[int, int], list]:
-    """New CRC-32 per changed data block, and the journal pieces (file offset, bytes, crc)."""
+    """New CRC-32 per changed data block, and the journal pieces (file offset, bytes, crc).
+
+    The old bytes are read through a map of the file (no system call per range).
+    """
     by_block: dict[int, list[tuple[int, int]]] = {}
     pieces = []
-    for c in changes:
-        data = memoryview(c.data).cast("B")
-        n = data.nbytes
-        file_off = old.block_file_start(c.block) + c.start
-        before = os.pread(fd, n, file_off)
-        if len(before) != n:
-            raise FormatError(f"{old.name!r}: file shrank during an incremental save")
-        new_crc = zlib.crc32(data)
-        by_block.setdefault(c.block, []).append((c.start + n, zlib.crc32(before) ^ new_crc))
-        pieces.append((file_off, data, new_crc))
+    starts = [old.block_file_start(i) for i in range(len(old.blocks))]
+    if os.fstat(fd).st_size < old.file_size:
+        raise FormatError(f"{old.name!r}: file shrank during an incremental save")
+    window = FileWindow(fd, old.file_size, writable=False)
+    try:
+        for c in changes:
+            data = memoryview(c.data).cast("B")
+            n = data.nbytes
+            file_off = starts[c.block] + c.start
+            new_crc = zlib.crc32(data)
+            before = window.view(file_off, n)
+            delta = zlib.crc32(before) ^ new_crc
+            before.release()
+            by_block.setdefault(c.block, []).append((c.start + n, delta))
+            pieces.append((file_off, data, new_crc))
+    finally:
+        window.close()
     crcs = {i: updated_crc(old.blocks[i].crc32, old.blocks[i].nbytes, sorted(ch))
             for i, ch in by_block.items()}
     return crcs, pieces
+
+
+def write_in_place(fd: int, size: int, pieces: list) -> None:
+    """Copy data ``pieces`` (file offset, bytes, crc; in file order) into the file.
+
+    Through a shared, writable map: for bytes of blocks a full save wrote
+    (never holes, so no allocation can fail) it is a copy into the page
+    cache, without a system call per range.
+    """
+    window = FileWindow(fd, size, writable=True)
+    try:
+        for offset, data, _crc in pieces:
+            target = window.view(offset, memoryview(data).nbytes)
+            target[:] = memoryview(data).cast("B")
+            target.release()
+    finally:
+        window.close()
 
 
 def track_after_incremental(scan: Scan, sources, fd: int, old: Header) -> None:
@@ -256,13 +319,20 @@ def track_after_incremental(scan: Scan, sources, fd: int, old: Header) -> None:
                 pages.forget_pages(lo, memoryview(c.data).nbytes)
             except OSError:
                 pass  # they stay the process's copies: saved again next time
-    if not pages.available():
+    untracked = [i for i, source in enumerate(sources)
+                 if congruence(source, old.blocks[i].nbytes) is not None
+                 and not any(m.ino == scan.ino and m.dev == scan.dev for m in
+                             pages.overlapping(scan.maps, source.lo,
+                                               source.lo + source.nbytes))]
+    if not untracked or not pages.available():
         return
-    for i, source in enumerate(sources):
-        if congruence(source, old.blocks[i].nbytes) is not None:
-            tracked = pages.overlapping(scan.maps, source.lo, source.lo + source.nbytes)
-            if not any(m.ino == scan.ino and m.dev == scan.dev for m in tracked):
-                _remap_block(scan.maps, fd, old.block_file_start(i), source.lo,
-                             source.nbytes)
+    # A descriptor of its own: a map keeps its file open, and the save's one is locked.
+    own = os.open(f"/proc/self/fd/{fd}", os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    try:
+        for i in untracked:
+            _remap_block(scan.maps, own, old.block_file_start(i), sources[i].lo,
+                         sources[i].nbytes)
+    finally:
+        os.close(own)
 
 

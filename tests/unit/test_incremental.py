@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 import namedschema
 from namedschema import NamedArrayTupleSchema
 from namedschema.buffer import buffer_from_example, np_mp_array
-from namedschema.checkpoint import incremental, journal, pages
+from namedschema.checkpoint import incremental, journal, pages, tracking
 from namedschema.checkpoint.crc import updated_crc
 
 needs_pages = pytest.mark.skipif(not pages.available(), reason="needs Linux pagemap")
@@ -206,19 +206,16 @@ def test_committed_journal_is_applied_by_the_next_load(tmp_path, monkeypatch):
     buf.observation[7] = 42
     buf.action[:] += 1
 
-    real_pwrite = os.pwrite
+    real = tracking.write_in_place
 
-    def stop_after_first(fd, data, offset):
-        monkeypatch.setattr(os, "pwrite", failing)
-        return real_pwrite(fd, data, offset)
-
-    def failing(*_args):
+    def half_then_crash(fd, size, pieces):
+        real(fd, size, pieces[: len(pieces) // 2])
         raise OSError("simulated crash")
 
-    monkeypatch.setattr(os, "pwrite", stop_after_first)
+    monkeypatch.setattr(tracking, "write_in_place", half_then_crash)
     with pytest.raises(OSError, match="simulated crash"):
         namedschema.save(buf, path, incremental=True)
-    monkeypatch.setattr(os, "pwrite", real_pwrite)
+    monkeypatch.setattr(tracking, "write_in_place", real)
     assert os.path.exists(journal.journal_path(str(path)))
     check(path, buf)      # the journal was replayed: the new state, whole
     assert not os.path.exists(journal.journal_path(str(path)))

@@ -1,0 +1,30 @@
+"""The incremental benchmark topic runs, measures every change, and reports ratios."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from namedschema.bench import TOPICS, incremental
+from namedschema.checkpoint import pages
+
+
+@pytest.mark.skipif(not pages.available(), reason="needs Linux pagemap")
+def test_quick_incremental_benchmark_reports_every_change(tmp_path):
+    """Two cases at a tiny size: a row per change, each an incremental save, with ratios."""
+    out = tmp_path / "incr.json"
+    assert incremental.main(["--quick", "--size-mib", "4", "--rounds", "1", "--cases",
+                             "buffer_from_example,mmap_resume", "--json", str(out),
+                             "--dir", str(tmp_path)]) == 0
+    doc = json.loads(out.read_text())
+    times = [r for r in doc["results"] if r["metric"] == "time" and r["reference"]]
+    assert {(r["case"], r["contender"]) for r in times} == {
+        (case, f"{p} {f:.1%}") for case in ("buffer_from_example", "mmap_resume")
+        for p in ("ring", "random") for f in incremental.FRACTIONS}
+    assert all(r["ratio"] > 0 for r in times)
+    assert not any("note" in r for r in times)  # every save was incremental
+    written = {(r["case"], r["contender"]): r["value"] for r in doc["results"]
+               if r["metric"] == "written"}
+    assert all(0 < w < 4 for w in written.values())
+    assert "incremental" in TOPICS
