@@ -209,6 +209,49 @@ def _child(argv):
 
 # ---------------------------------------------------------------- parent side
 
+def plot(doc: dict, path: str) -> None:
+    """Write a PNG of the time ratios against the fraction of rows changed.
+
+    One line per case and pattern, log-log, with the issue's two targets at 1%.
+
+    Raises:
+        ImportError: matplotlib is not installed.
+    """
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    lines: dict[tuple[str, str], list[tuple[float, float]]] = {}
+    for r in doc["results"]:
+        if r["metric"] == "time" and r["reference"] == "full save":
+            pattern, share = r["contender"].split()
+            lines.setdefault((r["case"], pattern), []).append(
+                (float(share.rstrip("%")), r["ratio"]))
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for (case, pattern), points in sorted(lines.items()):
+        points.sort()
+        ax.plot([x for x, _ in points], [y for _, y in points],
+                marker="o" if pattern == "ring" else "s",
+                linestyle="-" if pattern == "ring" else "--", label=f"{case}, {pattern}")
+    ax.plot([1], [1 / 30], marker="_", markersize=30, color="black")
+    ax.plot([1], [1 / 10], marker="_", markersize=30, color="grey")
+    ax.annotate("target ring 1/30", (1, 1 / 30), xytext=(6, -12), textcoords="offset points",
+                fontsize=7)
+    ax.annotate("target random 1/10", (1, 1 / 10), xytext=(6, 4), textcoords="offset points",
+                fontsize=7)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("rows overwritten since the last save (%)")
+    ax.set_ylabel("incremental save time / full save time")
+    ax.set_title("namedschema.save(..., incremental=True), 1 GiB Atari-like buffer",
+                 fontsize=9)
+    ax.grid(True, which="both", linewidth=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def _changes(case):
     patterns = ("ring",) if case.startswith("rlpyt") else ("ring", "random")
     return [(p, f) for f in FRACTIONS for p in patterns]
@@ -235,7 +278,16 @@ def main(argv=None) -> int:
     parser.add_argument("--size-mib", type=int, default=None,
                         help="buffer size in MiB (default 1024, quick 32)")
     parser.add_argument("--dir", default=None, help="directory for the files (default: temp)")
+    parser.add_argument("--plot", metavar="PNG", default=None,
+                        help="also plot the time ratios (needs matplotlib), or, with "
+                             "--from-json, only plot those results")
+    parser.add_argument("--from-json", metavar="FILE", default=None,
+                        help="plot the results of an earlier run (with --plot)")
     args = parser.parse_args(argv)
+    if args.from_json:
+        with open(args.from_json) as f:
+            plot(json.load(f), args.plot or "incremental.png")
+        return 0
     size = (args.size_mib or (32 if args.quick else 1024)) * MIB
     rows = max(size // ROW_BYTES, 1000)
     rounds = args.rounds or (1 if args.quick else 3)
@@ -285,7 +337,10 @@ def main(argv=None) -> int:
                  f"{'met' if worst_memory < MEMORY_LIMIT_MIB else 'MISSED'}")
     notes.append("time ratios: incremental save / full save of the same object in the same "
                  "process; lower is better")
-    return finish("incremental", args, results, notes)
+    code = finish("incremental", args, results, notes)
+    if args.plot:
+        plot({"results": results}, args.plot)
+    return code
 
 
 if __name__ == "__main__":

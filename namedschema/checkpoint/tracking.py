@@ -19,6 +19,7 @@ Finding what changed without reading everything:
   the file byte for byte. That reads it, so it costs time, but it never
   misses a change.
 
+others_map     whether memory outside the saved object maps the file's data
 congruence     the page offset a block should have in the file to be trackable
 Scan           finds the changed byte ranges of the blocks of one save
 Change         one changed range: block, offset, the new bytes
@@ -49,7 +50,7 @@ from .constants import ALIGN
 from .crc import updated_crc
 from .header import Header
 
-__all__ = ["congruence", "Scan", "Change", "TooMuch", "crc_updates",
+__all__ = ["others_map", "congruence", "Scan", "Change", "TooMuch", "crc_updates",
            "track_after_full_save", "track_after_incremental", "write_in_place", "FileWindow",
            "MIN_TRACKED"]
 
@@ -133,6 +134,35 @@ class Change:
     start: int                  # offset in the block
     data: Any                   # the new bytes (a view of the caller's memory, or a copy)
     forget: bool                # pages of a tracked mapping: drop them once saved
+
+
+def others_map(maps: list[pages.Mapping], dev: int, ino: int, spans: list[tuple[int, int]],
+               file_ranges: list[tuple[int, int]]) -> bool:
+    """Whether memory outside ``spans`` (the saved object's) maps ``file_ranges`` of the file.
+
+    Such memory (another load of the file with ``mmap_mode``, say) reads the
+    file where it was not written, so changing those bytes in place would
+    change it: the save must then write a new file instead.
+    """
+    spans = sorted(spans)
+    for m in maps:
+        if (m.dev, m.ino) != (dev, ino):
+            continue
+        position = m.lo
+        pieces = []
+        for lo, hi in spans:
+            if hi <= position or lo >= m.hi:
+                continue
+            if lo > position:
+                pieces.append((position, lo))
+            position = max(position, hi)
+        if position < m.hi:
+            pieces.append((position, m.hi))
+        for lo, hi in pieces:
+            flo, fhi = lo + m.delta, hi + m.delta
+            if any(flo < end and fhi > start for start, end in file_ranges):
+                return True
+    return False
 
 
 def _raw(lo: int, nbytes: int) -> np.ndarray:

@@ -16,7 +16,7 @@ def test_quick_incremental_benchmark_reports_every_change(tmp_path):
     out = tmp_path / "incr.json"
     assert incremental.main(["--quick", "--size-mib", "4", "--rounds", "1", "--cases",
                              "buffer_from_example,mmap_resume", "--json", str(out),
-                             "--dir", str(tmp_path)]) == 0
+                             "--dir", str(tmp_path), "--plot", str(tmp_path / "p.png")]) == 0
     doc = json.loads(out.read_text())
     times = [r for r in doc["results"] if r["metric"] == "time" and r["reference"]]
     assert {(r["case"], r["contender"]) for r in times} == {
@@ -28,3 +28,4 @@ def test_quick_incremental_benchmark_reports_every_change(tmp_path):
                if r["metric"] == "written"}
     assert all(0 < w < 4 for w in written.values())
     assert "incremental" in TOPICS
+    assert (tmp_path / "p.png").read_bytes()[:4] == b"\x89PNG"
