@@ -17,8 +17,9 @@ a temporary file, fsync, rename). Cases, each in fresh processes:
 
 Every case runs ``--rounds`` times, each round in a fresh process with the
 order of the changes rotated; the best of the rounds is kept. Memory is the
-growth of the process's peak RSS during the save (``/proc/self/clear_refs``
-resets the peak before each save).
+peak growth, during the save, of the process's private resident memory
+(anonymous and shared memory, sampled every millisecond; page-cache pages
+of mapped files are the file's and are not counted).
 
 CASES   the case names, in running order
 main    run the cases, print the table, optionally write JSON
@@ -48,36 +49,46 @@ MEMORY_LIMIT_MIB = 64
 
 # ---------------------------------------------------------------- child side
 
-def _rss():
-    """(current, peak) resident bytes of this process."""
-    values = {}
+def _private_rss():
+    """Resident bytes of this process's own memory (anonymous and shared memory).
+
+    Page-cache pages of mapped files are left out: they are the file's, not
+    memory a save allocates (and a buffer remapped onto its checkpoint file
+    counts there, until written).
+    """
+    total = 0
     with open("/proc/self/status") as f:
         for line in f:
             key, _, rest = line.partition(":")
-            if key in ("VmRSS", "VmHWM"):
-                values[key] = int(rest.split()[0]) * 1024
-    return values["VmRSS"], values["VmHWM"]
-
-
-def _reset_peak():
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-        return True
-    except OSError:
-        return False
+            if key in ("RssAnon", "RssShmem"):
+                total += int(rest.split()[0]) * 1024
+    return total
 
 
 def _measure(func):
-    """(seconds, peak extra RSS in bytes) of ``func()``."""
+    """(seconds, peak growth of private resident memory in bytes) of ``func()``.
+
+    The peak is sampled every millisecond by a thread.
+    """
+    import threading
     import time
-    exact = _reset_peak()
-    before, peak_before = _rss()
+    before = _private_rss()
+    peak = [before]
+    done = threading.Event()
+
+    def sample():
+        while not done.wait(0.001):
+            peak[0] = max(peak[0], _private_rss())
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
     start = time.perf_counter()
     func()
     elapsed = time.perf_counter() - start
-    _now, peak = _rss()
-    return elapsed, max(peak - (before if exact else peak_before), 0)
+    done.set()
+    sampler.join()
+    peak[0] = max(peak[0], _private_rss())
+    return elapsed, max(peak[0] - before, 0)
 
 
 def _schema():

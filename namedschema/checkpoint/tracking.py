@@ -58,6 +58,7 @@ PAGE = pages.PAGE
 #: Blocks at least this large are placed in the file at the page offset of their memory.
 MIN_TRACKED = 64 * 1024
 _PIECE = 4 * 2**20          # bytes compared, read or journalled at a time
+_LARGE_WRITE = 256 * 1024   # pieces written in place with pwrite rather than through a map
 
 
 def congruence(source: Any, nbytes: int) -> int | None:
@@ -184,7 +185,8 @@ class Scan:
     def __init__(self, fd: int, st: os.stat_result, old: Header, budget: int):
         self.fd, self.old = fd, old
         self.dev, self.ino = st.st_dev, st.st_ino
-        self.maps = pages.file_mappings() if pages.available() else []
+        # Only the checkpoint's own mappings matter for tracking (a fast parse).
+        self.maps = pages.file_mappings(self.dev, self.ino) if pages.available() else []
         self.budget = budget
         self.changed = 0
         self.tracked = 0
@@ -333,8 +335,14 @@ def write_in_place(fd: int, size: int, pieces: list) -> None:
     window = FileWindow(fd, size, writable=True)
     try:
         for offset, data, _crc in pieces:
-            target = window.view(offset, memoryview(data).nbytes)
-            target[:] = memoryview(data).cast("B")
+            view = memoryview(data).cast("B")
+            if view.nbytes >= _LARGE_WRITE:  # one system call beats many page faults
+                done = 0
+                while done < view.nbytes:
+                    done += os.pwrite(fd, view[done:], offset + done)
+                continue
+            target = window.view(offset, view.nbytes)
+            target[:] = view
             target.release()
     finally:
         window.close()
@@ -349,8 +357,10 @@ def track_after_incremental(scan: Scan, sources, fd: int, old: Header) -> None:
                 pages.forget_pages(lo, memoryview(c.data).nbytes)
             except OSError:
                 pass  # they stay the process's copies: saved again next time
+    # Only memory namedschema allocated can have become trackable since the last save.
     untracked = [i for i, source in enumerate(sources)
                  if congruence(source, old.blocks[i].nbytes) is not None
+                 and _owned_memory.owns(source.lo, source.lo + source.nbytes)
                  and not any(m.ino == scan.ino and m.dev == scan.dev for m in
                              pages.overlapping(scan.maps, source.lo,
                                                source.lo + source.nbytes))]
@@ -358,9 +368,10 @@ def track_after_incremental(scan: Scan, sources, fd: int, old: Header) -> None:
         return
     # A descriptor of its own: a map keeps its file open, and the save's one is locked.
     own = os.open(f"/proc/self/fd/{fd}", os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    maps = pages.file_mappings()
     try:
         for i in untracked:
-            _remap_block(scan.maps, own, old.block_file_start(i), sources[i].lo,
+            _remap_block(maps, own, old.block_file_start(i), sources[i].lo,
                          sources[i].nbytes)
     finally:
         os.close(own)
