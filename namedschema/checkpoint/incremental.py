@@ -8,8 +8,9 @@ checkpoint; otherwise it writes a full checkpoint, atomically, laid out so
 that the next save can be incremental.
 
 What changed is found by ``tracking.py`` (mostly from the kernel's page tables).
-If more than a quarter of the data changed, a full save is cheaper and is
-done instead.
+When the changes would cost more than a quarter of a full save (their bytes,
+twice, plus ``tracking.RANGE_COST`` per scattered range), a full save is
+cheaper and is done instead.
 
 save           save ``obj`` to ``path``, incrementally when the file allows it
 recover        finish or discard the journal an interrupted incremental save left

@@ -23,7 +23,9 @@ def test_quick_incremental_benchmark_reports_every_change(tmp_path):
         (case, f"{p} {f:.1%}") for case in ("buffer_from_example", "mmap_resume")
         for p in ("ring", "random") for f in incremental.FRACTIONS}
     assert all(r["ratio"] > 0 for r in times)
-    assert not any("note" in r for r in times)  # every save was incremental
+    # up to 1% changed every save is incremental (10% at random rows may not be: scattered
+    # ranges cost more than their bytes, and a full save is chosen when it is cheaper)
+    assert not any("note" in r for r in times if not r["contender"].endswith("10.0%"))
     written = {(r["case"], r["contender"]): r["value"] for r in doc["results"]
                if r["metric"] == "written"}
     assert all(0 < w < 4 for w in written.values())
