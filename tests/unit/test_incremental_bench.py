@@ -28,6 +28,6 @@ def test_quick_incremental_benchmark_reports_every_change(tmp_path):
     assert not any("note" in r for r in times if not r["contender"].endswith("10.0%"))
     written = {(r["case"], r["contender"]): r["value"] for r in doc["results"]
                if r["metric"] == "written"}
-    assert all(0 < w < 4 for w in written.values())
+    assert all(0 < w < 4 for (_c, name), w in written.items() if not name.endswith("10.0%"))
     assert "incremental" in TOPICS
     assert (tmp_path / "p.png").read_bytes()[:4] == b"\x89PNG"
