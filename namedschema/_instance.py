@@ -98,6 +98,15 @@ class NamedTuple(tuple, metaclass=SchemaBaseMeta):
         # pickle and copy rebuild instances through ``__new__`` with these.
         return tuple(self)
 
+    def __setstate__(self, state):
+        # An instance is its values, all given to ``__new__``: it has no state.
+        # A crafted pickle's BUILD could otherwise set ``__class__`` and relabel
+        # a 1-value instance as a 3-field schema (torch's weights-only loader
+        # calls this too).
+        if state:
+            raise TypeError(f"{type(self).__name__} instances have no state to set; "
+                            f"got {type(state).__name__}")
+
     def __repr__(self):
         return (self.__class__.__name__ + "("
                 + ", ".join([f"{name}={value!r}" for name, value in zip(self._fields, self, strict=True)])

@@ -14,6 +14,28 @@ pickle stores their class once per pickle through the reducer registered here
 with ``copyreg`` (which the C and Python picklers consult before falling back
 to pickling a class by name). The registry holds classes weakly.
 
+Identity a file cannot forge. A schema that arrives in a file or a pickle
+only ever gets a class whose definition is exactly the one it states
+(defaults compared by type and value, ``False`` is not ``0``):
+
+* an id already held by a class this program defined (a factory call in
+  its own code) is never replaced: a different definition under that id is
+  a SchemaConflictError;
+* an id held by a class built from another file with a different
+  definition is no reason to fail: the new definition is registered under
+  an id derived from the claimed id and its exact definition, so each file
+  gets what it says and neither can block the other;
+* a module-level definition adopts a class that arrived first only when the
+  definitions are exactly equal; otherwise it builds its own class and takes
+  the id over (see ``_schema``).
+
+``__module__`` of a class built from a pickle or a file is the module its
+definition names when that module is already imported in this process, and
+otherwise ``REBUILT_MODULE`` (a name no import can find): nothing named in
+a file is ever imported later, say by ``dill`` looking the class up. The
+recorded name is kept for pickling it on, and a module-level definition that
+adopts the class restores it.
+
 register_schema           add a newly made schema class to the registry
 lookup_schema             the live schema registered under an id, or None
 is_registered_schema      whether an object is a live schema made by a factory
@@ -22,10 +44,14 @@ derived_schema_id         the one deterministic id derivation (module-level
                           schemas, checkpoints of classic namedtuple classes)
 rebuild_schema            the unpickling entry point (stable name: pickles refer to it)
 reduce_schema             the copyreg reducer for schema metaclasses
+same_value                equality by type and value (the rule for defaults)
+adopt_rebuilt             hand a class built from a file over to the module defining it
+REBUILT_MODULE            ``__module__`` of rebuilt classes whose module is not imported
 """
 
 from __future__ import annotations
 
+import sys
 import threading
 import uuid
 import weakref
@@ -42,6 +68,14 @@ _lock = threading.RLock()
 # Filled by _schema: metaclass name -> (metaclass, builder). Pickles name the
 # kind by string so that loading never imports anything chosen by the file.
 KINDS: dict[str, tuple] = {}
+
+REBUILT_MODULE = "<namedschema rebuilt>"
+# A class built by rebuild_schema (from a pickle or a file) carries, in this
+# attribute, a 1-tuple of the module name its definition recorded;
+# adopt_rebuilt removes it. (An attribute: the class itself says where it
+# came from, with no mapping to keep in step.)
+_REBUILT_FROM = "_schema_rebuilt_from"
+_VARIANT_NAMESPACE = uuid.UUID("0b6d6c1e-8f57-4a0e-b1f4-5e0b2b8c9a31")
 
 
 def register_schema(cls, schema_id: str) -> None:
@@ -105,7 +139,9 @@ def reduce_schema(cls):
         # ``class Point(SomeSchema): ...`` -- an ordinary class statement;
         # pickle it by reference like any other class.
         return cls.__qualname__
-    module = cls.__module__ if isinstance(cls.__module__, str) else None
+    recorded = cls.__dict__.get(_REBUILT_FROM)
+    module = recorded[0] if recorded is not None else cls.__module__
+    module = module if isinstance(module, str) else None
     defaults = tuple(cls._field_defaults.values())
     return (rebuild_schema,
             (type(cls).__name__, schema_id, cls._typename, cls._fields,
@@ -125,16 +161,78 @@ def rebuild_schema(kind, schema_id, typename, fields, defaults, module):
             f"unpickled schema {typename!r} has an invalid id {schema_id!r}")
     with _lock:
         existing = _registry.get(schema_id)
-        if existing is not None:
-            if (type(existing).__name__ != kind or existing._typename != typename
-                    or existing._fields != tuple(fields)
-                    or len(existing._field_defaults) != len(defaults)):
+        if existing is not None and not _same_definition(existing, kind, typename, fields,
+                                                         defaults):
+            if _REBUILT_FROM not in existing.__dict__:
                 raise SchemaConflictError(
-                    f"unpickled schema {typename!r} ({kind}) has fields "
-                    f"({', '.join(fields)}) but this process already registered "
-                    f"id {schema_id} as {existing._typename!r} "
-                    f"({type(existing).__name__}) with fields "
-                    f"({', '.join(existing._fields)})")
+                    f"unpickled schema {typename!r} ({kind}) with fields "
+                    f"({', '.join(fields)}) and defaults {tuple(defaults)!r:.200} claims "
+                    f"id {schema_id}, which this program already registered as "
+                    f"{existing._typename!r} ({type(existing).__name__}) with fields "
+                    f"({', '.join(existing._fields)}) and defaults "
+                    f"{tuple(existing._field_defaults.values())!r:.200}")
+            # Another file's definition holds the id: this one gets its own.
+            schema_id = _variant_id(schema_id, kind, typename, fields, defaults)
+            existing = _registry.get(schema_id)
+        if existing is not None:
             return existing
-        return build(typename, fields, defaults=defaults, module=module,
-                     schema_id=schema_id)
+        cls = build(typename, fields, defaults=defaults, schema_id=schema_id,
+                    module=module if isinstance(module, str) and module in sys.modules
+                    else REBUILT_MODULE)
+        type.__setattr__(cls, _REBUILT_FROM, (module,))
+        return cls
+
+
+def _same_definition(cls, kind, typename, fields, defaults) -> bool:
+    return (type(cls).__name__ == kind and cls._typename == typename
+            and cls._fields == tuple(fields)
+            and same_value(tuple(cls._field_defaults.values()), tuple(defaults)))
+
+
+def _variant_id(schema_id, kind, typename, fields, defaults) -> str:
+    """The id of a definition that claims an id another file's definition holds."""
+    try:
+        text = repr((schema_id, kind, typename, tuple(fields), tuple(defaults)))
+    except Exception:  # noqa: BLE001 - an unrepresentable default: no stable id
+        return uuid.uuid4().hex
+    return uuid.uuid5(_VARIANT_NAMESPACE, text).hex
+
+
+def same_value(a, b) -> bool:
+    """Whether ``a`` and ``b`` are equal in type and value (tuples, lists, dicts deeply).
+
+    ``False == 0 == 0.0`` in Python, but as defaults they differ. Floats and
+    complex numbers compare by ``repr`` (so ``nan`` equals itself and ``-0.0``
+    is not ``0.0``); numpy arrays and scalars by dtype, shape and bytes.
+    """
+    if a is b:
+        return True
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, (tuple, list)):
+        return len(a) == len(b) and all(same_value(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, dict):
+        return list(a) == list(b) and all(same_value(a[k], b[k]) for k in a)
+    if isinstance(a, (float, complex)):
+        return repr(a) == repr(b)
+    if hasattr(a, "shape") and hasattr(a, "dtype"):  # numpy arrays and scalars
+        try:
+            if a.shape != b.shape or a.dtype != b.dtype:
+                return False
+            if getattr(a.dtype, "kind", "O") != "O":
+                return bool(a.tobytes() == b.tobytes())  # bit for bit, as repr for floats
+            return bool((a == b).all())
+        except Exception:  # noqa: BLE001
+            return False
+    try:
+        return bool(a == b)
+    except Exception:  # noqa: BLE001 - an object that cannot compare
+        return False
+
+
+def adopt_rebuilt(cls, module) -> None:
+    """``cls``, built from a file, now belongs to ``module``'s own definition."""
+    with _lock:
+        if _REBUILT_FROM in cls.__dict__:
+            type.__delattr__(cls, _REBUILT_FROM)
+            cls.__module__ = module

@@ -373,10 +373,14 @@ def build_schema(mcls, typename, field_names, *, rename=False, defaults=None,
     if schema_id is None and module_level:
         schema_id = _module_level_id(mcls.__name__, module, typename, fields, defaults)
         existing = _pickle.lookup_schema(schema_id) if schema_id else None
+        # Adopt a class that arrived in a pickle or file first only if its
+        # definition is exactly this one (defaults by type and value);
+        # otherwise this module's own class is built and takes the id over.
         if (existing is not None and type(existing) is mcls
                 and existing._typename == typename and existing._fields == fields
-                and _defaults_equal(tuple(existing._field_defaults.values()),
-                                    tuple(field_defaults.values()))):
+                and _pickle.same_value(tuple(existing._field_defaults.values()),
+                                       tuple(field_defaults.values()))):
+            _pickle.adopt_rebuilt(existing, module)
             return existing
     if schema_id is None:
         schema_id = uuid.uuid4().hex

@@ -21,7 +21,6 @@ import hashlib
 import json
 import os
 import pickle
-import resource
 import shutil
 import subprocess
 import sys
@@ -31,14 +30,22 @@ from typing import Any
 
 import numpy as np
 
+from .bench.harness import (
+    ATARI_BYTES_PER_TRANSITION,
+    ATARI_FIELDS,
+    ATARI_FRAME,
+    atari_example,
+    atari_transitions,
+    peak_rss,
+    run_python,
+)
 from .buffer import buffer_from_example
 
 __all__ = ["TinyReplay", "synthetic", "run_demo"]
 
-FRAME = (84, 84)
-FIELDS = ("observation", "action", "reward", "done")
-DTYPES = {"observation": np.uint8, "action": np.int32, "reward": np.float32, "done": np.bool_}
-BYTES_PER_TRANSITION = int(np.prod(FRAME)) + 4 + 4 + 1
+# The Atari-like transition every benchmark uses (namedschema.bench.harness).
+FRAME, FIELDS = ATARI_FRAME, ATARI_FIELDS
+BYTES_PER_TRANSITION = ATARI_BYTES_PER_TRANSITION
 APPEND_AFTER_RESUME = 257  # more than one batch and not a multiple of it
 SAMPLE_BATCHES, BATCH_SIZE = 8, 32
 
@@ -63,12 +70,7 @@ def synthetic(transition_cls, n: int, seed: int):
         n: number of transitions.
         seed: the data are a pure function of ``(n, seed)``.
     """
-    rng = np.random.default_rng([seed, n])
-    return transition_cls(
-        observation=rng.integers(0, 256, size=(n, *FRAME), dtype=np.uint8),
-        action=rng.integers(0, 18, size=n, dtype=np.int32),
-        reward=rng.standard_normal(n, dtype=np.float32),
-        done=rng.random(n) < 0.01)
+    return atari_transitions(transition_cls, n, seed)
 
 
 def _pack_rng(generator) -> np.ndarray:
@@ -158,24 +160,6 @@ def _resume_and_sample(replay, seed: int) -> str:
     return h.hexdigest()
 
 
-def _peak_rss() -> int:
-    """Peak resident set size of this process so far, in bytes.
-
-    On Linux ``getrusage``'s ``ru_maxrss`` survives ``execve``: a child
-    started from a large parent reports the parent's peak. The kernel's
-    ``VmHWM`` starts afresh with each program, so it is preferred.
-    """
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return peak if sys.platform == "darwin" else peak * 1024
-
-
 # ----------------------------------------------------------------- fresh interpreter side
 
 
@@ -191,7 +175,7 @@ def _child_load(method: str, path: str, seed: int) -> dict:
         from .checkpoint import load
         state = load(path)
     report["load_s"] = time.perf_counter() - start
-    report["peak_rss"] = _peak_rss()
+    report["peak_rss"] = peak_rss()
     report["types"] = [type(state).__name__, type(state.samples).__name__,
                        list(type(state.samples)._fields)]
     report["digests"] = _digest_fields(state.samples)
@@ -207,19 +191,8 @@ sys.stdout.write(json.dumps(report))
 """
 
 
-def _child_env() -> dict:
-    """Environment of the fresh interpreters: they import this very namedschema."""
-    env = dict(os.environ)
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    return env
-
-
 def _run_child(args: list, timeout: float = 3600) -> subprocess.CompletedProcess:
-    # -B: the rlpyt-style module written into the work directory must not
-    # leave a __pycache__ behind.
-    return subprocess.run([sys.executable, "-B", "-c", *args], capture_output=True,
-                          text=True, timeout=timeout, env=_child_env())
+    return run_python(["-c", *args], timeout=timeout)
 
 
 def _last_line(text: str) -> str:
@@ -434,8 +407,7 @@ def run_demo(size: int = 64 * 10**6, workdir: str | None = None, seed: int = 0,
 
 def _fill(transition_cls, capacity, seed, progress):
     """Allocate the buffer (``buffer_from_example``) and fill it in chunks."""
-    example = transition_cls(np.zeros(FRAME, np.uint8), np.int32(0), np.float32(0),
-                             np.bool_(False))
+    example = atari_example(transition_cls)
     samples = buffer_from_example(example, (capacity,))
     replay = TinyReplay(samples, seed=seed)
     bar = _Progress(f"fill {capacity:,} transitions", capacity, progress)
@@ -467,7 +439,7 @@ def _scenario(capacity, workdir, seed, progress, out) -> int:
     # extra copy cannot hide namedschema's (it would, the other way round).
     path = os.path.join(workdir, "replay.nsb")
     bar = _Progress("save with namedschema.save", 1, progress)
-    before = _peak_rss()
+    before = peak_rss()
     start = time.perf_counter()
     try:
         ns_save(state, path, progress=progress and sys.stderr.isatty())
@@ -478,17 +450,17 @@ def _scenario(capacity, workdir, seed, progress, out) -> int:
     bar.close()
     if save_error is None:
         methods.append(("namedschema.save", "namedschema", path, elapsed,
-                        _peak_rss() - before))
+                        peak_rss() - before))
     path = os.path.join(workdir, "replay.pkl")
     total = sum(a.nbytes for a in state.samples)
     bar = _Progress("save with pickle (protocol 4)", total, progress)
-    before = _peak_rss()
+    before = peak_rss()
     start = time.perf_counter()
     with open(path, "wb") as f:
         pickle.dump(state, _CountingWriter(f, bar), protocol=4)
     elapsed = time.perf_counter() - start
     bar.close()
-    methods.append(("pickle protocol 4", "pickle", path, elapsed, _peak_rss() - before))
+    methods.append(("pickle protocol 4", "pickle", path, elapsed, peak_rss() - before))
 
     reports: dict[str, dict[str, Any]] = {}
     for label, method, path, _, _ in methods:

@@ -9,8 +9,7 @@ SchemaClassError        a class statement cannot define a schema (also a TypeErr
 SchemaConflictError     an unpickled schema disagrees with one this process has
 StructureMismatchError  a value does not have the expected structure (TypeError)
 FieldError              reading or writing a field failed; names schema and field
-Field*Error             FieldError plus the builtin type of the failure (Index, Key,
-                        Runtime, ...; made on demand for other builtins)
+Field*Error             FieldError plus the builtin type of the failure (IndexError, ...)
 FormatError             a checkpoint file is not valid (ValueError)
 UnsafeLoadError         a checkpoint needs pickle and allow_pickle was not given
 NotDataError            save met a value that is not data and allow_pickle was not given

@@ -578,9 +578,10 @@ class _Upgrader:
         Every array (and number) of an array tuple starts with the leading
         shape, so it is a prefix of ``common``, the longest common prefix of
         their shapes (nested instances included, no longer than the fewest
-        dimensions). Taken in order: the enclosing array tuple's (``hint``);
-        the shortest of those implied by fields whose current schema declares
-        an element shape; ``common`` itself.
+        dimensions). A field whose current schema declares an element shape
+        that its saved shape ends with implies the rest as leading shape.
+        Taken in order: the enclosing array tuple's (``hint``); the one most
+        such fields imply (the longest on a tie); ``common`` itself.
         """
         shapes: list = []
         _leaf_shapes(saved_values, shapes)
@@ -595,7 +596,8 @@ class _Upgrader:
             if shape is None:
                 continue
             saved = None if src is None else _leaf_shape(saved_values[src])
-            if saved is not None and len(shape) <= len(saved):
+            if saved is not None and len(shape) <= len(saved) \
+                    and saved[len(saved) - len(shape):] == shape:
                 lead = saved[:len(saved) - len(shape)]
                 if common[:len(lead)] == lead:
                     implied.append(lead)
@@ -899,6 +901,9 @@ def upgrade(obj, schemas, *, extra="error", casting="no", defaults=None, report=
             one and ``casting`` does not allow the cast.
         SchemaEvolutionError: (the base of the three) a typename matches
             several current schemas, or another rule cannot be followed.
+        ValueError: an unknown ``extra``/``casting``, or a ``defaults`` key
+            that names no field of the current schemas.
+        TypeError: ``schemas`` or ``defaults`` has the wrong form.
 
     >>> import numpy as np, namedschema
     >>> Old = namedschema.NamedArrayTupleSchema('Samples', 'obs reward')

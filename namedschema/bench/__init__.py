@@ -16,6 +16,9 @@ write_json        write a result file in the shared shape
 plot_results      bar charts of the ratios (matplotlib, imported on use)
 run_topics        run topics in subprocesses and collect their results
 run_bench         carry out ``namedschema bench`` (the CLI parses its arguments)
+
+Child processes, peak RSS, round rotation and the Atari-like example are in
+``namedschema.bench.harness`` (``demo`` uses them too).
 """
 
 from __future__ import annotations
@@ -33,6 +36,8 @@ import tempfile
 import time
 import timeit
 from collections.abc import Sequence
+
+from .harness import run_python
 
 __all__ = [
     "TOPICS", "environment", "best_times", "result", "target_met", "topic_parser",
@@ -264,13 +269,8 @@ def run_in_child(module: str, spec: dict, label: str, timeout: float = 1800) -> 
     Measurements of memory and cold state need a process of their own; the
     child prints one JSON line, returned here as a dict.
     """
-    env = dict(os.environ)
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    proc = subprocess.run(
-        [sys.executable, "-c", f"import sys; from namedschema.bench.{module} import _child;"
-         " sys.exit(_child(sys.argv[1:]))", json.dumps(spec)],
-        capture_output=True, text=True, env=env, timeout=timeout)
+    proc = run_python(["-c", f"import sys; from namedschema.bench.{module} import _child;"
+                       " sys.exit(_child(sys.argv[1:]))", json.dumps(spec)], timeout=timeout)
     if proc.returncode != 0:
         raise RuntimeError(f"{label} failed:\n{proc.stderr}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -390,15 +390,6 @@ RLPYT_SKIP_NOTE = "RLPYT_SRC is not set: rlpyt rows skipped (set it to an rlpyt 
 # --------------------------------------------------------------------------- runner
 
 
-def _child_env() -> dict:
-    """Environment for topic subprocesses: they must import this very namedschema."""
-    env = dict(os.environ)
-    package_parent = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    env["PYTHONPATH"] = package_parent + (os.pathsep + env["PYTHONPATH"]
-                                          if env.get("PYTHONPATH") else "")
-    return env
-
-
 def run_topics(topics, *, quick: bool, verbose: bool = False, timeout: float = 3600,
                log=None) -> tuple[list, list, bool]:
     """Run each topic's ``main`` in a fresh subprocess and collect its results.
@@ -419,14 +410,11 @@ def run_topics(topics, *, quick: bool, verbose: bool = False, timeout: float = 3
     with tempfile.TemporaryDirectory(prefix="namedschema-bench-") as tmp:
         for topic in topics:
             out = os.path.join(tmp, f"{topic}.json")
-            cmd = [sys.executable, "-m", f"{__name__}.{topic}", "--json", out]
-            if quick:
-                cmd.append("--quick")
+            args = ["-m", f"{__name__}.{topic}", "--json", out] + ["--quick"] * quick
             print(f"[bench] {topic}: running ...", file=log, flush=True)
             start = time.perf_counter()
             try:
-                proc = subprocess.run(cmd, capture_output=True, text=True,
-                                      timeout=timeout, env=_child_env())
+                proc = run_python(args, timeout=timeout)
             except subprocess.TimeoutExpired:
                 ok = False
                 notes.append(f"topic {topic!r} failed: no result after {timeout:.0f} s")

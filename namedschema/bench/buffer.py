@@ -1,7 +1,7 @@
 """Buffer benchmarks: allocating, filling and handing on an rlpyt-style replay buffer.
 
-An Atari-like buffer (uint8 84x84 observations plus int64 action, float32
-reward and bool done, leading dims ``(T, 16)``; 1 GiB, or 16 MiB with
+An Atari-like buffer (``harness.atari_transitions``: uint8 84x84 observations plus
+int32 action, float32 reward and bool done, leading dims ``(T, 16)``; 1 GiB, or 16 MiB with
 ``--quick``) is measured by each contender in a fresh subprocess; contenders
 alternate round by round and the best round is kept.
 
@@ -28,13 +28,14 @@ import json
 import sys
 
 from . import finish, result, run_in_child, topic_parser
+from .harness import ATARI_BYTES_PER_TRANSITION, ATARI_FIELDS, atari_example, peak_rss
 
 __all__ = ["CASES", "main"]
 
 CASES = ("alloc_fill", "handoff")
 MIB = 2**20
 BATCH = 16
-ROW_BYTES = 84 * 84 + 8 + 4 + 1
+ROW_BYTES = ATARI_BYTES_PER_TRANSITION
 
 ALLOC_CONTENDERS = ("np.zeros", "buffer", "buffer shared", "mp.RawArray (rlpyt)")
 ALLOC_TARGETS = {"buffer": "<= 1.1", "buffer shared": "<= 1.5"}
@@ -45,17 +46,9 @@ HANDOFF_CONTENDERS = ("by value", "shared")
 # ---------------------------------------------------------------- child side
 
 def _example():
-    import numpy as np
-
     from .._factories import namedtuple
     from ..buffer import buffer_from_example  # noqa: F401 - imported before timing
-    Step = namedtuple("Step", "observation action reward done")
-    return Step(np.zeros((84, 84), np.uint8), np.int64(0), np.float32(0), False)
-
-
-def _rss() -> int:
-    import resource
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    return atari_example(namedtuple("Step", ATARI_FIELDS))
 
 
 def _alloc_fill(contender: str, steps: int) -> dict:
@@ -67,7 +60,7 @@ def _alloc_fill(contender: str, steps: int) -> dict:
 
     from ..buffer import buffer_from_example
     example = _example()
-    before = _rss()
+    before = peak_rss()
     start = time.perf_counter()
     if contender == "np.zeros":
         buf = np.zeros(steps * BATCH * ROW_BYTES, np.uint8)
@@ -92,7 +85,7 @@ def _alloc_fill(contender: str, steps: int) -> dict:
             field[...] = 1
     filled = time.perf_counter()
     return {"alloc": allocated - start, "fill": filled - allocated,
-            "total": filled - start, "rss_growth": _rss() - before}
+            "total": filled - start, "rss_growth": peak_rss() - before}
 
 
 def _handoff_worker(inbox, outbox):
@@ -120,12 +113,12 @@ def _handoff(contender: str, steps: int) -> dict:
     buf = buffer_from_example(_example(), (steps, BATCH), share_memory=shared)
     for field in buf:
         field[...] = 1
-    before = _rss()
+    before = peak_rss()
     start = time.perf_counter()
     inbox.put(buf)
     seen = outbox.get(timeout=600)
     elapsed = time.perf_counter() - start
-    growth = _rss() - before
+    growth = peak_rss() - before
     inbox.put(None)
     worker.join(60)
     if seen != 1.0 or worker.exitcode != 0:

@@ -1,7 +1,7 @@
 """Checkpoint benchmarks: namedschema.save/load of a replay buffer against the usual ways.
 
-An Atari-like buffer (uint8 84x84 observations plus int64 action, float32
-reward and bool done; 1 GiB, or 32 MiB with ``--quick``) is saved and loaded
+An Atari-like buffer (``harness.atari_transitions``: uint8 84x84 observations plus
+int32 action, float32 reward and bool done; 1 GiB, or 32 MiB with ``--quick``) is saved and loaded
 by each contender in a fresh subprocess; contenders alternate round by round,
 each round starting one contender later, and the best of the rounds is kept.
 Every save has the same durability: a temporary file, ``fsync``, rename.
@@ -28,6 +28,15 @@ import sys
 import tempfile
 
 from . import finish, result, run_in_child, topic_parser
+from .harness import (
+    ATARI_BYTES_PER_TRANSITION,
+    ATARI_DTYPES,
+    ATARI_FIELDS,
+    ATARI_FRAME,
+    atari_transitions,
+    peak_rss,
+    rotated,
+)
 
 __all__ = ["CASES", "main"]
 
@@ -38,7 +47,7 @@ LOADERS = ("np.load", "raw", "namedschema", "namedschema mmap", "np.load mmap",
            "pickle4", "pickle5", "np.savez", "joblib")
 # Contenders that need a package numpy and the standard library do not provide.
 OPTIONAL = {"joblib": "joblib"}
-ROW_BYTES = 84 * 84 + 8 + 4 + 1
+ROW_BYTES = ATARI_BYTES_PER_TRANSITION
 RAW_CHUNK = 16 * 2**20
 MIB = 2**20
 
@@ -51,14 +60,9 @@ MEMORY_LIMIT_MIB = 64
 # ---------------------------------------------------------------- child side
 
 def _buffer(rows):
-    import numpy as np
-
     import namedschema
-    Samples = namedschema.NamedArrayTupleSchema("Samples", "observation action reward done")
-    obs = np.empty((rows, 84, 84), np.uint8)
-    obs[:] = np.arange(84 * 84, dtype=np.uint8).reshape(84, 84)  # touches every page
-    return Samples(obs, np.arange(rows, dtype=np.int64), np.ones(rows, np.float32),
-                   np.zeros(rows, bool))
+    Samples = namedschema.NamedArrayTupleSchema("Samples", ATARI_FIELDS)
+    return atari_transitions(Samples, rows)  # a fixed pattern that touches every page
 
 
 def _durable(tmp, path):
@@ -120,13 +124,13 @@ def _load(contender, path, rows):
     import numpy as np
     if contender == "np.load":
         return [np.load(os.path.join(path, f + ".npy"))
-                for f in ("observation", "action", "reward", "done")]
+                for f in ATARI_FIELDS]
     if contender == "np.load mmap":
         return [np.load(os.path.join(path, f + ".npy"), mmap_mode="r")
-                for f in ("observation", "action", "reward", "done")]
+                for f in ATARI_FIELDS]
     if contender == "raw":
-        out = [np.empty((rows, 84, 84), np.uint8), np.empty(rows, np.int64),
-               np.empty(rows, np.float32), np.empty(rows, bool)]
+        out = [np.empty((rows, *ATARI_FRAME) if f == "observation" else rows,
+                        ATARI_DTYPES[f]) for f in ATARI_FIELDS]
         with open(path, "rb", buffering=0) as raw_file:
             for arr in out:
                 view = arr.data.cast("B")
@@ -152,7 +156,6 @@ def _load(contender, path, rows):
 
 
 def _child(argv):
-    import resource
     import time
 
     spec = json.loads(argv[0])
@@ -166,14 +169,14 @@ def _child(argv):
     if contender in OPTIONAL:
         importlib.import_module(OPTIONAL[contender])
     samples = _buffer(rows) if spec["op"] == "save" else None
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    before = peak_rss()
     start = time.perf_counter()
     if spec["op"] == "save":
         _save(contender, samples, path)
     else:
         loaded = _load(contender, path, rows)
     elapsed = time.perf_counter() - start
-    after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    after = peak_rss()
     del samples
     if spec["op"] == "save":
         size = (sum(os.path.getsize(os.path.join(path, n)) for n in os.listdir(path))
@@ -195,12 +198,6 @@ def _file_for(directory, contender):
     name = {"namedschema mmap": "namedschema", "np.load": "np.save",
             "np.load mmap": "np.save"}.get(contender, contender)
     return os.path.join(directory, name.replace(".", "_") + ".bin")
-
-
-def _rotated(contenders, shift):
-    """The contenders starting at ``shift``: no one always runs first or after the same one."""
-    shift %= len(contenders)
-    return contenders[shift:] + contenders[:shift]
 
 
 def _importable(module):
@@ -252,7 +249,7 @@ def main(argv=None) -> int:
         saved: dict[str, dict] = {}
         # Loads need every file, so saves always run (their rows are reported if asked).
         for round_ in range(rounds):
-            for contender in _rotated(savers, round_):
+            for contender in rotated(savers, round_):
                 out = _run_child({"op": "save", "contender": contender, "rows": rows,
                                   "path": _file_for(tmp, contender)})
                 best = saved.get(contender)
@@ -275,7 +272,7 @@ def main(argv=None) -> int:
         if "load" in args.cases:
             loaded: dict[str, dict] = {}
             for round_ in range(rounds):
-                for contender in _rotated(loaders, round_):
+                for contender in rotated(loaders, round_):
                     out = _run_child({"op": "load", "contender": contender, "rows": rows,
                                       "path": _file_for(tmp, contender)})
                     best = loaded.get(contender)

@@ -34,6 +34,7 @@ import tempfile
 from typing import Any
 
 from . import finish, result, run_in_child, topic_parser
+from .harness import rotated
 
 __all__ = ["CASES", "main"]
 
@@ -317,8 +318,7 @@ def main(argv=None) -> int:
             best: dict[tuple[str, float], dict[str, Any]] = {}
             changes = _changes(case)
             for round_ in range(rounds):
-                shift = round_ % len(changes)
-                order = changes[shift:] + changes[:shift]
+                order = rotated(changes, round_)
                 out = run_in_child("incremental", {"case": case, "rows": rows, "dir": tmp,
                                                    "order": order, "round": round_},
                                    f"incremental {case}")

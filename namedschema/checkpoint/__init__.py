@@ -169,7 +169,19 @@ from file bytes), every shape against numpy's size limit (the itemsize times
 the product of the nonzero dimensions must fit in ``intp``, for empty arrays
 too), every shape, stride and offset against its block, and every block
 against the real file size, before anything is allocated or mapped.
-Data checksums are checked with ``verify=True``.
+Data checksums are checked with ``verify=True``. Before parsing, the header
+and the description may hold at most ``MAX_JSON_VALUES`` (4,000,000) JSON
+values, counted on their bytes; a tensor entry or array at most 64
+dimensions; a schema, and all the schemas of a file together, at most
+100,000 fields. Block checksums are exactly eight lower-case hex digits. A
+torch entry's strides are non-negative multiples of its element size, and
+only floating point and complex tensors may have ``requires_grad``. Only
+regular files are opened (without blocking). Alignment: every block starts at
+a multiple of 64 in the file and is read to such an address in memory; a
+block whose saved span started past a multiple of its largest item size
+begins with that many zero bytes, so arrays keep their alignment, and a
+tensor whose address is not a multiple of its element size (torch's
+requirement) is loaded as an aligned copy.
 """
 
 from __future__ import annotations

@@ -29,7 +29,7 @@ import math
 import re
 import struct
 import zlib
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any, BinaryIO, NoReturn
 
 import numpy as np
@@ -374,7 +374,7 @@ class Header:
     version: str = FORMAT_VERSION
     name: str = ""
     file_size: int = 0
-    data_start: int = field(default=0)
+    data_start: int = 0
 
     @property
     def blocks(self) -> tuple[BlockEntry, ...]:

@@ -32,6 +32,9 @@ def save(obj: Any, path: str | os.PathLike[str], *, allow_pickle: bool = False,
     file at ``path`` is never damaged. Temporary files that earlier savers of
     ``path`` left when they were killed are removed first (the rule is in the
     package documentation); those of live savers are kept.
+    The new file keeps the permission bits (and, where allowed, the owner)
+    of the file it replaces; when ``path`` is a symbolic link, the file it
+    points to is replaced (in its own directory) and the link is kept.
 
     Args:
         obj: the object graph to save.

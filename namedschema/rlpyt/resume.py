@@ -175,11 +175,8 @@ class _Resume:
         self.gates = _Gates()
         self.notes: list = []
         self.saves = 0
-        self.seen_iteration = False
-        cls = type(runner)
         self._originals = {name: getattr(runner, name)
                            for name in ("startup", "train", "shutdown")}
-        self._cls = cls
 
     # -- set-up -------------------------------------------------------------------
 
@@ -232,8 +229,19 @@ class _Resume:
             self.every = self.every_itrs or r.log_interval_itrs
         self._check()
         if self.checkpoint is not None:
-            self._restore()
+            try:
+                self._restore()
+            except ResumeError:
+                self._stop_sampler()
+                raise
         return n_itr
+
+    def _stop_sampler(self):
+        """Let sampler workers exit before a refusal propagates (they are not daemons)."""
+        try:
+            self.runner.sampler.shutdown()
+        except Exception:  # the ResumeError is what the user must see
+            pass
 
     def _check(self):
         ctx = _Context(self)
@@ -295,7 +303,6 @@ class _Resume:
             self.gates.remove()
 
     def at_iteration(self, itr):
-        self.seen_iteration = True
         if self.gates.active:
             if itr < self.start:
                 return
@@ -440,7 +447,6 @@ class _AsyncResume(_Resume):
         pass   # Async loops count from 0 again (offsets), nothing to skip.
 
     def at_iteration(self, itr):
-        self.seen_iteration = True
         self.local_itr = itr
         done = self.sampler_offset + self.runner.ctrl.sampler_itr.value
         if itr > 0 and done // self.every > self.last_saved_sampler // self.every:

@@ -37,7 +37,7 @@ DESCRIPTIONS = {
     "fuzz.loaded": "... loaded (damage only in data read without verify, or in padding)",
     "fuzz.known_bug_hits": "... hit an open bug (xfail test) instead of FormatError",
     "fuzz.rlimit_cases": "files loaded under a 1 GiB address-space limit",
-    "fuzz.amplification_files": "... of them headers built to amplify time or memory",
+    "fuzz.amplification_files": "... among them, headers built to amplify time or memory",
     "fuzz.torch_cases": "torch loads of every dtype, offset and stride class, ops run",
     "collision.files": "files and pickles forging a module-level schema id",
     "fuzz.pickle_payloads_refused": "crafted pickle payloads refused (no code run)",

@@ -193,7 +193,8 @@ try:
         x == x
     print("worked")
 except (RecursionError, FieldError) as exc:
-    print("error", type(exc).__name__, str(exc)[:40], str(exc)[-120:])
+    kind = "FieldError" if isinstance(exc, FieldError) else type(exc).__name__
+    print("error", kind, type(exc).__name__, str(exc)[:40], str(exc)[-120:])
 """
 
 

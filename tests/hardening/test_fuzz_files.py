@@ -333,7 +333,7 @@ def test_random_json_headers_with_valid_checksums_are_refused(tmp_path_factory, 
 
 
 # ---------------------------------------------------------------------------
-# Regression tests for bugs this suite found in namedschema/format.py (fixed in
+# Regression tests for bugs this suite found in the checkpoint code (fixed in
 # 00729e5), and strict xfails for open ones (see _files.KNOWN_BUGS).
 # ---------------------------------------------------------------------------
 

@@ -423,7 +423,6 @@ print(json.dumps([refused]))
 """
 
 
-@pytest.mark.xfail(strict=True, reason="core fix lands after the id unification")
 @settings(max_examples=40 if LONG else 2, phases=_NO_SHRINK)
 @given(seed=st.integers(0, 2**32 - 1))
 def test_forged_module_level_ids_never_change_a_schema(tmp_path_factory, seed):

@@ -238,3 +238,37 @@ def test_every_steps_rounds_down_to_whole_iterations_and_saves_at_the_end(tmp_pa
             "run.nsc", allow_pickle=True)["itr"]}))
         """, tmp_path)
     assert out == {"saved": [5, 10, 15, 16], "itr": 16}
+
+
+def test_negative_dqn_agent_cannot_load_its_own_state_dict(tmp_path):
+    """Negative: rlpyt's DqnAgent.load_state_dict refuses DqnAgent.state_dict().
+
+    That is why the agent handler restores the agent's torch modules one by
+    one (target network included) instead of calling it.
+    """
+    out = run("""
+        from namedschema.rlpyt import state
+        runner = build("dqn_uniform")
+        runner.startup()
+        agent = runner.agent
+        try:
+            agent.load_state_dict(agent.state_dict())
+            rlpyt_error = None
+        except RuntimeError as exc:
+            rlpyt_error = str(exc)
+        saved = state.capture(agent, None)
+        namedschema.save(saved, "agent.nsc", allow_pickle=True)  # OrderedDicts
+        fresh = build("dqn_uniform")
+        fresh.startup()
+        with torch.no_grad():
+            for p in fresh.agent.target_model.parameters():
+                p.add_(1.0)
+        state.restore(fresh.agent, namedschema.load("agent.nsc", allow_pickle=True), None,
+                      "agent")
+        same = all(torch.equal(a, b) for a, b in zip(
+            list(agent.model.parameters()) + list(agent.target_model.parameters()),
+            list(fresh.agent.model.parameters()) + list(fresh.agent.target_model.parameters())))
+        print(json.dumps({"rlpyt_error": rlpyt_error, "same": same}))
+        """, tmp_path)
+    assert out["rlpyt_error"] and "Missing key(s) in state_dict" in out["rlpyt_error"]
+    assert out["same"]

@@ -76,8 +76,9 @@ def test_format_table_marks_missed_targets():
 
 def test_best_times_reports_each_contender():
     """best_times() gives a positive per-call time for every contender, slower for more work."""
-    times = bench.best_times({"small": "sum(r)", "large": "sum(r) + sum(r) + sum(r)"},
-                             repeat=2, min_time=0.001, globals_={"r": range(300)})
+    # 30x the work: far apart enough that a loaded machine cannot swap them.
+    times = bench.best_times({"small": "sum(r)", "large": "sum(r * 30)"},
+                             repeat=2, min_time=0.001, globals_={"r": list(range(300))})
     assert set(times) == {"small", "large"}
     assert 0 < times["small"] < times["large"]
 
@@ -203,3 +204,55 @@ def test_wrapper_scripts_run_their_topic(tmp_path, script, case):
     doc = json.loads(out.read_text())
     assert {r["case"] for r in doc["results"]} == {case}
     assert script.removeprefix("bench_").removesuffix(".py") == doc["topic"]
+
+
+def test_harness_child_reports_its_own_peak_rss_not_its_parents():
+    """peak_rss() in a child started from a large process is the child's own peak
+    (VmHWM); getrusage's ru_maxrss there would still report the parent's."""
+    import numpy as np
+
+    from namedschema.bench.harness import peak_rss, run_python
+    big = np.ones(256 * 2**20, np.uint8)  # 256 MiB resident in this process
+    assert peak_rss() >= big.nbytes
+    proc = run_python(["-c", "import resource\n"
+                             "from namedschema.bench.harness import peak_rss\n"
+                             "print(peak_rss(), resource.getrusage(resource.RUSAGE_SELF)"
+                             ".ru_maxrss * 1024)"], timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    own, inherited = map(int, proc.stdout.split())
+    assert own < 128 * 2**20 < big.nbytes <= inherited
+    del big
+
+
+def test_harness_child_env_imports_this_namedschema(tmp_path):
+    """A child started elsewhere imports the namedschema that started it."""
+    import namedschema
+    from namedschema.bench.harness import child_env, run_python
+    assert child_env()["PYTHONPATH"].split(os.pathsep)[0] == os.path.dirname(
+        os.path.dirname(namedschema.__file__))
+    proc = run_python(["-c", "import namedschema; print(namedschema.__file__)"])
+    assert proc.stdout.strip() == namedschema.__file__
+
+
+def test_harness_atari_data_is_one_definition_for_demo_and_benchmarks():
+    """demo, the checkpoint and the buffer benchmarks build the same Atari-like rows."""
+    import numpy as np
+
+    from namedschema import NamedArrayTupleSchema, demo
+    from namedschema.bench import buffer as bench_buffer
+    from namedschema.bench import checkpoint as bench_checkpoint
+    from namedschema.bench import harness
+    T = NamedArrayTupleSchema("T", harness.ATARI_FIELDS)
+    one = harness.atari_example(T)
+    rows = harness.atari_transitions(T, 5)
+    seeded = harness.atari_transitions(T, 5, seed=3)
+    for batch in (rows, seeded):
+        assert [a.dtype.name for a in batch] == list(harness.ATARI_DTYPES.values())
+        assert [a.shape[1:] for a in batch] == [np.shape(v) for v in one]
+        assert sum(a[0].nbytes for a in batch) == harness.ATARI_BYTES_PER_TRANSITION
+    assert all(np.array_equal(a, b) for a, b in zip(seeded, harness.atari_transitions(
+        T, 5, seed=3), strict=True))
+    assert demo.BYTES_PER_TRANSITION == bench_buffer.ROW_BYTES == bench_checkpoint.ROW_BYTES \
+        == harness.ATARI_BYTES_PER_TRANSITION
+    assert demo.synthetic(T, 5, 3).observation.tobytes() == seeded.observation.tobytes()
+    assert bench_checkpoint._buffer(5).observation.tobytes() == rows.observation.tobytes()

@@ -260,10 +260,10 @@ def test_byte_order_is_equiv():
 
 def test_shape_change_is_never_cast():
     """An element shape that differs from the declared one is refused for every casting."""
-    Old = NamedArrayTupleSchema("P", "x")
-    P = NamedArrayTupleSchema("P", "x", defaults=(np.zeros(3),))
+    Old = NamedArrayTupleSchema("P", "r x")
+    P = NamedArrayTupleSchema("P", "r x", defaults=(np.zeros(3),))
     with pytest.raises(FieldMismatchError, match=r"\(5, 4\).*\(3,\)") as info:
-        upgrade(Old(np.zeros((5, 4))), [P], casting="unsafe")
+        upgrade(Old(np.zeros(5), np.zeros((5, 4))), [P], casting="unsafe")
     assert info.value.saved == (4,) and info.value.expected == (3,)
     Q = NamedArrayTupleSchema("Q", "y x", defaults=(np.float64(0),))   # x: one per step
     OldQ = NamedArrayTupleSchema("Q", "x y")
