@@ -58,8 +58,9 @@ PAGE = pages.PAGE
 #: Blocks at least this large are placed in the file at the page offset of their memory.
 MIN_TRACKED = 64 * 1024
 _PIECE = 4 * 2**20          # bytes compared, read or journalled at a time
-#: Budget cost of one changed range, in bytes: per-range work (checksums, journal
-#: entry, in-place write, page hand-back) makes scattered changes dearer than their size.
+#: Budget cost of one changed range, in bytes, for files of 1 GiB and more (smaller
+#: files: 1/16384 of their data, at least a page): per-range work (checksums,
+#: journal entry, in-place write, page hand-back) makes scattered changes dearer.
 RANGE_COST = 64 * 1024
 
 
@@ -192,13 +193,15 @@ class Scan:
         self.budget = budget
         self.changed = 0
         self.cost = 0               # estimated work, in bytes, against the budget
+        # small files: a range costs less than a 64 KiB write (a full save is cheap too)
+        self.range_cost = min(RANGE_COST, max(PAGE, old.data_bytes // 16384))
         self.tracked = 0
         self.changes: list[Change] = []
         self._scratch = np.empty(_PIECE, np.uint8)
 
     def _add(self, change: Change) -> None:
         self.changed += memoryview(change.data).nbytes
-        self.cost += 2 * memoryview(change.data).nbytes + RANGE_COST
+        self.cost += 2 * memoryview(change.data).nbytes + self.range_cost
         if self.cost > self.budget:
             raise TooMuch
         self.changes.append(change)
