@@ -171,9 +171,15 @@ def rebuild_schema(kind, schema_id, typename, fields, defaults, module):
                     f"{existing._typename!r} ({type(existing).__name__}) with fields "
                     f"({', '.join(existing._fields)}) and defaults "
                     f"{tuple(existing._field_defaults.values())!r:.200}")
-            # Another file's definition holds the id: this one gets its own.
+            # Another file's definition holds the id: this one gets its own,
+            # derived from the id and the definition (so one class per
+            # definition); a forger holding that one too only earns it a
+            # random id.
             schema_id = _variant_id(schema_id, kind, typename, fields, defaults)
             existing = _registry.get(schema_id)
+            if existing is not None and not _same_definition(existing, kind, typename,
+                                                             fields, defaults):
+                schema_id, existing = uuid.uuid4().hex, None
         if existing is not None:
             return existing
         cls = build(typename, fields, defaults=defaults, schema_id=schema_id,

@@ -38,9 +38,10 @@ SYNC_EVERY = 256 * 2**20
 # their checksum.
 MAX_COPIES_PENDING = 3 * CHUNK
 # The caller's memory is copied in pieces of this size into a ring of this
-# many buffers (16 MiB in all), each reused once its checksum is done.
+# many buffers (32 MiB in all), each reused once its checksum is done; the
+# slack lets the checksum thread fall behind briefly on a busy machine.
 COPY_PIECE = 4 * 2**20
-COPY_RING = 4
+COPY_RING = 8
 
 MMAP_ACCESS = {"r": mmap.ACCESS_READ, "r+": mmap.ACCESS_WRITE, "c": mmap.ACCESS_COPY}
 

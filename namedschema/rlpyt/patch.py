@@ -50,13 +50,52 @@ _COLLECTIONS_NAMES = {
     "NamedArrayTuple": NamedArrayTuple,
 }
 
+# rlpyt globals that stay None until a buffer constructor assigns them. A
+# pickled buffer carries their schemas, so a process that only loads it (and
+# builds no buffer first) can append to it.
+_LAZY_GLOBALS = (("rlpyt.replays.frame", "BufferSamples"),
+                 ("rlpyt.replays.sequence.n_step", "SamplesToBuffer"))
+_GLOBALS_KEY = "_namedschema_rlpyt_globals"
+
+
+def _buffer_getstate(self):
+    """A replay buffer's attributes plus the lazily assigned sample types it uses."""
+    state = dict(self.__dict__)
+    modules = {cls.__module__ for cls in type(self).__mro__}
+    used = {}
+    for module_name, name in _LAZY_GLOBALS:
+        value = getattr(sys.modules.get(module_name), name, None)
+        if module_name in modules and isinstance(value, NamedTupleSchema):
+            used[f"{module_name}:{name}"] = value
+    if used:
+        state[_GLOBALS_KEY] = used
+    return state
+
+
+def _buffer_setstate(self, state):
+    """Restore the attributes; assign rlpyt's lazy globals as the constructor does.
+
+    As in rlpyt, the buffer built (here: loaded) last sets them, so one
+    process can load buffers of different sample types one after the other.
+    """
+    state = dict(state)
+    used = state.pop(_GLOBALS_KEY, None) or {}
+    self.__dict__.update(state)
+    for key, schema in used.items():
+        module = sys.modules.get(key.partition(":")[0])
+        name = key.partition(":")[2]
+        if module is not None and hasattr(module, name):
+            setattr(module, name, schema)
+
+
 # Methods given to rlpyt classes (with their subclasses) so that plain pickle
 # is right: (module, class) -> {attribute: function}.
 _CLASS_METHODS = {
     ("rlpyt.utils.collections", "AttrDict"): {
         "__reduce_ex__": reduce_attrdict, "__setstate__": setstate_attrdict},
     ("rlpyt.replays.base", "BaseReplayBuffer"): {
-        "__reduce_ex__": pickling.reduce_keeping_views},
+        "__reduce_ex__": pickling.reduce_keeping_views,
+        "__getstate__": _buffer_getstate, "__setstate__": _buffer_setstate},
     ("rlpyt.replays.sum_tree", "SumTree"): {
         "__reduce_ex__": pickling.reduce_keeping_views},
     ("rlpyt.utils.synchronize", "RWLock"): {"__reduce_ex__": pickling.reduce_fresh},
@@ -326,7 +365,10 @@ def patch_rlpyt(*, stdlib_namedtuple: bool = True,
     made right (:mod:`namedschema.rlpyt.pickling`): replay buffers and sum
     trees (every subclass of ``BaseReplayBuffer`` and ``SumTree``) pickle
     their array views as views and their locks and shared values as new ones
-    holding the same values, ``RWLock`` pickles as a new lock, and
+    holding the same values; a buffer also carries the sample types rlpyt
+    assigns lazily (``BufferSamples``, ``SamplesToBuffer``) and sets them
+    when it loads, as its constructor would, so a process that only loads it
+    can append to it; ``RWLock`` pickles as a new lock, and
     ``AttrDict`` (``TrajInfo`` included) stays its own ``__dict__``. Their
     pickles then load in any process where namedschema and rlpyt import,
     patched or not.

@@ -25,8 +25,8 @@ reduction records, at pickling time:
 Under :func:`namedschema.save`, which stores arrays raw and keeps their
 aliasing itself, arrays outside shared memory are handed over as they are
 (so ``inspect`` lists each view by name). Loading needs namedschema
-importable, not the patch. Arrays are rebuilt as
-plain ``np.ndarray`` views, so indexing costs what it did. Anything else that
+importable, not the patch. Arrays are rebuilt as plain ``np.ndarray``
+views, so indexing costs what it did. Anything else that
 cannot be pickled is reported before pickling starts, by an
 :class:`~namedschema.errors.UnpicklableError` that names the attribute path.
 While ``multiprocessing`` is starting a child (``spawn``/``forkserver``), the

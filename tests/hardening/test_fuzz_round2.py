@@ -154,11 +154,13 @@ def _amplifiers(tmp_path, rng, sizes):
                                             + b',"data_offsets":[0,0]},"__metadata__":', 1),
             }
             for place, new_raw in places.items():
-                if rng.random() < (1.0 if size <= 1 else 0.4):
+                if rng.random() < (1.0 if size <= 1 or LONG else 0.25):
                     path = tmp_path / f"amp-{len(out)}.nsb"
                     _write(path, new_raw, body)
                     out.append((str(path), f"{name} in {place}, {size} MiB"))
         for where in _DESC_PLACES:
+            if size > 1 and not LONG and rng.random() < 0.5:
+                continue
             header, desc, dbody = _desc_bomb(where, n)
             path = tmp_path / f"amp-{len(out)}.nsb"
             try:
@@ -194,7 +196,7 @@ def test_amplifying_headers_are_bounded_in_time_and_memory(tmp_path):
     assert bad == []
 
 
-@settings(max_examples=100 if LONG else 4, phases=_NO_SHRINK)
+@settings(max_examples=100 if LONG else 2, phases=_NO_SHRINK)
 @given(seed=st.integers(0, 2**32 - 1))
 def test_random_mixtures_of_amplifiers_are_bounded(tmp_path_factory, seed):
     """Random combinations of amplifiers at random sizes, several at once in one header."""
@@ -423,7 +425,7 @@ print(json.dumps([refused]))
 """
 
 
-@settings(max_examples=40 if LONG else 2, phases=_NO_SHRINK)
+@settings(max_examples=40 if LONG else 1, phases=_NO_SHRINK)
 @given(seed=st.integers(0, 2**32 - 1))
 def test_forged_module_level_ids_never_change_a_schema(tmp_path_factory, seed):
     """Files and torch pickles claiming module-level ids with other definitions change nothing."""

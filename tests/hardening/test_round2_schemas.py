@@ -157,6 +157,20 @@ def test_pickled_schema_with_a_forged_definition_is_a_conflict():
                           P.__module__) is P
 
 
+def test_forged_variant_id_cannot_pre_empt_either():
+    """4: a forger who also takes the id a conflicting definition would move to gains nothing."""
+    from namedschema._pickle import _variant_id, rebuild_schema
+    sid = "v" * 32
+    first = rebuild_schema("NamedTupleSchema", sid, "V", ("a",), (1,), None)
+    honest_def = ("NamedTupleSchema", sid, "V", ("a",), (2,), None)
+    moved = _variant_id(sid, "NamedTupleSchema", "V", ("a",), (2,))
+    squatter = rebuild_schema("NamedTupleSchema", moved, "V", ("a",), ("PWNED",), None)
+    honest = rebuild_schema(*honest_def)
+    assert honest._field_defaults == {"a": 2} and honest is not squatter
+    assert first._field_defaults == {"a": 1}
+    record("collision.files", 2)
+
+
 # ---------------------------------------------------------------------------
 # 5. A file does not choose an importable __module__
 # ---------------------------------------------------------------------------

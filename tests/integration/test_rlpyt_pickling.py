@@ -302,12 +302,15 @@ def test_patch_reports_methods_and_unpatch_removes_them():
         after = [name for cls in (AttrDict, rlpyt.replays.base.BaseReplayBuffer,
                                   rlpyt.replays.sum_tree.SumTree,
                                   rlpyt.utils.synchronize.RWLock)
-                 for name in ("__reduce_ex__", "__setstate__") if name in vars(cls)]
+                 for name in ("__reduce_ex__", "__setstate__", "__getstate__")
+                 if name in vars(cls)]
         print(json.dumps({"methods": sorted(report.methods), "during": during,
                           "after": after}))
         """))
     assert out["methods"] == [
+        "rlpyt.replays.base.BaseReplayBuffer.__getstate__",
         "rlpyt.replays.base.BaseReplayBuffer.__reduce_ex__",
+        "rlpyt.replays.base.BaseReplayBuffer.__setstate__",
         "rlpyt.replays.sum_tree.SumTree.__reduce_ex__",
         "rlpyt.utils.collections.AttrDict.__reduce_ex__",
         "rlpyt.utils.collections.AttrDict.__setstate__",
@@ -356,3 +359,53 @@ def test_inspect_names_arrays_of_a_real_checkpoint(tmp_path):
     assert fields["frame_replay.priority_tree.priorities"] == "frame_replay.priority_tree.tree"
     assert "pickled[" not in out["text"]
     assert out["shared"]  # the async buffer's arrays are in shared memory again
+
+
+def test_loading_without_building_a_buffer_first(tmp_path):
+    """A fresh process that only loads (builds no buffer) appends and trains identically.
+
+    The pickle carries rlpyt's lazily assigned BufferSamples / SamplesToBuffer.
+    """
+    kinds = ["UniformReplayFrameBuffer", "PrioritizedSequenceReplayFrameBuffer",
+             "UniformSequenceReplayBuffer", "AsyncPrioritizedReplayFrameBuffer"]
+    methods = ["pickle2", "pickle5", "save"]
+    twin = _driver(f"many_checkpoint_run('real', {kinds!r}, {methods!r}, {str(tmp_path)!r})")
+    resumed = _driver(f"many_resume_run('real', {kinds!r}, {methods!r}, {str(tmp_path)!r}, "
+                      "construct_first=False)")
+    for key, got in resumed.items():
+        assert "error" not in got, (key, got)
+        assert got["resumed"] == twin[key]["twin"], key
+
+
+@pytest.mark.parametrize("kind", ["TlPrioritizedReplayBuffer", "AsyncTlPrioritizedReplayBuffer"])
+def test_tl_prioritized_round_trip_without_sampling(tmp_path, kind):
+    """The buffer rlpyt cannot sample from still round-trips exactly (contents, tree, views)."""
+    path = str(tmp_path / "tl.pkl")
+    body = """
+        import json, pickle, sys
+        import numpy as np
+        import namedschema
+        namedschema.patch_rlpyt()
+        from tests.rlpyt_patterns import driver as d
+        spec = d._real("rlpyt.replays.non_sequence.time_limit.KIND", tl=True,
+                       prioritized=True)
+        def feed(buf, steps):
+            for step in steps:
+                buf.append_samples(d._samples(step, False, False, with_timeout=True))
+        def digest(buf):
+            return [[p, np.asarray(a).tobytes().hex()[:64], a.shape]
+                    for p, a in d._arrays_of(buf, "", [])]
+        if MODE == "save":
+            buf = spec["make"]()
+            feed(buf, range(20))
+            pickle.dump(buf, open(PATH, "wb"))
+        else:
+            buf = pickle.load(open(PATH, "rb"))
+        memory = d.memory_report(buf)
+        feed(buf, range(20, 30))
+        print(json.dumps({"memory": memory, "arrays": digest(buf)}))
+        """.replace("KIND", kind)
+    saved = _last_json(_run(f"MODE, PATH = 'save', {path!r}\n" + textwrap.dedent(body)))
+    loaded = _last_json(_run(f"MODE, PATH = 'load', {path!r}\n" + textwrap.dedent(body)))
+    assert loaded["memory"] == saved["memory"] and loaded["arrays"] == saved["arrays"]
+    assert saved["memory"]["groups"]  # the sum tree's view is there, and kept

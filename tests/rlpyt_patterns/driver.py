@@ -300,14 +300,15 @@ def many_checkpoint_run(backend, kinds, methods, directory, patch=True):
     print(json.dumps(results))
 
 
-def many_resume_run(backend, kinds, methods, directory, patch=True):
+def many_resume_run(backend, kinds, methods, directory, patch=True, construct_first=True):
     """resume_run for every file many_checkpoint_run wrote; prints the same keys."""
     import os
     _maybe_patch(patch)
     results = {}
     for kind in kinds:
         spec = BACKENDS[backend][kind]
-        spec["make"]()  # assigns rlpyt's lazily initialised module globals
+        if construct_first:
+            spec["make"]()  # assigns rlpyt's lazily initialised module globals
         for method in methods:
             try:
                 buf = _load(method, os.path.join(directory, f"{kind}.{method}"))
