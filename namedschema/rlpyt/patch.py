@@ -23,6 +23,7 @@ import importlib.abc
 import sys
 import threading
 from dataclasses import dataclass
+from typing import Any
 
 from .. import _factories
 from .._attrdict import reduce_attrdict, setstate_attrdict
@@ -90,7 +91,7 @@ def _buffer_setstate(self, state):
 
 # Methods given to rlpyt classes (with their subclasses) so that plain pickle
 # is right: (module, class) -> {attribute: function}.
-_CLASS_METHODS = {
+_CLASS_METHODS: dict[tuple[str, str], dict[str, Any]] = {
     ("rlpyt.utils.collections", "AttrDict"): {
         "__reduce_ex__": reduce_attrdict, "__setstate__": setstate_attrdict},
     ("rlpyt.replays.base", "BaseReplayBuffer"): {
