@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 
 from ._instance import NamedArrayTuple, NamedTuple
 from ._pickle import is_registered_schema
-from ._schema import NamedArrayTupleSchema, NamedTupleSchema, _caller, build_schema
+from ._schema import NamedArrayTupleSchema, NamedTupleSchema, build_schema, calling_module
 
 if TYPE_CHECKING:
     from ._typing import DynamicNamedArrayTuple, DynamicNamedTuple
@@ -45,7 +45,7 @@ def namedtuple(typename: str, field_names: str | Iterable[str], *, rename: bool 
     >>> Point(1, y=2)
     Point(x=1, y=2)
     """
-    caller_module, module_level = _caller(1)
+    caller_module, module_level = calling_module(1)
     return build_schema(NamedTupleSchema, typename, field_names, rename=rename,
                         defaults=defaults, module=caller_module if module is None else module,
                         module_level=module_level)
@@ -85,7 +85,7 @@ def namedarraytuple(typename, field_names, return_namedtuple_cls=False,
     >>> p[1:]
     Points(x=array([1]), y=array([11]))
     """
-    module, module_level = _caller(1)
+    module, module_level = calling_module(1)
     nt_typename = typename
     if classname_suffix:
         nt_typename, typename = typename + "_nt", typename + "_nat"
@@ -97,15 +97,17 @@ def namedarraytuple(typename, field_names, return_namedtuple_cls=False,
     return nat
 
 
-def _is_classic_namedtuple_class(obj) -> bool:
+def is_classic_namedtuple_class(obj) -> bool:
+    """True for a class-per-type named tuple (stdlib namedtuple, rlpyt's), not a schema test."""
     return (isinstance(obj, type) and issubclass(obj, tuple) and obj is not tuple
             and all(hasattr(obj, a) for a in _CLASSIC_NT_ATTRS))
 
 
-def _is_classic_nat_class(obj) -> bool:
+def is_classic_nat_class(obj) -> bool:
+    """True for a class-per-type named array tuple such as rlpyt's ``namedarraytuple``."""
     # rlpyt's namedarraytuple: a namedtuple subclass overriding __getitem__
     # and adding get()/items().
-    return (_is_classic_namedtuple_class(obj)
+    return (is_classic_namedtuple_class(obj)
             and obj.__getitem__ is not tuple.__getitem__
             and hasattr(obj, "get") and hasattr(obj, "items"))
 
@@ -114,14 +116,14 @@ def is_namedtuple_class(obj) -> bool:
     """True for named tuple classes that are not array tuples (classic or schema)."""
     if isinstance(obj, NamedTupleSchema):
         return not issubclass(obj, NamedArrayTuple)
-    return _is_classic_namedtuple_class(obj) and not _is_classic_nat_class(obj)
+    return is_classic_namedtuple_class(obj) and not is_classic_nat_class(obj)
 
 
 def is_namedarraytuple_class(obj) -> bool:
     """True for named array tuple classes (rlpyt's classic ones or schemas)."""
     if isinstance(obj, NamedTupleSchema):
         return issubclass(obj, NamedArrayTuple)
-    return _is_classic_nat_class(obj)
+    return is_classic_nat_class(obj)
 
 
 def is_namedtuple(obj) -> bool:
@@ -139,7 +141,7 @@ def _name_and_fields(example):
     cls: Any = example if isinstance(example, type) else type(example)
     if isinstance(cls, NamedTupleSchema) or issubclass(cls, NamedTuple):
         return cls._typename, cls._fields
-    if _is_classic_namedtuple_class(cls):
+    if is_classic_namedtuple_class(cls):
         return cls.__name__, tuple(cls._fields)
     return None
 

@@ -63,7 +63,7 @@ def _field_doc(index: int) -> str:
     return doc
 
 
-def _caller(depth: int) -> tuple[str, bool]:
+def calling_module(depth: int) -> tuple[str, bool]:
     """(module name, whether the call is module-level code) of a caller frame."""
     try:
         frame = sys._getframe(depth + 1)
@@ -298,7 +298,7 @@ class NamedTupleSchema(SchemaBaseMeta):
         if kwargs:
             raise TypeError(f"{mcls.__name__}() got unexpected keyword arguments "
                             f"{sorted(kwargs)}")
-        caller_module, module_level = _caller(1)
+        caller_module, module_level = calling_module(1)
         return build_schema(mcls, typename, field_names, rename=rename, defaults=defaults,
                             module=caller_module if module is None else module,
                             module_level=module_level)

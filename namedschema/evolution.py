@@ -42,7 +42,7 @@ import numpy as np
 
 from ._classdef import declared_dtypes, has_class_body
 from ._factories import is_namedarraytuple_class, is_namedtuple_class
-from ._schema import NamedTupleSchema
+from ._pickle import is_registered_schema
 from .errors import (
     ExtraFieldError,
     FieldMismatchError,
@@ -79,7 +79,7 @@ def _is_named_class(cls) -> bool:
 
 def _typename(cls) -> str:
     """The name files store for ``cls``: a schema's typename, else the class name."""
-    if isinstance(cls, NamedTupleSchema) and "_schema_id" in cls.__dict__:
+    if is_registered_schema(cls):
         return str(cls.__dict__["_typename"])
     return cls.__name__
 

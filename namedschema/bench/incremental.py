@@ -17,8 +17,9 @@ a temporary file, fsync, rename). Cases, each in fresh processes:
 
 Every case runs ``--rounds`` times, each round in a fresh process with the
 order of the changes rotated; the best of the rounds is kept. Memory is the
-growth of the process's peak RSS during the save (``/proc/self/clear_refs``
-resets the peak before each save).
+peak growth, during the save, of the process's private resident memory
+(anonymous and shared memory, sampled every millisecond; page-cache pages
+of mapped files are the file's and are not counted).
 
 CASES   the case names, in running order
 main    run the cases, print the table, optionally write JSON
@@ -49,36 +50,46 @@ MEMORY_LIMIT_MIB = 64
 
 # ---------------------------------------------------------------- child side
 
-def _rss():
-    """(current, peak) resident bytes of this process."""
-    values = {}
+def _private_rss():
+    """Resident bytes of this process's own memory (anonymous and shared memory).
+
+    Page-cache pages of mapped files are left out: they are the file's, not
+    memory a save allocates (and a buffer remapped onto its checkpoint file
+    counts there, until written).
+    """
+    total = 0
     with open("/proc/self/status") as f:
         for line in f:
             key, _, rest = line.partition(":")
-            if key in ("VmRSS", "VmHWM"):
-                values[key] = int(rest.split()[0]) * 1024
-    return values["VmRSS"], values["VmHWM"]
-
-
-def _reset_peak():
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-        return True
-    except OSError:
-        return False
+            if key in ("RssAnon", "RssShmem"):
+                total += int(rest.split()[0]) * 1024
+    return total
 
 
 def _measure(func):
-    """(seconds, peak extra RSS in bytes) of ``func()``."""
+    """(seconds, peak growth of private resident memory in bytes) of ``func()``.
+
+    The peak is sampled every millisecond by a thread.
+    """
+    import threading
     import time
-    exact = _reset_peak()
-    before, peak_before = _rss()
+    before = _private_rss()
+    peak = [before]
+    done = threading.Event()
+
+    def sample():
+        while not done.wait(0.001):
+            peak[0] = max(peak[0], _private_rss())
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
     start = time.perf_counter()
     func()
     elapsed = time.perf_counter() - start
-    _now, peak = _rss()
-    return elapsed, max(peak - (before if exact else peak_before), 0)
+    done.set()
+    sampler.join()
+    peak[0] = max(peak[0], _private_rss())
+    return elapsed, max(peak[0] - before, 0)
 
 
 def _schema():
@@ -210,6 +221,49 @@ def _child(argv):
 
 # ---------------------------------------------------------------- parent side
 
+def plot(doc: dict, path: str) -> None:
+    """Write a PNG of the time ratios against the fraction of rows changed.
+
+    One line per case and pattern, log-log, with the issue's two targets at 1%.
+
+    Raises:
+        ImportError: matplotlib is not installed.
+    """
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    lines: dict[tuple[str, str], list[tuple[float, float]]] = {}
+    for r in doc["results"]:
+        if r["metric"] == "time" and r["reference"] == "full save":
+            pattern, share = r["contender"].split()
+            lines.setdefault((r["case"], pattern), []).append(
+                (float(share.rstrip("%")), r["ratio"]))
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for (case, pattern), points in sorted(lines.items()):
+        points.sort()
+        ax.plot([x for x, _ in points], [y for _, y in points],
+                marker="o" if pattern == "ring" else "s",
+                linestyle="-" if pattern == "ring" else "--", label=f"{case}, {pattern}")
+    ax.plot([1], [1 / 30], marker="_", markersize=30, color="black")
+    ax.plot([1], [1 / 10], marker="_", markersize=30, color="grey")
+    ax.annotate("target ring 1/30", (1, 1 / 30), xytext=(6, -12), textcoords="offset points",
+                fontsize=7)
+    ax.annotate("target random 1/10", (1, 1 / 10), xytext=(6, 4), textcoords="offset points",
+                fontsize=7)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("rows overwritten since the last save (%)")
+    ax.set_ylabel("incremental save time / full save time")
+    ax.set_title("namedschema.save(..., incremental=True), 1 GiB Atari-like buffer",
+                 fontsize=9)
+    ax.grid(True, which="both", linewidth=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def _changes(case):
     patterns = ("ring",) if case.startswith("rlpyt") else ("ring", "random")
     return [(p, f) for f in FRACTIONS for p in patterns]
@@ -236,7 +290,16 @@ def main(argv=None) -> int:
     parser.add_argument("--size-mib", type=int, default=None,
                         help="buffer size in MiB (default 1024, quick 32)")
     parser.add_argument("--dir", default=None, help="directory for the files (default: temp)")
+    parser.add_argument("--plot", metavar="PNG", default=None,
+                        help="also plot the time ratios (needs matplotlib), or, with "
+                             "--from-json, only plot those results")
+    parser.add_argument("--from-json", metavar="FILE", default=None,
+                        help="plot the results of an earlier run (with --plot)")
     args = parser.parse_args(argv)
+    if args.from_json:
+        with open(args.from_json) as f:
+            plot(json.load(f), args.plot or "incremental.png")
+        return 0
     size = (args.size_mib or (32 if args.quick else 1024)) * MIB
     rows = max(size // ROW_BYTES, 1000)
     rounds = args.rounds or (1 if args.quick else 3)
@@ -285,7 +348,10 @@ def main(argv=None) -> int:
                  f"{'met' if worst_memory < MEMORY_LIMIT_MIB else 'MISSED'}")
     notes.append("time ratios: incremental save / full save of the same object in the same "
                  "process; lower is better")
-    return finish("incremental", args, results, notes)
+    code = finish("incremental", args, results, notes)
+    if args.plot:
+        plot({"results": results}, args.plot)
+    return code
 
 
 if __name__ == "__main__":

@@ -63,7 +63,7 @@ class AtomicFile:
         remove_stale_temps(self.directory, self.prefix)
         self.tmp = os.path.join(self.directory,
                                 f"{self.prefix}{os.getpid()}-{secrets.token_hex(4)}")
-        self.fd = os.open(self.tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL
+        self.fd = os.open(self.tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL
                           | getattr(os, "O_CLOEXEC", 0), 0o666)
         try:
             _copy_mode(self.path, self.fd)

@@ -1,12 +1,12 @@
 """Block I/O: write blocks with their CRC-32s, read or map them back, verify them.
 
-Writing copies each block from the caller's memory, piece by piece, into a
-small ring of buffers of its own, and writes and checksums those copies: the
-checksum then describes exactly the bytes in the file even while another
+Writing copies each block from the caller's memory in CHUNK pieces. The
+checksum of a piece of the caller's memory is computed on the bytes read
+back from the file (``pread``, from the page cache) by a worker thread behind
+the writes, so it describes exactly the bytes in the file even while another
 thread or process keeps writing the caller's arrays (a live shared-memory
 replay buffer gives a torn snapshot, as any copy would, but never a file
-that fails ``verify``). The checksums run in a worker thread behind the
-writes, and a background
+that fails ``verify``). A background
 fdatasync every SYNC_EVERY bytes lets the disk start early, so the final fsync
 has less left to do. Reading fills new arrays with ``readinto`` (checksums, if
 asked for, run behind the reads); mapping maps the file once and views it.
@@ -37,11 +37,6 @@ SYNC_EVERY = 256 * 2**20
 # Buffers this module made (copies of sparse views) may wait this long for
 # their checksum.
 MAX_COPIES_PENDING = 3 * CHUNK
-# The caller's memory is copied in pieces of this size into a ring of this
-# many buffers (32 MiB in all), each reused once its checksum is done; the
-# slack lets the checksum thread fall behind briefly on a busy machine.
-COPY_PIECE = 4 * 2**20
-COPY_RING = 8
 
 MMAP_ACCESS = {"r": mmap.ACCESS_READ, "r+": mmap.ACCESS_WRITE, "c": mmap.ACCESS_COPY}
 
@@ -161,7 +156,7 @@ def write_blocks(fd: int, sources: tuple[Source, ...], progress: Progress) -> li
     """
     fdatasync = getattr(os, "fdatasync", os.fsync)
     crcs = [_Crc() for _ in sources]
-    ring = _CopyRing()
+    reader = _FileCrc(fd)
     with ThreadPoolExecutor(1, thread_name_prefix="namedschema-crc") as crc_pool, \
             ThreadPoolExecutor(1, thread_name_prefix="namedschema-sync") as sync_pool:
         checks: list[Future] = []
@@ -170,10 +165,17 @@ def write_blocks(fd: int, sources: tuple[Source, ...], progress: Progress) -> li
         syncing: Future | None = None
         for source, crc in zip(sources, crcs, strict=True):
             nbytes = 0
-            for chunk, is_copy in _private(source, ring):
-                checks.append(crc_pool.submit(crc.update, chunk))
-                ring.claimed(checks[-1])
-                write_all(fd, chunk)
+            live = isinstance(source, MemorySpan)
+            for chunk, is_copy in source.chunks():
+                if live and not is_copy:
+                    # The caller's memory may change under us: checksum the file.
+                    position = os.lseek(fd, 0, os.SEEK_CUR)
+                    write_all(fd, chunk)
+                    checks.append(crc_pool.submit(reader.update, crc, position,
+                                                  chunk.nbytes))
+                else:
+                    checks.append(crc_pool.submit(crc.update, chunk))
+                    write_all(fd, chunk)
                 progress.advance(chunk.nbytes)
                 nbytes += chunk.nbytes
                 if is_copy:
@@ -201,43 +203,24 @@ def write_blocks(fd: int, sources: tuple[Source, ...], progress: Progress) -> li
     return [crc.value for crc in crcs]
 
 
-class _CopyRing:
-    """COPY_RING reusable buffers for pieces of the caller's memory."""
+class _FileCrc:
+    """Feeds a running CRC with bytes read back from the file being written."""
 
-    def __init__(self) -> None:
-        self.buffers: list[np.ndarray] = []
-        self.pending: list[Future | None] = [None] * COPY_RING
-        self.slot = -1
-        self.taken = False
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.buffer: bytearray | None = None  # one CHUNK, reused (one worker thread)
 
-    def copy(self, piece: memoryview) -> memoryview:
-        """``piece`` copied into the next buffer, once that buffer's checksum is done."""
-        self.slot = (self.slot + 1) % COPY_RING
-        if len(self.buffers) < COPY_RING:
-            self.buffers.append(np.empty(COPY_PIECE, np.uint8))
-        done = self.pending[self.slot]
-        if done is not None:
-            done.result()
-        out = self.buffers[self.slot][:piece.nbytes]
-        np.copyto(out, np.frombuffer(piece, np.uint8))
-        self.taken = True
-        return out.data
-
-    def claimed(self, check: Future) -> None:
-        """Record the checksum that reads the buffer just handed out, if any."""
-        if self.taken:
-            self.pending[self.slot] = check
-            self.taken = False
-
-
-def _private(source: Source, ring: _CopyRing) -> Iterator[tuple[memoryview, bool]]:
-    """The source's chunks, with the caller's live memory replaced by private copies."""
-    for chunk, is_copy in source.chunks():
-        if is_copy or not isinstance(source, MemorySpan):
-            yield chunk, is_copy
-            continue
-        for start in range(0, chunk.nbytes, COPY_PIECE):
-            yield ring.copy(chunk[start:start + COPY_PIECE]), False
+    def update(self, crc: _Crc, position: int, nbytes: int) -> None:
+        if self.buffer is None:
+            self.buffer = bytearray(CHUNK)
+        view = memoryview(self.buffer)
+        done = 0
+        while done < nbytes:
+            got = os.preadv(self.fd, [view[:min(CHUNK, nbytes - done)]], position + done)
+            if got <= 0:
+                raise OSError(f"short read back of the file being written at {position + done}")
+            crc.update(view[:got])
+            done += got
 
 
 # --------------------------------------------------------------------------

@@ -8,8 +8,9 @@ checkpoint; otherwise it writes a full checkpoint, atomically, laid out so
 that the next save can be incremental.
 
 What changed is found by ``tracking.py`` (mostly from the kernel's page tables).
-If more than a quarter of the data changed, a full save is cheaper and is
-done instead.
+When the changes would cost more than a quarter of a full save (their bytes,
+twice, plus ``tracking.RANGE_COST`` per scattered range), a full save is
+cheaper and is done instead.
 
 save           save ``obj`` to ``path``, incrementally when the file allows it
 recover        finish or discard the journal an interrupted incremental save left
@@ -368,6 +369,12 @@ def _incremental(enc: EncodedGraph, plan: layout.Layout, path: str, fd: int,
                 scan.compact(i, source)
     except tracking.TooMuch:
         return None
+    spans = [(src.lo, src.lo + src.nbytes) for src in plan.sources
+             if isinstance(src, MemorySpan)]
+    data = [(old.block_file_start(i), old.block_file_start(i) + old.blocks[i].nbytes)
+            for i in range(n_data)]
+    if scan.changes and tracking.others_map(scan.maps, scan.dev, scan.ino, spans, data):
+        return None  # another map of this file would see the change: write a new file
     crcs, pieces = tracking.crc_updates(fd, old, scan.changes)
     n_changes = len(pieces)
     blocks = [replace(b, crc32=crcs.get(i, b.crc32)) for i, b in enumerate(old.blocks)]

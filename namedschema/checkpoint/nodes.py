@@ -17,7 +17,6 @@ in schema defaults.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 from collections.abc import Sequence
@@ -26,9 +25,8 @@ from typing import Any, NoReturn
 import numpy as np
 
 from .. import _pickle
-from .._factories import _is_classic_namedtuple_class, _is_classic_nat_class
+from .._factories import is_classic_namedtuple_class, is_classic_nat_class
 from .._printable import printable
-from .._schema import NamedTupleSchema
 from ..errors import FormatError
 from .arrays import ArrayTable, is_storable
 from .constants import ALLOWED_DTYPES
@@ -59,13 +57,13 @@ def path_join(path: str, key: int | str) -> str:
 
 
 def _is_schema_class(cls: Any) -> bool:
-    return isinstance(cls, NamedTupleSchema) and "_schema_id" in cls.__dict__
+    return _pickle.is_registered_schema(cls)
 
 
 def _is_named_tuple_type(cls: type) -> bool:
     return _is_schema_class(cls) or (
-        _is_classic_namedtuple_class(cls)
-        and (cls.__bases__ == (tuple,) or _is_classic_nat_class(cls)))
+        is_classic_namedtuple_class(cls)
+        and (cls.__bases__ == (tuple,) or is_classic_nat_class(cls)))
 
 
 # --------------------------------------------------------------------------
@@ -106,12 +104,13 @@ class Encoder:
             entry = SchemaEntry(type(cls).__name__, cls._typename,  # type: ignore[attr-defined]
                                 fields, cls._schema_id, tuple(defaults), module)  # type: ignore[attr-defined]
         else:
-            kind = ("NamedArrayTupleSchema" if _is_classic_nat_class(cls)
+            kind = ("NamedArrayTupleSchema" if is_classic_nat_class(cls)
                     else "NamedTupleSchema")
-            # A stable id per definition, so every load of it is one class.
-            digest = hashlib.blake2b(json.dumps(
-                [kind, module, cls.__name__, list(fields), defaults]).encode(), digest_size=16)
-            entry = SchemaEntry(kind, cls.__name__, fields, "classic-" + digest.hexdigest(),
+            # A stable id per definition (the one derivation, _pickle's), so every
+            # load of it is one class; "classic-" keeps it apart from the id of a
+            # module-level schema of the same definition, which is another class.
+            derived = _pickle.derived_schema_id(kind, module, cls.__name__, fields, defaults)
+            entry = SchemaEntry(kind, cls.__name__, fields, f"classic-{derived}",
                                 tuple(defaults), module)
         index = len(self.schemas)
         self.schemas.append(entry)

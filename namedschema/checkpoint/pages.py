@@ -91,12 +91,19 @@ class Mapping:
                        self.dev, self.ino, self.delta)
 
 
-def file_mappings() -> list[Mapping]:
-    """Every file-backed mapping of this process, by address (from ``/proc/self/maps``)."""
+def file_mappings(dev: int | None = None, ino: int | None = None) -> list[Mapping]:
+    """Every file-backed mapping of this process (of file ``(dev, ino)`` if given), by address.
+
+    From ``/proc/self/maps``; with a file given, only its lines are parsed.
+    """
     out = []
     with open("/proc/self/maps", "rb") as f:
         data = f.read()
-    for line in data.splitlines():
+    lines = data.splitlines()
+    if ino is not None and dev is not None:
+        needle = f" {os.major(dev):02x}:{os.minor(dev):02x} {ino} ".encode()
+        lines = [line for line in lines if needle in line]
+    for line in lines:
         parts = line.split(None, 5)
         if len(parts) < 5 or parts[4] == b"0":
             continue

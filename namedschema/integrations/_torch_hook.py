@@ -38,7 +38,7 @@ from ..errors import SchemaDefinitionError
 from . import _import_hooks
 
 __all__ = ["ANY_SCHEMA", "checked_rebuild_schema", "safe_globals", "register",
-           "install", "uninstall"]
+           "is_registered", "install", "uninstall"]
 
 REBUILD_NAME = "namedschema._pickle.rebuild_schema"
 ANY_SCHEMA_NAME = "namedschema.integrations._torch_hook.ANY_SCHEMA"
@@ -125,6 +125,11 @@ def safe_globals() -> list:
 
 _registered = False
 _lock = threading.Lock()
+
+
+def is_registered() -> bool:
+    """True once :func:`register` has added the schema globals to torch's allowlist."""
+    return _registered
 
 
 def register() -> bool:

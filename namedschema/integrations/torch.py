@@ -44,7 +44,7 @@ def register_safe_globals() -> bool:
         True when registered; False on torch older than 2.4, which has no
         weights-only allowlist.
     """
-    if _torch_hook._registered:
+    if _torch_hook.is_registered():
         # Someone may have cleared torch's list since: make sure they are in.
         torch.serialization.add_safe_globals(_torch_hook.safe_globals())
         return True

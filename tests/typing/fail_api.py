@@ -5,3 +5,6 @@ import namedschema
 namedschema.load("replay.nsb", mmap_mode="w")  # expect-error: not a mmap mode
 namedschema.save({"a": 1})  # expect-error: missing path
 namedschema.is_namedtuple()  # expect-error: missing argument
+namedschema.inspect()  # expect-error: missing path
+namedschema.patch_rlpyt(True)  # expect-error: options are keyword-only
+namedschema.unpatch_rlpyt(1)  # expect-error: takes no argument

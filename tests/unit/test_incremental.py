@@ -281,3 +281,24 @@ def test_recover_is_a_no_op_without_a_journal(tmp_path):
     before = os.stat(path)
     incremental.recover(str(path))
     assert os.stat(path).st_mtime_ns == before.st_mtime_ns
+
+
+@needs_pages
+@pytest.mark.parametrize("mode", ["r", "c"])
+def test_other_maps_of_the_file_keep_their_data(tmp_path, mode):
+    """While another map of the file exists, a save writes a new file: that map is unchanged."""
+    path = tmp_path / "b.nsb"
+    buf = make_buffer()
+    namedschema.save(buf, path, incremental=True)
+    other = namedschema.load(path, mmap_mode=mode)
+    before = [np.array(a) for a in other]
+    buf.observation[5] = 200
+    namedschema.save(buf, path, incremental=True)
+    assert last(path).kind == "full"
+    assert equal(other, before)
+    check(path, buf)
+    del other
+    buf.observation[6] = 201
+    namedschema.save(buf, path, incremental=True)
+    assert last(path).kind == "incremental"
+    check(path, buf)
