@@ -89,7 +89,7 @@ class AtomicFile:
         if kind is not None:
             _unlink_quietly(self.tmp)
             return
-        _fsync_dir(self.directory)
+        fsync_dir(self.directory)
 
 
 def _copy_mode(target: str, fd: int) -> None:
@@ -116,7 +116,8 @@ def _unlink_quietly(name: str) -> None:
         pass
 
 
-def _fsync_dir(directory: str) -> None:
+def fsync_dir(directory: str) -> None:
+    """Sync a directory, so that a file created, renamed or removed in it stays so."""
     try:
         dfd = os.open(directory, os.O_RDONLY)
     except OSError:  # pragma: no cover - platforms without directory fds

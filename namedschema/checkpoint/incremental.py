@@ -33,7 +33,7 @@ from typing import Any
 
 from ..errors import FormatError
 from . import journal, layout, pages, tracking
-from .atomic import AtomicFile
+from .atomic import AtomicFile, fsync_dir
 from .blocks import MemorySpan, Progress, write_all, write_blocks
 from .constants import ALIGN
 from .graph import EncodedGraph, encode_graph
@@ -124,7 +124,7 @@ def _recover_locked(path: str, fd: int) -> None:
         os.unlink(jpath)
     except FileNotFoundError:
         pass
-    journal.fsync_dir(os.path.dirname(jpath))
+    fsync_dir(os.path.dirname(jpath))
 
 
 def recover(path: str) -> None:
@@ -424,7 +424,7 @@ def _finish_later(path: str, fd: int, jpath: str) -> None:
         try:
             os.fdatasync(fd) if hasattr(os, "fdatasync") else os.fsync(fd)
             os.unlink(jpath)
-            journal.fsync_dir(os.path.dirname(jpath))
+            fsync_dir(os.path.dirname(jpath))
         except OSError:
             pass  # the journal stays; the next open of the file applies it again
         finally:

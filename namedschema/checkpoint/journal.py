@@ -37,6 +37,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .atomic import fsync_dir
 from .blocks import write_all
 
 __all__ = ["journal_path", "Journal", "write", "read", "replay"]
@@ -68,20 +69,6 @@ class Journal:
     file_size: int
     ranges: tuple[tuple[int, int, int], ...]   # (file offset, length, crc32)
     data_start: int                            # where the first range's bytes start
-
-
-def fsync_dir(directory: str) -> None:
-    """Sync a directory, so that a file created or removed in it stays so."""
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:  # pragma: no cover - platforms without directory fds
-        return
-    try:
-        os.fsync(fd)
-    except OSError:  # pragma: no cover
-        pass
-    finally:
-        os.close(fd)
 
 
 def write(path: str, base: str, new: str, file_size: int,
