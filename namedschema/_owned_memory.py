@@ -53,6 +53,11 @@ def allocate(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
         return np.zeros(shape, dtype)
     memory = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS,
                        prot=mmap.PROT_READ | mmap.PROT_WRITE)
+    if hasattr(mmap, "MADV_HUGEPAGE"):
+        # What numpy asks for its own large allocations: with transparent huge pages in
+        # 'madvise' mode, 4 KiB pages make the first fill ~6x slower and random reads
+        # (replay sampling) ~1.25x slower than np.zeros memory.
+        memory.madvise(mmap.MADV_HUGEPAGE)
     array = np.frombuffer(memory, dtype, count).reshape(shape)
     start = array.__array_interface__["data"][0]
     def forget(_ref: weakref.ref[mmap.mmap], start: int = start) -> None:
