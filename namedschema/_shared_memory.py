@@ -32,6 +32,8 @@ import weakref
 
 import numpy as np
 
+from ._strides import byte_span
+
 __all__ = ["allocate", "allocate_many", "is_shared", "segment_count"]
 
 # Alignment of each array inside a multi-array segment: a cache line, which
@@ -187,15 +189,10 @@ def allocate_many(specs) -> list[np.ndarray]:
 def _extent(a: np.ndarray) -> tuple[int, int]:
     """First and one-past-last byte address that ``a`` can touch."""
     start = a.__array_interface__["data"][0]
-    low = high = start
-    if a.size:
-        for dim, stride in zip(a.shape, a.strides, strict=True):
-            if stride < 0:
-                low += (dim - 1) * stride
-            else:
-                high += (dim - 1) * stride
-        high += a.itemsize
-    return low, high
+    if not a.size:
+        return start, start
+    low, high = byte_span(start, a.shape, a.strides)
+    return low, high + a.itemsize
 
 
 def _segment_of(a: np.ndarray):

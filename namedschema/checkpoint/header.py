@@ -36,6 +36,7 @@ import numpy as np
 
 from .._limits import MAX_FIELDS
 from .._printable import printable
+from .._strides import byte_span
 from ..errors import FormatError
 from .constants import (
     ALIGN,
@@ -211,7 +212,7 @@ class ArrayEntry:
         else:
             if type(block) is not int or not 0 <= block < len(blocks):
                 fail(name, f"{where}: refers to block {block!r}, which does not exist")
-            lo, hi = byte_extent(offset, shape, strides)
+            lo, hi = byte_span(offset, shape, strides)
             if lo < 0 or hi + itemsize > blocks[block].nbytes:
                 fail(name, f"{where}: shape {tuple(shape)} with strides {tuple(strides)} "
                      f"at offset {offset} reaches outside its block of "
@@ -237,17 +238,6 @@ class ArrayEntry:
             fail(name, f"{where}: requires_grad on an array that is not a torch tensor")
         return cls(block, offset, tuple(shape), tuple(strides), dtype, path,
                    torch_dtype, requires_grad)
-
-
-def byte_extent(offset: int, shape, strides) -> tuple[int, int]:
-    """(lowest, highest) byte offset of an element of a non-empty strided view."""
-    lo = hi = offset
-    for n, s in zip(shape, strides, strict=True):
-        if s < 0:
-            lo += (n - 1) * s
-        else:
-            hi += (n - 1) * s
-    return lo, hi
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from .._strides import byte_span
 from .arrays import StoredArray
 from .blocks import CompactCopy, MemorySpan, RawBytes, Source
 from .constants import ST_DTYPES
@@ -90,12 +91,7 @@ def _extent(arr: np.ndarray) -> tuple[int, int] | None:
     """(lo, hi) absolute byte addresses the array touches, or None if empty."""
     if arr.size == 0:
         return None
-    lo = hi = arr.__array_interface__["data"][0]
-    for n, s in zip(arr.shape, arr.strides, strict=True):
-        if s < 0:
-            lo += (n - 1) * s
-        else:
-            hi += (n - 1) * s
+    lo, hi = byte_span(arr.__array_interface__["data"][0], arr.shape, arr.strides)
     return lo, hi + arr.itemsize
 
 

@@ -52,6 +52,7 @@ from multiprocessing import synchronize as mp_sync
 
 import numpy as np
 
+from .._strides import byte_span
 from ..buffer import is_shared_memory, np_mp_array
 from ..errors import UnpicklableError
 
@@ -198,12 +199,7 @@ def _walk(x, visit, memo, depth):
 
 def _extent(a):
     """(lo, hi) byte addresses ``a`` touches."""
-    lo = hi = a.__array_interface__["data"][0]
-    for n, s in zip(a.shape, a.strides, strict=False):
-        if s < 0:
-            lo += (n - 1) * s
-        else:
-            hi += (n - 1) * s
+    lo, hi = byte_span(a.__array_interface__["data"][0], a.shape, a.strides)
     return lo, hi + a.itemsize
 
 
@@ -360,12 +356,7 @@ def _pack(state):
 def _view(base, offset, shape, strides, dtype, writeable):
     """An ndarray view of ``base``'s memory, checked to lie inside it."""
     dtype = np.dtype(dtype)
-    lo = hi = offset
-    for n, s in zip(shape, strides, strict=False):
-        if s < 0:
-            lo += (n - 1) * s
-        else:
-            hi += (n - 1) * s
+    lo, hi = byte_span(offset, shape, strides)
     if lo < 0 or hi + dtype.itemsize > base.nbytes:
         raise ValueError(f"a saved view (offset {offset}, shape {tuple(shape)}, strides "
                          f"{tuple(strides)}) does not fit its base of {base.nbytes} bytes")
