@@ -12,6 +12,7 @@ FieldError              reading or writing a field failed; names schema and fiel
 Field*Error             FieldError plus the builtin type of the failure (IndexError, ...)
 FormatError             a checkpoint file is not valid (ValueError)
 UnsafeLoadError         a checkpoint needs pickle and allow_pickle was not given
+BackgroundSaveError     a background save's writer died, or its error could not come back (OSError)
 NotDataError            save met a value that is not data and allow_pickle was not given
 BufferShapeError        buffer arrays disagree in leading dimensions (ValueError)
 UnpicklableError        an attribute of an object being pickled cannot be (TypeError)
@@ -42,6 +43,7 @@ __all__ = [
     "FieldRuntimeError",
     "FormatError",
     "UnsafeLoadError",
+    "BackgroundSaveError",
     "NotDataError",
     "BufferShapeError",
     "UnpicklableError",
@@ -237,6 +239,14 @@ class FormatError(NamedSchemaError, ValueError):
 
 class UnsafeLoadError(FormatError):
     """A checkpoint holds pickled objects and ``allow_pickle`` was not set."""
+
+
+class BackgroundSaveError(NamedSchemaError, OSError):
+    """A background save failed, and the error raised in its writer could not be carried back.
+
+    Also raised when the writer process died (killed by a signal, out of
+    memory) before it finished. The file holds the last complete checkpoint.
+    """
 
 
 class NotDataError(NamedSchemaError, TypeError):

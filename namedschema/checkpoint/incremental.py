@@ -47,7 +47,7 @@ from .header import (
 )
 from .nodes import features_of
 
-__all__ = ["save", "recover", "reading", "wait"]
+__all__ = ["save", "save_encoded", "recover", "reading", "wait"]
 
 PAGE = pages.PAGE
 #: Above this fraction of changed data, a full save is done instead.
@@ -319,6 +319,12 @@ def save(obj: Any, path: str | os.PathLike[str], *, allow_pickle: bool = False,
     path = os.fspath(path)
     enc = encode_graph(obj, path, allow_pickle)
     plan = layout.plan(enc.encoder.arrays.entries, enc.pickle_bytes)
+    return save_encoded(enc, plan, path, progress)
+
+
+def save_encoded(enc: EncodedGraph, plan: layout.Layout, path: str,
+                 progress: bool) -> SaveRecord:
+    """``save`` of a graph already encoded and laid out (background saves encode first)."""
     wait(path)
     try:
         fd = os.open(path, os.O_RDWR | getattr(os, "O_CLOEXEC", 0))

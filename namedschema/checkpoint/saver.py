@@ -4,20 +4,36 @@ from __future__ import annotations
 
 import os
 import struct
+import time
 import uuid
-from typing import Any
+from typing import Any, Literal, overload
 
+from . import background as _background
+from . import incremental as _incremental
 from . import layout
 from .atomic import AtomicFile
+from .background import BackgroundSave
 from .blocks import Progress, write_all, write_blocks
-from .graph import encode_graph
-from .header import Description, Header, PickleEntry
-from .incremental import save as incremental_save
+from .graph import EncodedGraph, encode_graph
+from .header import Description, Header, PickleEntry, SaveRecord
 from .nodes import features_of
 
 
+@overload
+def save(obj: Any, path: str | os.PathLike[str], *, allow_pickle: bool = ...,
+         progress: bool = ..., incremental: bool = ...,
+         background: Literal[False] = ...) -> None: ...
+@overload
+def save(obj: Any, path: str | os.PathLike[str], *, allow_pickle: bool = ...,
+         progress: bool = ..., incremental: bool = ...,
+         background: Literal[True]) -> BackgroundSave: ...
+@overload
+def save(obj: Any, path: str | os.PathLike[str], *, allow_pickle: bool = ...,
+         progress: bool = ..., incremental: bool = ...,
+         background: bool) -> BackgroundSave | None: ...
 def save(obj: Any, path: str | os.PathLike[str], *, allow_pickle: bool = False,
-         progress: bool = False, incremental: bool = False) -> None:
+         progress: bool = False, incremental: bool = False,
+         background: bool = False) -> BackgroundSave | None:
     """Save an object graph, writing every array raw and once, atomically.
 
     Arrays (numpy, and torch CPU tensors) anywhere in ``obj`` are written
@@ -48,6 +64,13 @@ def save(obj: Any, path: str | os.PathLike[str], *, allow_pickle: bool = False,
             (shapes, dtypes, views), write only what changed since, in place
             and crash-safe; otherwise write a full checkpoint laid out for
             later incremental saves. See :doc:`/incremental`.
+        background: return a :class:`~namedschema.checkpoint.background.BackgroundSave`
+            handle as soon as a snapshot of ``obj`` exists (a ``fork`` of this
+            process: later writes to the arrays do not reach the file); the
+            writing, checksums and fsync go on in a child process. Its error
+            is raised by ``handle.wait()``, or else by the next save of
+            ``path``, or else printed at exit. Saves of one path run in
+            order: each first waits for the background save before it.
 
     Raises:
         NotDataError: (a TypeError) ``obj`` holds a value that is not data and
@@ -55,6 +78,9 @@ def save(obj: Any, path: str | os.PathLike[str], *, allow_pickle: bool = False,
         StructureMismatchError: a tensor is not on the CPU or has a dtype
             numpy cannot view.
         OSError: the file cannot be written (the old file stays intact).
+        BackgroundSaveError: (an OSError) the previous background save of
+            ``path`` failed and its error was not yet raised, or its writer
+            process died.
 
     >>> import numpy as np, tempfile, os, namedschema
     >>> Step = namedschema.NamedArrayTupleSchema('Step', 'obs reward')
@@ -65,12 +91,31 @@ def save(obj: Any, path: str | os.PathLike[str], *, allow_pickle: bool = False,
     >>> float(back['buffer'].reward[3]), np.shares_memory(back['recent'], back['buffer'].obs)
     (3.0, True)
     """
-    if incremental:
-        incremental_save(obj, path, allow_pickle=allow_pickle, progress=progress)
-        return
+    began = time.perf_counter()
     path = os.fspath(path)
-    graph = encode_graph(obj, path, allow_pickle)
-    plan = layout.plan(graph.encoder.arrays.entries, graph.pickle_bytes)
+    with _background.serialized(path):
+        graph = encode_graph(obj, path, allow_pickle)
+        plan = layout.plan(graph.encoder.arrays.entries, graph.pickle_bytes)
+        if not background:
+            if incremental:
+                _incremental.save_encoded(graph, plan, path, progress)
+            else:
+                _write_full(graph, plan, path, progress)
+            return None
+        plan = _background.replace_sources(plan, _background.freeze_shared(plan.sources))
+
+        def job() -> SaveRecord | None:
+            if incremental:
+                record = _incremental.save_encoded(graph, plan, path, progress)
+                _incremental.wait(path)  # its sync thread: the child ends after it
+                return record
+            _write_full(graph, plan, path, progress)
+            return None
+        return _background.start(path, job, began)
+
+
+def _write_full(graph: EncodedGraph, plan: layout.Layout, path: str, progress: bool) -> None:
+    """Write a whole checkpoint of an encoded graph, atomically."""
     pickle_entry = None if graph.not_data is None else PickleEntry(len(plan.blocks) - 1,
                                                                    str(graph.not_data))
     header = Header(

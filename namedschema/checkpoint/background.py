@@ -1,0 +1,386 @@
+"""Background saves: ``save(..., background=True)`` returns once a consistent snapshot exists.
+
+The snapshot is a ``fork``: the child process sees the caller's memory as it
+was at that instant (copy-on-write), whatever the caller writes afterwards, and
+writes the checkpoint from it (data, checksums, fsync, rename or journal)
+while the caller goes on. Everything that touches the caller's objects
+(encoding the graph, torch tensors, pickling) happens in the caller before the
+fork; the child only reads memory, computes CRC-32s and does file I/O, so
+locks that other threads of the caller held at the fork (a torch thread pool,
+a logging lock) are never needed in it. Memory that a fork does not freeze
+(shared mappings, which other processes or the child itself would see change)
+is copied aside in the caller first.
+
+What it costs the caller: the encoding, the copies of shared memory, and the
+fork (page tables: about 1 ms per GiB of memory in transparent huge pages,
+25 ms per GiB in 4 KiB pages); then, while the child runs, the first write to
+each page costs a copy of that page (a fault, a few microseconds).
+
+Order and errors. Saves of one path (background or not) run one after the
+other: a save first waits for the background save of the same path before it
+(a lock per path held from the start of a save to its snapshot). An error of
+the child is raised by :meth:`BackgroundSave.wait`, or else by the next save
+of that path, or else written to stderr at interpreter exit (which first waits
+for every background save); it is never dropped. The child dies with the
+process (``PR_SET_PDEATHSIG``): a killed training process leaves the last
+complete checkpoint, and the temporary file of the unfinished one, which the
+next save removes.
+
+BackgroundSave    the handle: ``wait()``, ``done()``
+BackgroundSaveError  (namedschema.errors) the writer died, or its error could not come back
+start             run a save job in a snapshot child, return its handle
+settle            wait for the background save of a path; raise its unreported error
+serialized        the per-path lock a save holds until its snapshot exists
+freeze_shared     copies of the blocks that live in shared memory
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import ctypes
+import os
+import pickle
+import queue
+import signal
+import sys
+import threading
+import time
+import traceback
+import warnings
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+from typing import Any
+
+from ..errors import BackgroundSaveError
+from .blocks import MemorySpan, RawBytes
+from .header import SaveRecord
+
+__all__ = ["BackgroundSave", "BackgroundSaveError", "start", "settle", "serialized",
+           "freeze_shared"]
+
+_PR_SET_PDEATHSIG = 1
+_CHILD_FAILED = 70          # exit status of a child that could not report
+_MAX_REPORT = 48 * 1024     # a report fits in a pipe's buffer (64 KiB on Linux)
+_MAX_TEXT = 16 * 1024       # of a traceback, the last this many characters
+
+
+class BackgroundSave:
+    """A save running in the background: ``wait()`` for it, ``done()`` to ask.
+
+    Returned by ``save(..., background=True)`` as soon as the snapshot exists:
+    later writes to the saved arrays do not reach the file.
+
+    Attributes:
+        path: the checkpoint path, as given.
+        pid: the writer process (None when the save ran in the caller).
+        stall: seconds ``save`` held the caller (encode, copies, snapshot).
+        started: ``time.perf_counter()`` when the snapshot was taken.
+        ended: ``time.perf_counter()`` when the writer had ended (None before).
+    """
+
+    def __init__(self, path: str, pid: int | None, stall: float, started: float):
+        self.path, self.pid, self.stall, self.started = path, pid, stall, started
+        self.ended: float | None = None
+        self._finished = threading.Event()
+        self._record: SaveRecord | None = None
+        self._error: BaseException | None = None
+        self._reported = False
+
+    def done(self) -> bool:
+        """Whether the save has ended (completed or failed); never blocks."""
+        return self._finished.is_set()
+
+    def wait(self, timeout: float | None = None) -> SaveRecord | None:
+        """Wait for the save to end; return what it wrote.
+
+        Returns the record an incremental save wrote (``kind``,
+        ``bytes_written``, ...), or None for a plain full save.
+
+        Raises:
+            TimeoutError: ``timeout`` seconds passed first.
+            Exception: the error the save raised in the background (an
+                ``OSError`` such as a full disk, with a note naming the
+                background save), or :class:`BackgroundSaveError` if its
+                writer died. Raised once: later calls return None.
+        """
+        if not self._finished.wait(timeout):
+            raise TimeoutError(f"the background save of {self.path!r} is still running "
+                               f"after {timeout} s")
+        self._raise_unreported()
+        return self._record
+
+    def _raise_unreported(self) -> None:
+        if self._error is not None and not self._reported:
+            self._reported = True
+            raise self._error
+
+    def _finish(self, record: SaveRecord | None, error: BaseException | None) -> None:
+        self.ended = time.perf_counter()
+        self._record, self._error = record, error
+        self._finished.set()
+
+    def __repr__(self) -> str:
+        state = "running" if not self.done() else ("failed" if self._error else "done")
+        return f"<BackgroundSave {self.path!r} {state}>"
+
+
+# --------------------------------------------------------------------------
+# One save of a path at a time
+# --------------------------------------------------------------------------
+
+_registry_lock = threading.Lock()
+_path_locks: dict[str, threading.Lock] = {}
+_latest: dict[str, BackgroundSave] = {}
+
+
+def _key(path: str) -> str:
+    return os.path.realpath(path)
+
+
+@contextlib.contextmanager
+def serialized(path: str) -> Iterator[None]:
+    """Hold ``path``'s save lock: the previous background save of it has ended (see settle)."""
+    key = _key(path)
+    with _registry_lock:
+        lock = _path_locks.setdefault(key, threading.Lock())
+    with lock:
+        settle(path)
+        yield
+
+
+def settle(path: str) -> None:
+    """Wait for this process's background save of ``path``; raise its error if unreported."""
+    with _registry_lock:
+        handle = _latest.get(_key(path))
+    if handle is not None:
+        handle._finished.wait()
+        handle._raise_unreported()
+
+
+def _register(handle: BackgroundSave) -> None:
+    with _registry_lock:
+        _latest[_key(handle.path)] = handle
+
+
+@atexit.register
+def _wait_at_exit() -> None:
+    """At interpreter exit: let every background save finish; report the failed ones."""
+    with _registry_lock:
+        handles = list(_latest.values())
+    for handle in handles:
+        handle._finished.wait()
+        if handle._error is not None and not handle._reported:
+            handle._reported = True
+            sys.stderr.write(f"namedschema: the background save of {handle.path!r} failed "
+                             "(the file holds the last complete checkpoint):\n"
+                             + "".join(traceback.format_exception(handle._error)))
+            sys.stderr.flush()
+
+
+# --------------------------------------------------------------------------
+# Shared memory, which a fork does not freeze
+# --------------------------------------------------------------------------
+
+def _shared_ranges() -> list[tuple[int, int]]:
+    try:
+        with open("/proc/self/maps", "rb") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return []
+    out = []
+    for line in lines:
+        parts = line.split(None, 2)
+        if len(parts) >= 2 and parts[1][3:4] == b"s":
+            lo, hi = (int(x, 16) for x in parts[0].split(b"-"))
+            out.append((lo, hi))
+    return out
+
+
+def freeze_shared(sources: tuple[Any, ...]) -> tuple[Any, ...]:
+    """``sources`` with every memory span that touches a shared mapping replaced by a copy.
+
+    A fork child reads shared memory live, as other processes (or threads) write it.
+    """
+    shared = _shared_ranges()
+    if not shared:
+        return sources
+    out = []
+    for source in sources:
+        if isinstance(source, MemorySpan) and any(
+                lo < source.lo + source.nbytes and hi > source.lo for lo, hi in shared):
+            raw = (ctypes.c_char * source.nbytes).from_address(source.lo)
+            source = RawBytes(bytes(source.lead) + bytes(memoryview(raw).cast("B")))
+        out.append(source)
+    return tuple(out)
+
+
+def replace_sources(plan: Any, sources: tuple[Any, ...]) -> Any:
+    """``plan`` (a layout) with other sources."""
+    return replace(plan, sources=sources)
+
+
+# --------------------------------------------------------------------------
+# The snapshot child
+# --------------------------------------------------------------------------
+
+class _Forker:
+    """One long-lived thread makes every snapshot child.
+
+    ``PR_SET_PDEATHSIG`` fires when the thread that forked a child ends, not
+    the process: forking from a thread that lives as long as the process
+    keeps the child alive exactly as long as the process.
+    """
+
+    def __init__(self) -> None:
+        self._requests: queue.SimpleQueue = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def fork(self, job: Callable[[], Any]) -> tuple[int, int]:
+        """Fork a child that runs ``job`` and reports through a pipe; (pid, read end)."""
+        with self._lock:
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._serve, daemon=True,
+                                                name="namedschema-snapshot")
+                self._thread.start()
+        box: list = []
+        ready = threading.Event()
+        self._requests.put((job, box, ready))
+        ready.wait()
+        if isinstance(box[0], BaseException):
+            raise box[0]
+        return box[0]
+
+    def _serve(self) -> None:
+        while True:
+            job, box, ready = self._requests.get()
+            try:
+                box.append(_fork_child(job))
+            except BaseException as exc:  # fork failed (no memory, no processes left)
+                box.append(exc)
+            ready.set()
+
+
+def _fork_child(job: Callable[[], Any]) -> tuple[int, int]:
+    parent = os.getpid()
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - runs in the child, which ends with os._exit
+        os.close(read_end)
+        _child_main(job, write_end, parent)
+    os.close(write_end)
+    return pid, read_end
+
+
+def _child_main(job: Callable[[], Any], write_end: int, parent: int) -> None:  # pragma: no cover
+    status = _CHILD_FAILED
+    try:
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        except (OSError, AttributeError):
+            pass
+        if os.getppid() != parent:
+            os._exit(_CHILD_FAILED)  # the caller died before the prctl
+        # Ctrl-C reaches the whole process group: the caller decides whether to stop,
+        # and a caller that exits waits for this save or takes it down with it.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        try:
+            payload = pickle.dumps(("ok", job()))
+        except BaseException as exc:
+            text = "".join(traceback.format_exception(exc))[-_MAX_TEXT:]
+            try:
+                payload = pickle.dumps(("error", exc, text))
+                pickle.loads(payload)
+            except BaseException:
+                payload = b""
+            if not payload or len(payload) > _MAX_REPORT:
+                payload = pickle.dumps(("error", None, text))
+        view = memoryview(payload)
+        while view.nbytes:
+            view = view[os.write(write_end, view):]
+        status = 0
+    finally:
+        os._exit(status)
+
+
+def _collect(handle: BackgroundSave, pid: int, read_end: int) -> None:
+    """In a waiter thread: reap the child, read its report, finish the handle.
+
+    The child exits after writing its report (less than a pipe's buffer), so
+    the report is read after ``waitpid``: another process forked meanwhile
+    (a sampler worker) may hold a copy of the pipe's write end, so the end of
+    the pipe would not say that the child ended.
+    """
+    _, status = os.waitpid(pid, 0)
+    os.set_blocking(read_end, False)
+    chunks = []
+    with open(read_end, "rb", buffering=0) as f:
+        while True:
+            try:
+                chunk = f.read(1 << 16)
+            except BlockingIOError:
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+    data = b"".join(chunks)
+    record, error = None, None
+    try:
+        report = pickle.loads(data) if data else None
+    except Exception:
+        report = None
+    if report is not None and report[0] == "ok" and status == 0:
+        record = report[1]
+    elif report is not None and report[0] == "error":
+        error = report[1]
+        if not isinstance(error, BaseException):
+            error = BackgroundSaveError(f"the background save of {handle.path!r} failed "
+                                        f"(the file holds the last complete checkpoint):\n"
+                                        f"{report[2]}")
+        else:
+            error.add_note(f"raised by the background save of {handle.path!r} in process "
+                           f"{pid}; the file holds the last complete checkpoint")
+    else:
+        how = (f"was killed by signal {os.WTERMSIG(status)}" if os.WIFSIGNALED(status)
+               else f"exited with status {os.waitstatus_to_exitcode(status)}")
+        error = BackgroundSaveError(f"the process {pid} writing the background save of "
+                                    f"{handle.path!r} {how} before it finished; the file "
+                                    "holds the last complete checkpoint")
+    handle._finish(record, error)
+
+
+_forker = _Forker()
+
+
+def start(path: str, job: Callable[[], SaveRecord | None], began: float) -> BackgroundSave:
+    """Run ``job`` (the save's writing) in a snapshot child of this process; return its handle.
+
+    The caller holds ``serialized(path)``. ``began`` is when the caller's save
+    started (``time.perf_counter()``), for the handle's ``stall``. Where a
+    child cannot be made (no ``fork``, or it failed), ``job`` runs here and
+    the handle is already done.
+    """
+    if not hasattr(os, "fork") or not hasattr(os, "register_at_fork"):
+        return _run_here(path, job, began)
+    try:
+        snapshot = time.perf_counter()
+        pid, read_end = _forker.fork(job)
+    except OSError as exc:
+        warnings.warn(f"namedschema: cannot start a background save of {path!r} ({exc}); "
+                      "saving in the foreground", RuntimeWarning, stacklevel=3)
+        return _run_here(path, job, began)
+    handle = BackgroundSave(path, pid, time.perf_counter() - began, snapshot)
+    _register(handle)
+    threading.Thread(target=_collect, args=(handle, pid, read_end), daemon=True,
+                     name="namedschema-background-save").start()
+    return handle
+
+
+def _run_here(path: str, job: Callable[[], SaveRecord | None], began: float) -> BackgroundSave:
+    started = time.perf_counter()
+    record = job()
+    handle = BackgroundSave(path, None, time.perf_counter() - began, started)
+    handle._finish(record, None)
+    return handle
