@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import io
 import os
+import shutil
 import struct
+import tempfile
 import time
 import uuid
 from typing import Any, Literal, overload
@@ -11,29 +14,30 @@ from typing import Any, Literal, overload
 from . import background as _background
 from . import incremental as _incremental
 from . import layout
-from .atomic import AtomicFile
+from .atomic import AtomicFile, check_target, final_target
 from .background import BackgroundSave
 from .blocks import Progress, write_all, write_blocks
 from .graph import EncodedGraph, encode_graph
 from .header import Description, Header, PickleEntry, SaveRecord
 from .nodes import features_of
 
+_Path = str | os.PathLike[str] | io.RawIOBase | io.BufferedIOBase
+
 
 @overload
-def save(obj: Any, path: str | os.PathLike[str], *, allow_pickle: bool = ...,
-         progress: bool = ..., incremental: bool = ...,
-         background: Literal[False] = ...) -> None: ...
+def save(obj: Any, path: _Path, *, allow_pickle: bool = ..., progress: bool = ...,
+         incremental: bool = ..., background: Literal[False] = ...) -> None: ...
 @overload
-def save(obj: Any, path: str | os.PathLike[str], *, allow_pickle: bool = ...,
-         progress: bool = ..., incremental: bool = ...,
-         background: Literal[True]) -> BackgroundSave: ...
+def save(obj: Any, path: _Path, *, allow_pickle: bool = ..., progress: bool = ...,
+         incremental: bool = ..., background: Literal[True]) -> BackgroundSave: ...
 @overload
-def save(obj: Any, path: str | os.PathLike[str], *, allow_pickle: bool = ...,
-         progress: bool = ..., incremental: bool = ...,
-         background: bool) -> BackgroundSave | None: ...
-def save(obj: Any, path: str | os.PathLike[str], *, allow_pickle: bool = False,
-         progress: bool = False, incremental: bool = False,
-         background: bool = False) -> BackgroundSave | None:
+def save(obj: Any, path: _Path, *, allow_pickle: bool = ..., progress: bool = ...,
+         incremental: bool = ..., background: bool) -> BackgroundSave | None: ...
+
+
+def save(obj: Any, path: str | os.PathLike[str] | io.RawIOBase | io.BufferedIOBase, *,
+         allow_pickle: bool = False, progress: bool = False,
+         incremental: bool = False, background: bool = False) -> BackgroundSave | None:
     """Save an object graph, writing every array raw and once, atomically.
 
     Arrays (numpy, and torch CPU tensors) anywhere in ``obj`` are written
@@ -51,10 +55,16 @@ def save(obj: Any, path: str | os.PathLike[str], *, allow_pickle: bool = False,
     The new file keeps the permission bits (and, where allowed, the owner)
     of the file it replaces; when ``path`` is a symbolic link, the file it
     points to is replaced (in its own directory) and the link is kept.
+    Only regular files are ever replaced: when ``path`` is a directory, a
+    FIFO, a socket or a device node (``/dev/null``), ``save`` refuses before
+    writing anything (also with ``incremental``).
 
     Args:
         obj: the object graph to save.
-        path: destination file (str or path-like).
+        path: destination file (str or path-like), or a binary file object
+            open for writing (``io.BytesIO``, ``open(..., "wb")``, a socket
+            file): the checkpoint is written to a temporary file first, then
+            copied to it from its current position (no need to seek).
         allow_pickle: pickle the whole graph (its arrays still written raw)
             when it holds a value that is not data. False by default, so that
             a graph needing pickle fails here, in the saving process, rather
@@ -64,7 +74,7 @@ def save(obj: Any, path: str | os.PathLike[str], *, allow_pickle: bool = False,
             (shapes, dtypes, views), write only what changed since, in place
             and crash-safe; otherwise write a full checkpoint laid out for
             later incremental saves. See :doc:`/incremental`.
-        background: return a :class:`~namedschema.checkpoint.background.BackgroundSave`
+        background: return a :class:`~namedschema.checkpoint.BackgroundSave`
             handle as soon as a snapshot of ``obj`` exists (a ``fork`` of this
             process: later writes to the arrays do not reach the file); the
             writing, checksums and fsync go on in a child process. Its error
@@ -75,12 +85,19 @@ def save(obj: Any, path: str | os.PathLike[str], *, allow_pickle: bool = False,
     Raises:
         NotDataError: (a TypeError) ``obj`` holds a value that is not data and
             ``allow_pickle`` is false; the message names where it is.
+        TypeError: ``path`` is neither a path nor a binary file object (the
+            message says so when the two arguments look swapped, as in
+            ``np.save(path, arr)``), or a file object with ``incremental``
+            or ``background``.
+        NotRegularFileError: (an OSError) ``path`` is a directory, FIFO,
+            socket or device; nothing was written.
         StructureMismatchError: a tensor is not on the CPU or has a dtype
             numpy cannot view.
-        OSError: the file cannot be written (the old file stays intact).
+        OSError: the file cannot be written (the old file stays intact); the
+            error names ``path`` as given, not the temporary file.
         BackgroundSaveError: (an OSError) the previous background save of
-            ``path`` failed and its error was not yet raised, or its writer
-            process died.
+            ``path`` failed and its error was not raised yet (by ``wait()``),
+            or its writer process died.
 
     >>> import numpy as np, tempfile, os, namedschema
     >>> Step = namedschema.NamedArrayTupleSchema('Step', 'obs reward')
@@ -92,30 +109,79 @@ def save(obj: Any, path: str | os.PathLike[str], *, allow_pickle: bool = False,
     (3.0, True)
     """
     began = time.perf_counter()
-    path = os.fspath(path)
-    with _background.serialized(path):
-        graph = encode_graph(obj, path, allow_pickle)
+    target = _target(obj, path, incremental or background)
+    if not isinstance(target, str):
+        _save_to_file_object(obj, target, allow_pickle, progress)
+        return None
+    check_target(final_target(target), target)  # before encoding or writing anything
+    with _background.serialized(target):
+        graph = encode_graph(obj, target, allow_pickle)
         plan = layout.plan(graph.encoder.arrays.entries, graph.pickle_bytes)
         if not background:
             if incremental:
-                _incremental.save_encoded(graph, plan, path, progress)
+                _incremental.save_encoded(graph, plan, target, progress)
             else:
-                _write_full(graph, plan, path, progress)
+                _write_encoded(graph, plan, target, target, progress)
             return None
         plan = _background.replace_sources(plan, _background.freeze_shared(plan.sources))
 
         def job() -> SaveRecord | None:
             if incremental:
-                record = _incremental.save_encoded(graph, plan, path, progress)
-                _incremental.wait(path)  # its sync thread: the child ends after it
+                record = _incremental.save_encoded(graph, plan, target, progress)
+                _incremental.wait(target)  # its sync thread: the child ends after it
                 return record
-            _write_full(graph, plan, path, progress)
+            _write_encoded(graph, plan, target, target, progress)
             return None
-        return _background.start(path, job, began)
+        return _background.start(target, job, began)
 
 
-def _write_full(graph: EncodedGraph, plan: layout.Layout, path: str, progress: bool) -> None:
-    """Write a whole checkpoint of an encoded graph, atomically."""
+def _target(obj: Any, path: Any, in_place: bool) -> Any:
+    """``path`` as a str, or the binary file object it is; TypeError with a hint otherwise."""
+    if isinstance(path, str | os.PathLike):
+        name = os.fspath(path)
+        return os.fsdecode(name) if isinstance(name, bytes) else name
+    if isinstance(path, bytes):
+        return os.fsdecode(path)
+    if callable(getattr(path, "write", None)):
+        if isinstance(path, io.TextIOBase):
+            raise TypeError("save: the file object is open in text mode; open it in "
+                            "binary mode ('wb') or pass a path")
+        if in_place:
+            raise TypeError("save: incremental=True (which updates a file in place) or "
+                            "background=True needs a path, not a "
+                            f"{type(path).__name__}")
+        return path
+    if isinstance(obj, str | bytes | os.PathLike):
+        raise TypeError(f"save(obj, path) takes the object first and the path second; got "
+                        f"the path {os.fspath(obj)!r} as obj and a {type(path).__name__} "
+                        "as path: did you swap them? (np.save takes the path first)")
+    raise TypeError(f"save: path must be a str, an os.PathLike or a binary file object, "
+                    f"not {type(path).__name__}")
+
+
+def _save_to_file_object(obj: Any, out: Any, allow_pickle: bool, progress: bool) -> None:
+    """Write the checkpoint to a private temporary file, then copy it to ``out``."""
+    shown = f"<{type(out).__name__} {getattr(out, 'name', 'object')}>"
+    with tempfile.TemporaryDirectory(prefix="namedschema-save-") as directory:
+        name = os.path.join(directory, "checkpoint.nsb")
+        _write(obj, name, shown, allow_pickle, progress)
+        with open(name, "rb") as f:
+            shutil.copyfileobj(f, out, 1 << 20)
+    flush = getattr(out, "flush", None)
+    if callable(flush):
+        flush()
+
+
+def _write(obj: Any, path: str, shown: str, allow_pickle: bool, progress: bool) -> None:
+    """A full save of ``obj`` to the file ``path`` (``shown`` names it in messages)."""
+    graph = encode_graph(obj, shown, allow_pickle)
+    plan = layout.plan(graph.encoder.arrays.entries, graph.pickle_bytes)
+    _write_encoded(graph, plan, path, shown, progress)
+
+
+def _write_encoded(graph: EncodedGraph, plan: layout.Layout, path: str, shown: str,
+                   progress: bool) -> None:
+    """A full save of an encoded graph to the file ``path``, atomically."""
     pickle_entry = None if graph.not_data is None else PickleEntry(len(plan.blocks) - 1,
                                                                    str(graph.not_data))
     header = Header(
@@ -123,7 +189,7 @@ def _write_full(graph: EncodedGraph, plan: layout.Layout, path: str, progress: b
                     schemas=tuple(graph.encoder.schemas), structure=graph.structure,
                     pickle=pickle_entry, checkpoint_id=uuid.uuid4().hex,
                     features=features_of(graph.encoder.schemas)),
-        plan.tensors, name=path)
+        plan.tensors, name=shown)
     # The data starts after the header, whose checksums are known only once
     # the data is written: reserve the header's room (its fixed-width fields
     # keep its length), write the data, then the header.

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import mmap
 import os
+import resource
 import signal
 import threading
 import time
@@ -57,43 +60,55 @@ def test_shared_memory_is_copied_aside_at_the_snapshot(tmp_path):
     assert (namedschema.load(path, verify=True)["shared"] == 3).all()
 
 
-def _failing_path(tmp_path):
-    path = tmp_path / "dir.nsb"
-    path.mkdir()                    # the rename onto a directory fails in the writer
-    return path
+@contextlib.contextmanager
+def _small_files():
+    """Files written by processes forked meanwhile fail past 64 KiB (EFBIG)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 16, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+
+
+def _failing_save(path):
+    with _small_files():        # the writer inherits the limit; this process gets it back
+        return namedschema.save({"a": np.zeros(1 << 17)}, path, background=True)
 
 
 def test_an_error_is_raised_by_wait_once(tmp_path):
-    path = _failing_path(tmp_path)
-    handle = namedschema.save({"a": np.zeros(8)}, path, background=True)
-    with pytest.raises(IsADirectoryError) as info:
+    path = tmp_path / "e.nsb"
+    handle = _failing_save(path)
+    with pytest.raises(OSError, match="too large") as info:
         handle.wait()
+    assert info.value.errno == errno.EFBIG
     assert any("background save" in note for note in info.value.__notes__)
     assert handle.done() and handle.wait() is None
-    with pytest.raises(IsADirectoryError):   # a new save fails on its own
-        namedschema.save({"a": np.zeros(8)}, path, background=True).wait()
+    assert os.listdir(tmp_path) == []          # nothing left behind
 
 
 def test_an_error_not_waited_for_is_raised_by_the_next_save(tmp_path):
-    path = _failing_path(tmp_path)
-    namedschema.save({"a": np.zeros(8)}, path, background=True)
-    with pytest.raises(IsADirectoryError):
+    path = tmp_path / "e.nsb"
+    _failing_save(path)
+    with pytest.raises(OSError, match="too large"):
         namedschema.save({"a": np.zeros(8)}, path)
-    os.rmdir(path)
     namedschema.save({"a": np.ones(8)}, path)            # reported once: this one works
     assert (namedschema.load(path)["a"] == 1).all()
 
 
 def test_an_error_never_waited_for_is_printed_at_exit(tmp_path):
-    path = _failing_path(tmp_path)
+    path = tmp_path / "e.nsb"
     proc = run_fresh(f"""
-        import numpy as np, namedschema
-        namedschema.save({{"a": np.zeros(8)}}, {str(path)!r}, background=True)
+        import resource, numpy as np, namedschema
+        soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 16, hard))
+        namedschema.save({{"a": np.zeros(1 << 17)}}, {str(path)!r}, background=True)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
         print("main done", flush=True)
     """, check=False)
     err = proc.stderr.decode()
     assert proc.stdout.decode().strip() == "main done"
-    assert "background save" in err and "IsADirectoryError" in err, err
+    assert "background save" in err and "File too large" in err, err
 
 
 def test_exit_waits_for_a_running_background_save(tmp_path):
