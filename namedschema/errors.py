@@ -13,6 +13,7 @@ Field*Error             FieldError plus the builtin type of the failure (IndexEr
 FormatError             a checkpoint file is not valid (ValueError)
 UnsafeLoadError         a checkpoint needs pickle and allow_pickle was not given
 BackgroundSaveError     a background save's writer died, or its error could not come back (OSError)
+UnexpectedKindError     a valid checkpoint of another kind than load was told to expect
 NotRegularFileError     save refused a target that is not a regular file (an OSError)
 NotDataError            save met a value that is not data and allow_pickle was not given
 BufferShapeError        buffer arrays disagree in leading dimensions (ValueError)
@@ -46,6 +47,7 @@ __all__ = [
     "UnsafeLoadError",
     "BackgroundSaveError",
     "NotRegularFileError",
+    "UnexpectedKindError",
     "NotDataError",
     "BufferShapeError",
     "UnpicklableError",
@@ -248,6 +250,23 @@ class NotRegularFileError(NamedSchemaError, OSError):
 
     def __str__(self) -> str:
         return str(self.strerror)
+
+
+class UnexpectedKindError(FormatError):
+    """A valid checkpoint whose metadata are not what the reader expected; nothing was loaded.
+
+    Attributes:
+        metadata: the file's metadata (plain strings, from its header).
+        expected: what ``load(..., expect_metadata=)`` asked for.
+    """
+
+    def __init__(self, message: str, metadata: dict | None = None,
+                 expected: dict | None = None):
+        super().__init__(message)
+        self.metadata, self.expected = dict(metadata or {}), dict(expected or {})
+
+    def __reduce__(self):
+        return (type(self), (str(self), self.metadata, self.expected))
 
 
 class UnsafeLoadError(FormatError):

@@ -313,7 +313,13 @@ def _collect(handle: BackgroundSave, pid: int, read_end: int) -> None:
     (a sampler worker) may hold a copy of the pipe's write end, so the end of
     the pipe would not say that the child ended.
     """
-    _, status = os.waitpid(pid, 0)
+    status: int | None
+    try:
+        _, status = os.waitpid(pid, 0)
+    except ChildProcessError:  # reaped by someone else (SIGCHLD ignored, a waitpid(-1))
+        status = None
+        while _exists(pid):
+            time.sleep(0.01)
     os.set_blocking(read_end, False)
     chunks = []
     with open(read_end, "rb", buffering=0) as f:
@@ -331,7 +337,7 @@ def _collect(handle: BackgroundSave, pid: int, read_end: int) -> None:
         report = pickle.loads(data) if data else None
     except Exception:
         report = None
-    if report is not None and report[0] == "ok" and status == 0:
+    if report is not None and report[0] == "ok" and status in (0, None):
         record = report[1]
     elif report is not None and report[0] == "error":
         error = report[1]
@@ -343,12 +349,23 @@ def _collect(handle: BackgroundSave, pid: int, read_end: int) -> None:
             error.add_note(f"raised by the background save of {handle.path!r} in process "
                            f"{pid}; the file holds the last complete checkpoint")
     else:
-        how = (f"was killed by signal {os.WTERMSIG(status)}" if os.WIFSIGNALED(status)
+        how = ("ended without a report" if status is None
+               else f"was killed by signal {os.WTERMSIG(status)}" if os.WIFSIGNALED(status)
                else f"exited with status {os.waitstatus_to_exitcode(status)}")
         error = BackgroundSaveError(f"the process {pid} writing the background save of "
                                     f"{handle.path!r} {how} before it finished; the file "
                                     "holds the last complete checkpoint")
     handle._finish(record, error)
+
+
+def _exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return True
 
 
 _forker = _Forker()

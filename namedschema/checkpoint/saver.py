@@ -9,6 +9,7 @@ import struct
 import tempfile
 import time
 import uuid
+from collections.abc import Mapping
 from typing import Any, Literal, overload
 
 from . import background as _background
@@ -19,6 +20,7 @@ from .background import BackgroundSave
 from .blocks import Progress, write_all, write_blocks
 from .graph import EncodedGraph, encode_graph
 from .header import Description, Header, PickleEntry, SaveRecord
+from .metadata import check_metadata_argument
 from .nodes import features_of
 
 _Path = str | os.PathLike[str] | io.RawIOBase | io.BufferedIOBase
@@ -26,18 +28,22 @@ _Path = str | os.PathLike[str] | io.RawIOBase | io.BufferedIOBase
 
 @overload
 def save(obj: Any, path: _Path, *, allow_pickle: bool = ..., progress: bool = ...,
-         incremental: bool = ..., background: Literal[False] = ...) -> None: ...
+         incremental: bool = ..., background: Literal[False] = ...,
+         metadata: Mapping[str, str] | None = ...) -> None: ...
 @overload
 def save(obj: Any, path: _Path, *, allow_pickle: bool = ..., progress: bool = ...,
-         incremental: bool = ..., background: Literal[True]) -> BackgroundSave: ...
+         incremental: bool = ..., background: Literal[True],
+         metadata: Mapping[str, str] | None = ...) -> BackgroundSave: ...
 @overload
 def save(obj: Any, path: _Path, *, allow_pickle: bool = ..., progress: bool = ...,
-         incremental: bool = ..., background: bool) -> BackgroundSave | None: ...
+         incremental: bool = ..., background: bool,
+         metadata: Mapping[str, str] | None = ...) -> BackgroundSave | None: ...
 
 
 def save(obj: Any, path: str | os.PathLike[str] | io.RawIOBase | io.BufferedIOBase, *,
          allow_pickle: bool = False, progress: bool = False,
-         incremental: bool = False, background: bool = False) -> BackgroundSave | None:
+         incremental: bool = False, background: bool = False,
+         metadata: Mapping[str, str] | None = None) -> BackgroundSave | None:
     """Save an object graph, writing every array raw and once, atomically.
 
     Arrays (numpy, and torch CPU tensors) anywhere in ``obj`` are written
@@ -74,6 +80,12 @@ def save(obj: Any, path: str | os.PathLike[str] | io.RawIOBase | io.BufferedIOBa
             (shapes, dtypes, views), write only what changed since, in place
             and crash-safe; otherwise write a full checkpoint laid out for
             later incremental saves. See :doc:`/incremental`.
+        metadata: a few ``str -> str`` pairs stored as plain data in the
+            header, readable without loading the file
+            (``inspect(path).metadata``), and checked before anything is
+            loaded by ``load(..., expect_metadata=)``: say there what a file
+            is, so that a reader refuses a file of another kind before it
+            unpickles anything.
         background: return a :class:`~namedschema.checkpoint.BackgroundSave`
             handle as soon as a snapshot of ``obj`` exists (a ``fork`` of this
             process: later writes to the arrays do not reach the file); the
@@ -110,12 +122,13 @@ def save(obj: Any, path: str | os.PathLike[str] | io.RawIOBase | io.BufferedIOBa
     """
     began = time.perf_counter()
     target = _target(obj, path, incremental or background)
+    meta = check_metadata_argument(metadata)
     if not isinstance(target, str):
-        _save_to_file_object(obj, target, allow_pickle, progress)
+        _save_to_file_object(obj, target, allow_pickle, progress, meta)
         return None
     check_target(final_target(target), target)  # before encoding or writing anything
     with _background.serialized(target):
-        graph = encode_graph(obj, target, allow_pickle)
+        graph = encode_graph(obj, target, allow_pickle, meta)
         plan = layout.plan(graph.encoder.arrays.entries, graph.pickle_bytes)
         if not background:
             if incremental:
@@ -159,12 +172,13 @@ def _target(obj: Any, path: Any, in_place: bool) -> Any:
                     f"not {type(path).__name__}")
 
 
-def _save_to_file_object(obj: Any, out: Any, allow_pickle: bool, progress: bool) -> None:
+def _save_to_file_object(obj: Any, out: Any, allow_pickle: bool, progress: bool,
+                         metadata: dict[str, str]) -> None:
     """Write the checkpoint to a private temporary file, then copy it to ``out``."""
     shown = f"<{type(out).__name__} {getattr(out, 'name', 'object')}>"
     with tempfile.TemporaryDirectory(prefix="namedschema-save-") as directory:
         name = os.path.join(directory, "checkpoint.nsb")
-        _write(obj, name, shown, allow_pickle, progress)
+        _write(obj, name, shown, allow_pickle, progress, metadata)
         with open(name, "rb") as f:
             shutil.copyfileobj(f, out, 1 << 20)
     flush = getattr(out, "flush", None)
@@ -172,9 +186,10 @@ def _save_to_file_object(obj: Any, out: Any, allow_pickle: bool, progress: bool)
         flush()
 
 
-def _write(obj: Any, path: str, shown: str, allow_pickle: bool, progress: bool) -> None:
+def _write(obj: Any, path: str, shown: str, allow_pickle: bool, progress: bool,
+           metadata: dict[str, str]) -> None:
     """A full save of ``obj`` to the file ``path`` (``shown`` names it in messages)."""
-    graph = encode_graph(obj, shown, allow_pickle)
+    graph = encode_graph(obj, shown, allow_pickle, metadata)
     plan = layout.plan(graph.encoder.arrays.entries, graph.pickle_bytes)
     _write_encoded(graph, plan, path, shown, progress)
 
@@ -188,7 +203,7 @@ def _write_encoded(graph: EncodedGraph, plan: layout.Layout, path: str, shown: s
         Description(blocks=plan.blocks, arrays=plan.arrays,
                     schemas=tuple(graph.encoder.schemas), structure=graph.structure,
                     pickle=pickle_entry, checkpoint_id=uuid.uuid4().hex,
-                    features=features_of(graph.encoder.schemas)),
+                    features=features_of(graph.encoder.schemas), metadata=graph.metadata),
         plan.tensors, name=shown)
     # The data starts after the header, whose checksums are known only once
     # the data is written: reserve the header's room (its fixed-width fields

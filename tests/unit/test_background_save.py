@@ -192,3 +192,16 @@ def test_the_caller_is_held_for_the_snapshot_only(tmp_path):
     returned = time.perf_counter() - began
     handle.wait()
     assert handle.ended - began > returned           # the writing went on after the return
+
+
+def test_a_program_that_ignores_sigchld_still_gets_the_result(tmp_path):
+    """With SIGCHLD ignored the kernel reaps the writer: its report still counts."""
+    path = tmp_path / "c.nsb"
+    old = signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+    try:
+        handle = namedschema.save({"a": np.arange(1000)}, path, incremental=True,
+                                  background=True)
+        assert handle.wait().kind == "full"
+    finally:
+        signal.signal(signal.SIGCHLD, old)
+    assert (namedschema.load(path, verify=True)["a"] == np.arange(1000)).all()
