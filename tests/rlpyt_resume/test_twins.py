@@ -110,15 +110,38 @@ def test_killed_mid_iteration_before_wrap_resumes_exactly(tmp_path, tmp_path_fac
     assert_same_from(twin(tmp_path_factory, config), resumed, 20)
 
 
-@pytest.mark.parametrize("where", ["write", "replace"])
-def test_killed_inside_a_checkpoint_uses_the_previous_one(tmp_path, tmp_path_factory, where):
-    """SIGKILL while the third checkpoint (iteration 30) is written: resume from 20, exact."""
+@pytest.mark.parametrize("where,start", [("write", 20), ("pwrite", 30)])
+def test_killed_inside_a_background_checkpoint_resumes_exactly(tmp_path, tmp_path_factory,
+                                                               where, start):
+    """SIGKILL of the run while the third checkpoint (iteration 30) is written in the background.
+
+    The checkpoints are incremental and written by a child process (the
+    default). Killed at the writer's first write (the journal, not committed):
+    the file holds iteration 20; killed at its first in-place write (after the
+    journal's commit): iteration 30. Either way the resume is exact, and no
+    writer outlives the run.
+    """
     ckpt = tmp_path / "run.nsc"
     drive(tmp_path, "killed", "dqn_prioritized", "--ckpt", ckpt, "--kill-in-save",
           f"3:{where}", expect_kill=True)
+    resumed = drive(tmp_path, "resumed", "dqn_prioritized", "--ckpt", ckpt)
+    assert_same_from(twin(tmp_path_factory, "dqn_prioritized"), resumed, start)
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".run.nsc")) == []
+
+
+@pytest.mark.parametrize("where", ["write", "replace"])
+def test_killed_inside_a_checkpoint_uses_the_previous_one(tmp_path, tmp_path_factory, where):
+    """Full checkpoints while training waits (incremental=False, background=False).
+
+    SIGKILL while the third checkpoint (iteration 30) is written: resume from 20, exact.
+    """
+    ckpt = tmp_path / "run.nsc"
+    drive(tmp_path, "killed", "dqn_prioritized", "--ckpt", ckpt, "--kill-in-save",
+          f"3:{where}", "--sync-full-saves", expect_kill=True)
     leftovers = [p.name for p in tmp_path.iterdir() if p.name.startswith(".run.nsc.tmp")]
     assert leftovers, "the kill should have left the interrupted save's temporary file"
-    resumed = drive(tmp_path, "resumed", "dqn_prioritized", "--ckpt", ckpt)
+    resumed = drive(tmp_path, "resumed", "dqn_prioritized", "--ckpt", ckpt,
+                    "--sync-full-saves")
     assert_same_from(twin(tmp_path_factory, "dqn_prioritized"), resumed, 20)
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".run.nsc.tmp")]
 
