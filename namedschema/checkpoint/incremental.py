@@ -418,7 +418,7 @@ def _incremental(enc: EncodedGraph, plan: layout.Layout, path: str, real: str, f
             for i in range(n_data)]
     if scan.changes and tracking.others_map(scan.maps, scan.dev, scan.ino, spans, data):
         return None  # another map of this file would see the change: write a new file
-    crcs, pieces = tracking.crc_updates(fd, old, scan.changes)
+    crcs, pieces = tracking.crc_updates(old, scan.changes)
     n_changes = len(pieces)
     blocks = [replace(b, crc32=crcs.get(i, b.crc32)) for i, b in enumerate(old.blocks)]
     written = scan.changed

@@ -26,7 +26,6 @@ congruence     the page offset a block should have in the file
 Scan           finds the changed byte ranges of the blocks of one save
 Change         one changed range: block, offset, a private copy of the new bytes
 TooMuch        raised by Scan when more changed than its budget
-FileWindow     views of a file through a bounded, moving map
 crc_updates    new block CRC-32s and the journal pieces for a list of changes
 write_in_place write changed data into the file
 arm_for_full_save  arm write protection before a full save reads memory
@@ -35,7 +34,6 @@ arm_for_full_save  arm write protection before a full save reads memory
 from __future__ import annotations
 
 import ctypes
-import mmap
 import os
 import zlib
 from dataclasses import dataclass
@@ -51,7 +49,7 @@ from .crc import updated_crc
 from .header import Header
 
 __all__ = ["others_map", "congruence", "Scan", "Change", "TooMuch", "crc_updates",
-           "write_in_place", "FileWindow", "MIN_TRACKED", "arm_for_full_save", "mode"]
+           "write_in_place", "MIN_TRACKED", "arm_for_full_save", "mode"]
 
 PAGE = pages.PAGE
 #: Blocks at least this large are placed in the file at the page offset of their memory,
@@ -64,6 +62,8 @@ _PIECE = 4 * 2**20          # bytes compared, read or journalled at a time
 RANGE_COST = 64 * 1024
 #: Differing runs closer than this are written as one range.
 MERGE_GAP = 512
+#: Bytes are compared with the file in grains of this many (a multiple of 8).
+GRAIN = 64
 
 
 def mode() -> str:
@@ -110,6 +110,7 @@ class Change:
     block: int
     start: int                  # offset in the block
     data: np.ndarray            # a private copy of the new bytes (uint8)
+    old_crc: int                # CRC-32 of the bytes they replace in the file
 
 
 def others_map(maps: list[pages.Mapping], dev: int, ino: int, spans: list[tuple[int, int]],
@@ -155,14 +156,20 @@ def _page_runs(flags: np.ndarray) -> list[tuple[int, int]]:
 
 
 def _byte_runs(differ: np.ndarray) -> list[tuple[int, int]]:
-    """(start, stop) runs where ``differ`` is True, runs closer than MERGE_GAP joined."""
-    edges = np.flatnonzero(np.diff(np.concatenate(([0], differ.view(np.int8), [0]))))
+    """(start, stop) runs where ``differ`` is True, in GRAIN-byte grains, close runs joined."""
+    n = differ.size
+    if n % GRAIN:
+        differ = np.concatenate((differ, np.zeros(-n % GRAIN, bool)))
+    grains = differ.view(np.uint64).reshape(-1, GRAIN // 8).any(axis=1)
+    edges = np.flatnonzero(np.diff(grains.view(np.int8), prepend=np.int8(0),
+                                   append=np.int8(0)))
     starts, stops = edges[::2], edges[1::2]
     if starts.size > 1:
-        keep = starts[1:] - stops[:-1] >= MERGE_GAP
+        keep = starts[1:] - stops[:-1] >= MERGE_GAP // GRAIN
         starts = np.concatenate((starts[:1], starts[1:][keep]))
         stops = np.concatenate((stops[:-1][keep], stops[-1:]))
-    return list(zip(starts.tolist(), stops.tolist(), strict=True))
+    return [(a * GRAIN, min(b * GRAIN, n))
+            for a, b in zip(starts.tolist(), stops.tolist(), strict=True)]
 
 
 class Scan:
@@ -233,11 +240,12 @@ class Scan:
             candidates = self._own_copies(index, lo, nbytes)
             if digests is not None and candidates != [(0, npages)]:
                 digests = None  # pages left out are not read: no checksums for them
+        trim = token is not None and known is not None and known.token is not None
         for a, b in _merge(candidates):
             s, e = max(a * PAGE - phase, 0), min(b * PAGE - phase, nbytes)
             for p in range(s, e, _PIECE):
                 q = min(p + _PIECE, e)
-                self._compare(index, p, block[p:q], phase, digests)
+                self._compare(index, p, block[p:q], phase, digests, trim)
         self.blocks[index] = baselines.Block(lo, nbytes, token, digests)
 
     def _own_copies(self, index: int, lo: int, nbytes: int) -> list[tuple[int, int]]:
@@ -273,11 +281,14 @@ class Scan:
             position += data.nbytes
 
     def _compare(self, index: int, start: int, data: np.ndarray, phase: int,
-                 digests: np.ndarray | None) -> None:
+                 digests: np.ndarray | None, trim: bool = False) -> None:
         """Snapshot ``data`` (block bytes from ``start``), compare it with the file, keep changes.
 
         ``phase`` is the page offset of block byte 0 in memory; ``digests``
         (if given) receive the CRC-32 of each memory page the snapshot covers.
+        ``trim``: the kernel says every page of ``data`` was written; only its
+        first and last page are compared (to trim what did not change), the
+        rest is kept whole.
         """
         n = data.size
         new, old = self._new[:n], self._old[:n]
@@ -288,11 +299,21 @@ class Scan:
             first = (phase + start) // PAGE
             crcs = baselines.page_crcs(new, (phase + start) % PAGE)
             digests[first:first + crcs.size] = crcs
+        if trim:
+            k = min(PAGE, n)
+            head = np.flatnonzero(new[:k] != old[:k])
+            tail = np.flatnonzero(new[n - k:] != old[n - k:])
+            if not head.size and not tail.size and n <= 2 * PAGE:
+                return  # written, but back to what the file holds
+            a = int(head[0]) // GRAIN * GRAIN if head.size else k
+            b = n - k + int(tail[-1]) + 1 if tail.size else n - k
+            self._add(Change(index, start + a, new[a:b].copy(), zlib.crc32(old[a:b].data)))
+            return
         differ = np.not_equal(new, old)
         if not differ.any():
             return
         for a, b in _byte_runs(differ):
-            self._add(Change(index, start + a, new[a:b].copy()))
+            self._add(Change(index, start + a, new[a:b].copy(), zlib.crc32(old[a:b].data)))
 
 
 def _merge(runs: list[tuple[int, int]]) -> list[tuple[int, int]]:
@@ -306,62 +327,20 @@ def _merge(runs: list[tuple[int, int]]) -> list[tuple[int, int]]:
     return out
 
 
-class FileWindow:
-    """Views of a file's bytes through a map of at most WINDOW bytes at a time.
-
-    Ranges must come in increasing order. Only one window is mapped at once,
-    so the pages it touches stay within a bound (they count as the process's
-    resident memory while mapped).
-    """
-
-    WINDOW = 32 * 2**20
-
-    def __init__(self, fd: int, size: int, writable: bool):
-        self.fd, self.size = fd, size
-        self.access = mmap.ACCESS_WRITE if writable else mmap.ACCESS_READ
-        self.mapped: mmap.mmap | None = None
-        self.start = self.stop = 0
-
-    def view(self, offset: int, n: int) -> memoryview:
-        """A view of file bytes ``[offset, offset + n)`` (released before the next call)."""
-        if self.mapped is None or offset < self.start or offset + n > self.stop:
-            self.close()
-            start = offset // mmap.ALLOCATIONGRANULARITY * mmap.ALLOCATIONGRANULARITY
-            length = min(max(self.WINDOW, offset + n - start), self.size - start)
-            self.mapped = mmap.mmap(self.fd, length, access=self.access, offset=start)
-            self.start, self.stop = start, start + length
-        return memoryview(self.mapped)[offset - self.start:offset - self.start + n]
-
-    def close(self) -> None:
-        if self.mapped is not None:
-            self.mapped.close()
-            self.mapped = None
-
-
-def crc_updates(fd: int, old: Header, changes: list[Change]) -> tuple[dict[int, int], list]:
+def crc_updates(old: Header, changes: list[Change]) -> tuple[dict[int, int], list]:
     """New CRC-32 per changed data block, and the journal pieces (file offset, bytes, crc).
 
-    The old bytes are read through a map of the file (no system call per range).
+    Each change carries the CRC-32 of the bytes it replaces (read by the scan),
+    so nothing is read here.
     """
     by_block: dict[int, list[tuple[int, int]]] = {}
     pieces = []
     starts = [old.block_file_start(i) for i in range(len(old.blocks))]
-    if os.fstat(fd).st_size < old.file_size:
-        raise FormatError(f"{old.name!r}: file shrank during an incremental save")
-    window = FileWindow(fd, old.file_size, writable=False)
-    try:
-        for c in changes:
-            data = c.data.data
-            n = data.nbytes
-            file_off = starts[c.block] + c.start
-            new_crc = zlib.crc32(data)
-            before = window.view(file_off, n)
-            delta = zlib.crc32(before) ^ new_crc
-            before.release()
-            by_block.setdefault(c.block, []).append((c.start + n, delta))
-            pieces.append((file_off, data, new_crc))
-    finally:
-        window.close()
+    for c in changes:
+        data = c.data.data
+        new_crc = zlib.crc32(data)
+        by_block.setdefault(c.block, []).append((c.start + data.nbytes, c.old_crc ^ new_crc))
+        pieces.append((starts[c.block] + c.start, data, new_crc))
     crcs = {i: updated_crc(old.blocks[i].crc32, old.blocks[i].nbytes, sorted(ch))
             for i, ch in by_block.items()}
     return crcs, pieces
