@@ -37,7 +37,15 @@ from ._factories import (
     namedarraytuple_like,
     namedtuple,
 )
-from ._instance import NamedArrayTuple, NamedTuple
+from ._instance import NamedArrayTuple
+
+if _typing.TYPE_CHECKING:
+    # Type checkers read ``class Point(namedschema.NamedTuple): x: int`` as they read a
+    # ``typing.NamedTuple``: unpacking and indexing then keep each field's type. At run
+    # time the class statement makes a schema (namedschema._instance.NamedTuple).
+    from typing import NamedTuple as NamedTuple
+else:
+    from ._instance import NamedTuple
 from ._schema import NamedArrayTupleSchema, NamedTupleSchema, same_definition
 from .errors import (
     ExtraFieldError,
