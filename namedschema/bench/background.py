@@ -68,7 +68,7 @@ def _stall_child(spec: dict) -> dict:
     obj = {"buffer": buf, "cursor": 0}
     handle = namedschema.save(obj, path, incremental=True, background=True)
     handle.wait()
-    out: dict = {"first": [handle.stall, handle.ended - handle.started]}
+    out: dict = {"first": [handle.stall, (handle.ended or 0.0) - handle.started]}
     rng = np.random.default_rng(0)
     n = max(1, rows // 100)
     cursor = 0
@@ -83,7 +83,7 @@ def _stall_child(spec: dict) -> dict:
         obj["cursor"] = cursor
         handle = namedschema.save(obj, path, incremental=True, background=True)
         record = handle.wait()
-        out.setdefault(kind, []).append([handle.stall, handle.ended - handle.started,
+        out.setdefault(kind, []).append([handle.stall, (handle.ended or 0.0) - handle.started,
                                          record.kind if record else None])
     return out
 
