@@ -53,8 +53,9 @@ from dataclasses import replace
 from typing import Any
 
 from ..errors import BackgroundSaveError
+from . import baselines, incremental, tracking
 from .blocks import MemorySpan, RawBytes
-from .header import SaveRecord
+from .header import SaveRecord, read_header
 
 __all__ = ["BackgroundSave", "BackgroundSaveError", "start", "settle", "serialized",
            "freeze_shared"]
@@ -305,7 +306,8 @@ def _child_main(job: Callable[[], Any], write_end: int, parent: int) -> None:  #
         os._exit(status)
 
 
-def _collect(handle: BackgroundSave, pid: int, read_end: int) -> None:
+def _collect(handle: BackgroundSave, pid: int, read_end: int,
+             on_done: Callable[[Any], None]) -> None:
     """In a waiter thread: reap the child, read its report, finish the handle.
 
     The child exits after writing its report (less than a pipe's buffer), so
@@ -332,13 +334,13 @@ def _collect(handle: BackgroundSave, pid: int, read_end: int) -> None:
                 break
             chunks.append(chunk)
     data = b"".join(chunks)
-    record, error = None, None
+    record, error, extra = None, None, None
     try:
         report = pickle.loads(data) if data else None
     except Exception:
         report = None
     if report is not None and report[0] == "ok" and status in (0, None):
-        record = report[1]
+        record, extra = report[1]
     elif report is not None and report[0] == "error":
         error = report[1]
         if not isinstance(error, BaseException):
@@ -355,6 +357,10 @@ def _collect(handle: BackgroundSave, pid: int, read_end: int) -> None:
         error = BackgroundSaveError(f"the process {pid} writing the background save of "
                                     f"{handle.path!r} {how} before it finished; the file "
                                     "holds the last complete checkpoint")
+    try:
+        on_done(extra if error is None else None)
+    except BaseException as exc:  # (reported like the writer's own errors)
+        error = error or exc
     handle._finish(record, error)
 
 
@@ -371,33 +377,84 @@ def _exists(pid: int) -> bool:
 _forker = _Forker()
 
 
-def start(path: str, job: Callable[[], SaveRecord | None], began: float) -> BackgroundSave:
+def start(path: str, job: Callable[[], tuple[SaveRecord | None, Any]], began: float,
+          on_done: Callable[[Any], None] = lambda _extra: None) -> BackgroundSave:
     """Run ``job`` (the save's writing) in a snapshot child of this process; return its handle.
 
-    The caller holds ``serialized(path)``. ``began`` is when the caller's save
+    ``job`` returns ``(record, extra)``; ``on_done(extra)`` runs here once the
+    child succeeded, ``on_done(None)`` once it failed, before the handle is
+    done. The caller holds ``serialized(path)``; ``began`` is when its save
     started (``time.perf_counter()``), for the handle's ``stall``. Where a
-    child cannot be made (no ``fork``, or it failed), ``job`` runs here and
-    the handle is already done.
+    child cannot be made (no ``fork``, or it failed), ``job`` runs here.
     """
-    if not hasattr(os, "fork") or not hasattr(os, "register_at_fork"):
-        return _run_here(path, job, began)
+    snapshot = time.perf_counter()
     try:
-        snapshot = time.perf_counter()
+        if not hasattr(os, "fork"):
+            raise OSError("no fork on this platform")
         pid, read_end = _forker.fork(job)
     except OSError as exc:
         warnings.warn(f"namedschema: cannot start a background save of {path!r} ({exc}); "
                       "saving in the foreground", RuntimeWarning, stacklevel=3)
-        return _run_here(path, job, began)
+        try:
+            record, extra = job()
+        except BaseException:
+            on_done(None)
+            raise
+        on_done(extra)
+        handle = BackgroundSave(path, None, time.perf_counter() - began, snapshot)
+        handle._finish(record, None)
+        return handle
     handle = BackgroundSave(path, pid, time.perf_counter() - began, snapshot)
     _register(handle)
-    threading.Thread(target=_collect, args=(handle, pid, read_end), daemon=True,
+    threading.Thread(target=_collect, args=(handle, pid, read_end, on_done), daemon=True,
                      name="namedschema-background-save").start()
     return handle
 
 
-def _run_here(path: str, job: Callable[[], SaveRecord | None], began: float) -> BackgroundSave:
-    started = time.perf_counter()
-    record = job()
-    handle = BackgroundSave(path, None, time.perf_counter() - began, started)
-    handle._finish(record, None)
+def start_thread(path: str, rest: Callable[[], SaveRecord], began: float) -> BackgroundSave:
+    """Run ``rest`` (a save whose data is already copied aside) in a thread; return its handle."""
+    handle = BackgroundSave(path, None, time.perf_counter() - began, time.perf_counter())
+    _register(handle)
+
+    def run() -> None:
+        try:
+            record = rest()
+        except BaseException as exc:
+            exc.add_note(f"raised by the background save of {path!r}")
+            handle._finish(None, exc)
+        else:
+            handle._finish(record, None)
+    threading.Thread(target=run, daemon=True, name="namedschema-background-save").start()
     return handle
+
+
+def incremental_job(enc: Any, plan: Any, path: str, progress: bool):
+    """``(job, on_done)`` of an incremental-mode save written by a snapshot child.
+
+    With write protection, tracking is armed here, at the snapshot's instant,
+    the child writes a full checkpoint and reports its checkpoint id and
+    ``stat``, and ``on_done`` records the baseline of that file (the next
+    save then writes only what changed since the snapshot). Otherwise the
+    child saves incrementally by comparing with the file.
+    """
+    real = os.path.realpath(path)
+    armed = tracking.mode() == "writeprotect"
+    known = tracking.arm_for_full_save(plan.sources, [b.nbytes for b in plan.blocks]) \
+        if armed else []
+
+    def job() -> tuple[SaveRecord, tuple[str, os.stat_result]]:
+        record = (incremental.full_save if armed else incremental.save_encoded)(
+            enc, plan, path, progress)
+        incremental.wait(path)   # its sync thread: the child ends after it
+        with open(real, "rb", buffering=0) as f:
+            st = os.fstat(f.fileno())
+            return record, (read_header(f, path, st.st_size).description.checkpoint_id, st)
+
+    def on_done(written: tuple[str, os.stat_result] | None) -> None:
+        now = os.stat(real) if os.path.exists(real) else None
+        if armed and written and now and \
+                baselines.identity(now) == baselines.identity(written[1]):
+            baselines.record(real, now, written[0], known)
+        else:
+            baselines.forget(real)
+    return job, on_done

@@ -19,7 +19,7 @@ from .atomic import AtomicFile, check_target, final_target
 from .background import BackgroundSave
 from .blocks import Progress, write_all, write_blocks
 from .graph import EncodedGraph, encode_graph
-from .header import Description, Header, PickleEntry, SaveRecord
+from .header import Description, Header, PickleEntry
 from .metadata import check_metadata_argument
 from .nodes import features_of
 
@@ -137,15 +137,17 @@ def save(obj: Any, path: str | os.PathLike[str] | io.RawIOBase | io.BufferedIOBa
                 _write_encoded(graph, plan, target, target, progress)
             return None
         plan = _background.replace_sources(plan, _background.freeze_shared(plan.sources))
+        if incremental:
+            rest = _incremental.begin_background(graph, plan, target, progress)
+            if rest is not None:       # the changes are copied aside: a thread writes them
+                return _background.start_thread(target, rest, began)
+            job, on_done = _background.incremental_job(graph, plan, target, progress)
+            return _background.start(target, job, began, on_done)
 
-        def job() -> SaveRecord | None:
-            if incremental:
-                record = _incremental.save_encoded(graph, plan, target, progress)
-                _incremental.wait(target)  # its sync thread: the child ends after it
-                return record
+        def job_full() -> tuple[None, None]:
             _write_encoded(graph, plan, target, target, progress)
-            return None
-        return _background.start(target, job, began)
+            return None, None
+        return _background.start(target, job_full, began)
 
 
 def _target(obj: Any, path: Any, in_place: bool) -> Any:

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import sys
 import zlib
 from dataclasses import dataclass
 from typing import Any
@@ -181,8 +182,13 @@ class Scan:
     """
 
     def __init__(self, fd: int, st: os.stat_result, old: Header, budget: int,
-                 real_path: str):
+                 real_path: str, defer: bool = False):
         self.fd, self.old = fd, old
+        # defer: keep copies of the candidate bytes (the snapshot) and compare them with
+        # the file later, in another thread (compare_deferred): a background save.
+        self.defer = defer
+        self.deferred: list[tuple] = []
+        self.deferred_bytes = 0
         self.dev, self.ino = st.st_dev, st.st_ino
         self.base = baselines.lookup(real_path, st, old)
         self.mode = mode()
@@ -291,6 +297,12 @@ class Scan:
         rest is kept whole.
         """
         n = data.size
+        if self.defer:
+            self.deferred.append((index, start, data.copy(), phase, digests, trim))
+            self.deferred_bytes += n
+            if self.deferred_bytes > self.budget:
+                raise TooMuch
+            return
         new, old = self._new[:n], self._old[:n]
         np.copyto(new, data)          # what this save writes, whatever happens meanwhile
         if os.preadv(self.fd, [old.data], self.old.block_file_start(index) + start) != n:
@@ -314,6 +326,17 @@ class Scan:
             return
         for a, b in _byte_runs(differ):
             self._add(Change(index, start + a, new[a:b].copy(), zlib.crc32(old[a:b].data)))
+
+
+    def compare_deferred(self) -> None:
+        """Compare the copies a deferring scan kept with the file; fills ``changes``.
+
+        Never raises TooMuch: the copies are all there is left to save from.
+        """
+        deferred, self.deferred, self.defer = self.deferred, [], False
+        self.budget = sys.maxsize
+        for args in deferred:
+            self._compare(*args)
 
 
 def _merge(runs: list[tuple[int, int]]) -> list[tuple[int, int]]:

@@ -2,7 +2,10 @@
 
     python -m tests.subprocess.background_kill_child PATH MODE HOOK NTH WHEN MARKER
 
-MODE is ``full`` or ``incremental``. In the writer child only, the NTH call
+MODE is ``full``, ``incremental`` (written by a thread from the changes
+copied aside) or ``incremental_fork`` (page-checksum tracking: written by a
+snapshot child). In the background writer only (the child process, or the
+thread), the NTH call
 of ``os.HOOK`` (``write``, ``fsync``, ``replace``...) writes its name, its pid and its
 parent's to MARKER and stops the child with SIGSTOP, ``before`` or ``after`` the real
 call (WHEN). The test then SIGKILLs this process (the writer dies with it)
@@ -14,6 +17,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import threading
 import time
 
 import numpy as np
@@ -38,7 +42,9 @@ def main() -> None:
     path, mode, hook, nth, when, marker = sys.argv[1:7]
     nth_call = int(nth)
     main_pid = os.getpid()
-    incremental = mode == "incremental"
+    incremental = mode.startswith("incremental")
+    if mode == "incremental_fork":
+        os.environ["NAMEDSCHEMA_TRACKING"] = "checksums"
     obj = state("A")
     namedschema.save(obj, path, incremental=incremental)
     namedschema.save(obj, path, incremental=incremental)   # incremental layout, settled
@@ -47,7 +53,8 @@ def main() -> None:
 
     def stopping(*args, **kwargs):
         nonlocal calls
-        if os.getpid() == main_pid:
+        if os.getpid() == main_pid and \
+                threading.current_thread().name != "namedschema-background-save":
             return real(*args, **kwargs)
         calls += 1
         if calls == nth_call and when == "after":
