@@ -1,34 +1,43 @@
 """Background saves: ``save(..., background=True)`` returns once a consistent snapshot exists.
 
-The snapshot is a ``fork``: the child process sees the caller's memory as it
-was at that instant (copy-on-write), whatever the caller writes afterwards, and
-writes the checkpoint from it (data, checksums, fsync, rename or journal)
-while the caller goes on. Everything that touches the caller's objects
-(encoding the graph, torch tensors, pickling) happens in the caller before the
-fork; the child only reads memory, computes CRC-32s and does file I/O, so
-locks that other threads of the caller held at the fork (a torch thread pool,
-a logging lock) are never needed in it. Memory that a fork does not freeze
-(shared mappings, which other processes or the child itself would see change)
-is copied aside in the caller first.
+Two ways to a snapshot, chosen per save:
 
-What it costs the caller: the encoding, the copies of shared memory, and the
-fork (page tables: about 1 ms per GiB of memory in transparent huge pages,
-25 ms per GiB in 4 KiB pages); then, while the child runs, the first write to
-each page costs a copy of that page (a fault, a few microseconds).
+* **Changes copied aside** (an incremental save of a file this process saved,
+  with write-protect tracking): the caller asks the kernel which pages were
+  written since the last save (re-arming the tracking in the same call) and
+  copies those pages; a thread then compares them with the file, journals
+  and writes the changed bytes in place and syncs (``incremental.py``). The
+  caller pays for the scan and the copy of what changed.
+* **A fork** (full saves; incremental saves under other tracking): the child
+  sees the caller's memory as it was at that instant (copy-on-write) and
+  writes the checkpoint (data, checksums, fsync, rename or journal) while the
+  caller goes on. Everything that touches the caller's objects (encoding the
+  graph, torch tensors, pickling) happens before the fork; the child only
+  reads memory, computes CRC-32s and does file I/O, so locks that other
+  threads of the caller held at the fork (a torch thread pool, a logging
+  lock) are never needed in it. Write protection is armed in the caller at
+  the fork and the child's file recorded as the baseline once it reports, so
+  the next save is incremental. Memory that a fork does not freeze (shared
+  mappings, which other processes write) is copied aside first. The caller
+  pays for the fork (page tables: about 1 ms per GiB in transparent huge
+  pages, 25 ms per GiB in 4 KiB pages) and, while the child runs, a page
+  copy at the first write to each page.
 
 Order and errors. Saves of one path (background or not) run one after the
 other: a save first waits for the background save of the same path before it
 (a lock per path held from the start of a save to its snapshot). An error of
-the child is raised by :meth:`BackgroundSave.wait`, or else by the next save
+the writer is raised by :meth:`BackgroundSave.wait`, or else by the next save
 of that path, or else written to stderr at interpreter exit (which first waits
-for every background save); it is never dropped. The child dies with the
-process (``PR_SET_PDEATHSIG``): a killed training process leaves the last
-complete checkpoint, and the temporary file of the unfinished one, which the
-next save removes.
+for every background save); it is never dropped. A writer child dies with the
+process (``PR_SET_PDEATHSIG``, forked from one long-lived thread): a killed
+training process leaves the last complete checkpoint (and a temporary file
+or journal that the next save or load settles).
 
 BackgroundSave    the handle: ``wait()``, ``done()``
 BackgroundSaveError  (namedschema.errors) the writer died, or its error could not come back
 start             run a save job in a snapshot child, return its handle
+start_thread      run the rest of a save whose changes are copied aside, in a thread
+incremental_job   the child's job of an incremental-mode save, with its tracking
 settle            wait for the background save of a path; raise its unreported error
 serialized        the per-path lock a save holds until its snapshot exists
 freeze_shared     copies of the blocks that live in shared memory
