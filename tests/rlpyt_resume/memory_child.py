@@ -2,6 +2,7 @@
 
     python -m tests.rlpyt_resume.memory_child save KIND[,KIND...] DIR MIB OUT.json
     python -m tests.rlpyt_resume.memory_child resume KIND[,KIND...] DIR MIB OUT.json
+    python -m tests.rlpyt_resume.memory_child train - CKPT MIB OUT.json N_STEPS
 
 ``save`` builds rlpyt's replay buffer of each KIND at about MIB MiB (Atari
 frames, 104x80 uint8, 8 envs), fills all its memory with a pattern, and
@@ -11,7 +12,10 @@ the same buffer afresh, loads the checkpoint as ``resumable`` does
 resident set (VmHWM, started afresh for each kind) over the resident set
 before, the buffer's bytes, the restored state's digest, whether the
 checkpoint file is still mapped, and (first kind only) whether incremental
-saves of the restored buffer round-trip.
+saves of the restored buffer round-trip. ``train`` runs a small DQN with a
+prioritized frame buffer of MIB MiB under ``resumable`` for N_STEPS steps, and
+when it resumes, measures the peak resident growth of the startup that
+restored it.
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ namedschema.patch_rlpyt()
 from rlpyt.utils.collections import namedarraytuple  # noqa: E402
 
 from namedschema.bench.harness import peak_rss  # noqa: E402
-from namedschema.rlpyt import state  # noqa: E402
+from namedschema.rlpyt import resumable, state  # noqa: E402
 
 FRAME = (104, 80)
 ENVS = 8
@@ -189,9 +193,54 @@ def resume(kind: str, ckpt: str, mib: int, incremental: bool) -> dict:
     return result
 
 
+def train(ckpt: str, mib: int, n_steps: int) -> dict:
+    """A DQN run with a prioritized frame buffer of about ``mib`` MiB, ``resumable``.
+
+    Reports, when it resumed, the growth of the peak resident set during
+    rlpyt's startup with the restore in it, the buffer's and the models'
+    bytes (agent models and optimizer state), and whether the checkpoint
+    stays mapped.
+    """
+    from tests.rlpyt_resume.driver import build as build_run
+    runner = build_run("dqn_prioritized")
+    runner.n_steps = n_steps
+    runner.sampler.env_kwargs = dict(size=64)       # 4 KiB frames
+    runner.algo.replay_size = mib * 2**20 // 4096
+    resumable(runner, ckpt, every_itrs=10_000)
+    resumed = os.path.exists(ckpt)
+    startup, result = runner.startup, {}
+
+    def measured_startup():
+        gc.collect()
+        reset_peak()
+        before = resident()
+        n_itr = startup()
+        result["growth"] = peak_rss() - before
+        if resumed:
+            result["mapped"] = mapped(ckpt)
+        result["bytes"] = nbytes(runner.algo.replay_buffer)
+        result["start"] = runner._namedschema_resume.start
+        return n_itr
+    runner.startup = measured_startup
+    runner.train()
+    import torch
+    tensors = [t for m in (runner.agent.model, runner.agent.target_model)
+               for t in m.state_dict().values()]
+    tensors += [t for s in runner.algo.optimizer.state.values() for t in s.values()
+                if isinstance(t, torch.Tensor)]
+    result["model_bytes"] = sum(t.nbytes for t in tensors)
+    result["digest"] = digest(runner.algo.replay_buffer)
+    return result
+
+
 def main() -> None:
-    """``MODE KIND[,KIND...] DIR MIB OUT.json``: one checkpoint per kind in DIR."""
+    """``MODE KIND[,KIND...] DIR MIB OUT.json``: one checkpoint per kind in DIR;
+    ``train - CKPT MIB OUT.json N_STEPS``: a resumable training run."""
     mode, kinds, directory, mib, out = sys.argv[1:6]
+    if mode == "train":
+        with open(out, "w") as f:
+            json.dump(train(directory, int(mib), int(sys.argv[6])), f)
+        return
     results = {}
     for i, kind in enumerate(kinds.split(",")):
         ckpt = os.path.join(directory, f"{kind}.nsc")

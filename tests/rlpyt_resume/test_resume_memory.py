@@ -64,3 +64,21 @@ def test_every_buffer_kind_resumes_within_its_size_plus_10_percent(tmp_path):
             f"resident set by {r['growth'] / 2**20:.0f} MiB "
             f"({r['growth'] / r['bytes']:.2f}x the buffer)")
     assert resumed[KINDS[0]]["incremental"], "incremental saves after a resume differ"
+
+
+def test_resumable_restores_a_run_within_its_buffer_size_plus_10_percent(tmp_path):
+    """End to end: rlpyt's startup with the restore in it, against the same startup fresh."""
+    ckpt = tmp_path / "run.nsc"
+    child("tests.rlpyt_resume.memory_child", "train", "-", ckpt, MIB, tmp_path / "a.json", 64)
+    child("tests.rlpyt_resume.memory_child", "train", "-", ckpt, MIB, tmp_path / "b.json", 128)
+    fresh = json.loads((tmp_path / "a.json").read_text())
+    resumed = json.loads((tmp_path / "b.json").read_text())
+    assert (fresh["start"], resumed["start"]) == (0, 8)
+    assert resumed["bytes"] > 0.9 * MIB * 2**20
+    assert not resumed["mapped"], "the checkpoint stays mapped after the resume"
+    extra = resumed["growth"] - fresh["growth"]
+    assert extra <= 1.1 * resumed["bytes"] + resumed["model_bytes"], (
+        f"restoring a {resumed['bytes'] / 2**20:.0f} MiB buffer (models "
+        f"{resumed['model_bytes'] / 2**20:.1f} MiB) grew the startup's peak resident set "
+        f"by {extra / 2**20:.0f} MiB more than a fresh start "
+        f"({extra / resumed['bytes']:.2f}x the buffer)")
