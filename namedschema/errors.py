@@ -12,6 +12,8 @@ FieldError              reading or writing a field failed; names schema and fiel
 Field*Error             FieldError plus the builtin type of the failure (IndexError, ...)
 FormatError             a checkpoint file is not valid (ValueError)
 UnsafeLoadError         a checkpoint needs pickle and allow_pickle was not given
+UnexpectedKindError     a valid checkpoint of another kind than load was told to expect
+NotRegularFileError     save refused a target that is not a regular file (an OSError)
 NotDataError            save met a value that is not data and allow_pickle was not given
 BufferShapeError        buffer arrays disagree in leading dimensions (ValueError)
 UnpicklableError        an attribute of an object being pickled cannot be (TypeError)
@@ -42,6 +44,8 @@ __all__ = [
     "FieldRuntimeError",
     "FormatError",
     "UnsafeLoadError",
+    "NotRegularFileError",
+    "UnexpectedKindError",
     "NotDataError",
     "BufferShapeError",
     "UnpicklableError",
@@ -233,6 +237,34 @@ def field_error_class(exc: BaseException) -> type[FieldError]:
 
 class FormatError(NamedSchemaError, ValueError):
     """A file is not a namedschema checkpoint, or is damaged or unsupported."""
+
+
+class NotRegularFileError(NamedSchemaError, OSError):
+    """``save`` refused a target that is not a regular file (directory, FIFO, socket, device).
+
+    An OSError whose ``errno`` is EISDIR for a directory, else EEXIST, and
+    whose ``filename`` is the path given to ``save``; nothing was written.
+    """
+
+    def __str__(self) -> str:
+        return str(self.strerror)
+
+
+class UnexpectedKindError(FormatError):
+    """A valid checkpoint whose metadata are not what the reader expected; nothing was loaded.
+
+    Attributes:
+        metadata: the file's metadata (plain strings, from its header).
+        expected: what ``load(..., expect_metadata=)`` asked for.
+    """
+
+    def __init__(self, message: str, metadata: dict | None = None,
+                 expected: dict | None = None):
+        super().__init__(message)
+        self.metadata, self.expected = dict(metadata or {}), dict(expected or {})
+
+    def __reduce__(self):
+        return (type(self), (str(self), self.metadata, self.expected))
 
 
 class UnsafeLoadError(FormatError):

@@ -33,7 +33,7 @@ from typing import Any
 
 from ..errors import FormatError
 from . import journal, layout, pages, tracking
-from .atomic import AtomicFile, fsync_dir
+from .atomic import AtomicFile, check_target, final_target, fsync_dir
 from .blocks import MemorySpan, Progress, write_all, write_blocks
 from .constants import ALIGN
 from .graph import EncodedGraph, encode_graph
@@ -77,7 +77,7 @@ def _description(enc: EncodedGraph, plan: layout.Layout, blocks, saved: SaveReco
     return Description(blocks=tuple(blocks), arrays=plan.arrays,
                        schemas=tuple(enc.encoder.schemas), structure=enc.structure,
                        pickle=pickle_entry, checkpoint_id=uuid.uuid4().hex, saved=saved,
-                       features=features_of(enc.encoder.schemas))
+                       features=features_of(enc.encoder.schemas), metadata=enc.metadata)
 
 
 # --------------------------------------------------------------------------
@@ -310,14 +310,15 @@ def _match(old: Header, plan: layout.Layout, enc: EncodedGraph) -> dict[str, Ten
 
 
 def save(obj: Any, path: str | os.PathLike[str], *, allow_pickle: bool = False,
-         progress: bool = False) -> SaveRecord:
+         progress: bool = False, metadata: dict[str, str] | None = None) -> SaveRecord:
     """Save ``obj`` to ``path``, writing only what changed if ``path`` holds the same arrays.
 
     Returns the record of what was written (also stored in the file, see
     ``inspect``). Arguments as for :func:`namedschema.save`.
     """
     path = os.fspath(path)
-    enc = encode_graph(obj, path, allow_pickle)
+    check_target(final_target(path), path)  # never open a FIFO or device read-write
+    enc = encode_graph(obj, path, allow_pickle, metadata)
     plan = layout.plan(enc.encoder.arrays.entries, enc.pickle_bytes)
     wait(path)
     try:

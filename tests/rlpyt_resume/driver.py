@@ -2,15 +2,23 @@
 
     python -m tests.rlpyt_resume.driver CONFIG OUT.json [--ckpt PATH] [--every N]
         [--kill-at-itr K] [--kill-in-loss K] [--kill-in-save N:write|N:replace]
-        [--no-eps-fix-check]
+        [--alone] [--no-patch] [--import-order rlpyt-first|namedschema-first]
 
 Builds a small real-rlpyt run (CONFIG: dqn_uniform, dqn_prioritized, dqn_eval,
-r2d1, sac; dqn_prioritized_cpu with CpuSampler), makes it resumable when ``--ckpt`` is given, trains, and writes
+r2d1, sac on small stand-in envs; dqn_prioritized_cpu with CpuSampler; pong and
+pong_eval on real Atari Pong through rlpyt's own AtariEnv and the atari_py
+adapter over ale-py), makes it resumable when ``--ckpt`` is given, trains, and writes
 to OUT.json every sampler batch, replay batch, loss and logged diagnostic
 (by iteration, as digests) and the digest of the final state. The kill
 options end the process with SIGKILL at a chosen moment: at the start of an
 iteration, inside the first loss computation of an iteration, or inside the N-th checkpoint
 (at its first write, or just before its rename).
+
+``--alone`` runs rlpyt without namedschema: nothing of namedschema is imported
+until training has ended (the final state is then read with its handlers); the
+atari_py adapter is loaded from its file. ``--no-patch`` runs ``resumable``
+without ``patch_rlpyt()`` (the one-call use), importing rlpyt before
+namedschema or after it (``--import-order``).
 """
 
 from __future__ import annotations
@@ -29,14 +37,38 @@ sys.path.append(os.environ["RLPYT_SRC"])
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-import namedschema  # noqa: E402
+# Set by main(): namedschema, its rlpyt state module, rlpyt's logger.
+namedschema = rstate = logger = None
+ADAPTER_FILE = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__)))), "namedschema", "rlpyt", "atari_py_adapter.py")
 
-namedschema.patch_rlpyt()
 
-from rlpyt.utils.logging import logger  # noqa: E402
+def install_atari_adapter(from_file):
+    """``import atari_py`` gives the adapter over ale-py (from its file: no namedschema)."""
+    if from_file:
+        import importlib.util
+        spec = importlib.util.spec_from_file_location("_atari_py_adapter", ADAPTER_FILE)
+        adapter = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(adapter)
+    else:
+        from namedschema.rlpyt import atari_py_adapter as adapter
+    adapter.install()
 
-from namedschema.rlpyt import resumable  # noqa: E402
-from namedschema.rlpyt import state as rstate  # noqa: E402
+
+def import_namedschema(patch):
+    global namedschema, rstate
+    import namedschema as ns
+    namedschema = ns
+    if patch:
+        namedschema.patch_rlpyt()
+    from namedschema.rlpyt import state
+    rstate = state
+
+
+def import_rlpyt_logger():
+    global logger
+    from rlpyt.utils.logging import logger as rlpyt_logger
+    logger = rlpyt_logger
 
 # Timings differ between any two runs; everything else must not.
 _TIMING_WORDS = ("Time", "PerSecond", "OptThrottle")
@@ -51,6 +83,12 @@ def digest(obj) -> str:
 def _feed(h, obj):
     if isinstance(obj, torch.Tensor):
         obj = obj.detach().cpu().numpy()
+    if isinstance(obj, tuple) and hasattr(obj, "_fields"):
+        # Named tuples by fields: rlpyt's classes and namedschema's schemas alike.
+        h.update(f"nt{tuple(obj._fields)}".encode())
+        for v in obj:
+            _feed(h, v)
+        return
     if isinstance(obj, np.ndarray):
         h.update(f"a{obj.dtype.str}{obj.shape}".encode())
         h.update(np.ascontiguousarray(obj).tobytes())
@@ -137,6 +175,26 @@ def build(config):
         algo = SAC(batch_size=8, min_steps_learn=40, replay_size=200, replay_ratio=2,
                    learning_rate=1e-3)
         env_cls, env_kwargs = ContinuousLike, {}
+    elif config.startswith("pong"):
+        from rlpyt.agents.dqn.atari.atari_dqn_agent import AtariDqnAgent
+        from rlpyt.algos.dqn.dqn import DQN
+        from rlpyt.envs.atari.atari_env import AtariEnv, AtariTrajInfo
+        n_steps = PONG_ITRS * 8
+        agent = AtariDqnAgent(
+            model_kwargs=dict(channels=[4], kernel_sizes=[8], strides=[4], paddings=[0],
+                              fc_sizes=16),
+            eps_final=0.05, eps_eval=0.01)
+        algo = DQN(replay_size=PONG_REPLAY, min_steps_learn=200, batch_size=16,
+                   replay_ratio=2, eps_steps=1000, target_update_interval=20,
+                   n_step_return=3, learning_rate=1e-3, double_dqn=True,
+                   prioritized_replay=True, pri_beta_steps=1600, updates_per_sync=1)
+        # Episodes cut at 150 steps so that several end (and reset) in a short run.
+        env_cls, env_kwargs = AtariEnv, dict(game="pong", horizon=150)
+        sampler_kwargs.update(TrajInfoCls=AtariTrajInfo, max_decorrelation_steps=30)
+        if config.startswith("pong_eval"):
+            runner_cls = "MinibatchRlEval"
+            sampler_kwargs.update(eval_n_envs=1, eval_max_steps=100,
+                                  eval_max_trajectories=2, eval_env_kwargs={})
     else:
         raise SystemExit(f"unknown config {config}")
     if "eval_env_kwargs" in sampler_kwargs:
@@ -148,6 +206,12 @@ def build(config):
         algo=algo, agent=agent, sampler=sampler, n_steps=n_steps,
         log_interval_steps=64, seed=7, **runner_kwargs)
     return runner
+
+
+# Pong runs: 8 steps an iteration; the 1000-step replay wraps at iteration 125,
+# epsilon reaches its final value at 1000 steps (iteration 125).
+PONG_ITRS = 240
+PONG_REPLAY = 1000
 
 
 class Recorder:
@@ -303,7 +367,23 @@ def main(argv=None):
     parser.add_argument("--disable-handler", action="append", default=[],
                         help="rlpyt class whose state handler is replaced by a no-op "
                              "(to show what goes wrong without it)")
+    parser.add_argument("--alone", action="store_true",
+                        help="rlpyt alone: namedschema is imported only after training")
+    parser.add_argument("--no-patch", action="store_true",
+                        help="resumable without patch_rlpyt() (the one-call use)")
+    parser.add_argument("--import-order", choices=("rlpyt-first", "namedschema-first"),
+                        default="namedschema-first")
     args = parser.parse_args(argv)
+    if args.alone and (args.ckpt or args.disable_handler):
+        raise SystemExit("--alone runs rlpyt without namedschema: no --ckpt or handlers")
+    if args.config.startswith("pong"):
+        install_atari_adapter(args.alone or args.import_order == "rlpyt-first")
+    if args.import_order == "rlpyt-first" or args.alone:
+        import rlpyt.runners.minibatch_rl  # noqa: F401
+        import rlpyt.samplers.serial.sampler  # noqa: F401
+    if not args.alone:
+        import_namedschema(patch=not args.no_patch)
+    import_rlpyt_logger()
     for key in args.disable_handler:
         rstate.register_handler(key, lambda obj, ctx: {}, lambda obj, state, ctx: None)
     saved = None
@@ -320,6 +400,7 @@ def main(argv=None):
         runner.sampler.EnvCls = UnpicklableAtariLike
     resume = None
     if args.ckpt:
+        from namedschema.rlpyt import resumable
         resumable(runner, args.ckpt, every_itrs=args.every)
         resume = runner._namedschema_resume
     startup = runner.startup
@@ -337,6 +418,10 @@ def main(argv=None):
         return n_itr
     runner.startup = startup_
     runner.train()
+    if args.alone:
+        assert not any(m == "namedschema" or m.startswith("namedschema.")
+                       for m in sys.modules), "rlpyt alone imported namedschema"
+        import_namedschema(patch=False)
     result = {"events": rec.events, "final": final_state(runner),
               "start": resume.start if resume else 0,
               "notes": resume.notes if resume else [],
