@@ -18,14 +18,16 @@ resume  a fresh process that built the same empty buffer: ``namedschema.load``
         set (VmHWM) of both, against the buffer's bytes B: a resume must hold
         the buffer once (issue 19: at most B + 10%).
 
-Save timings are best of ``--rounds``, resume timings one round (a resume writes
-into a freshly built buffer once); ratios are against the reference measured
+Save timings are best of ``--rounds``; resume and raw-read timings best of
+``--read-rounds`` fresh processes, alternated (each writes into a freshly built
+buffer once); ratios are against the reference measured
 in the same run. Needs RLPYT_SRC (rlpyt's source tree), about twice the buffer
 size in free disk and 1.2 times it in free memory. On a shared machine run it
 under ``flock /tmp/namedschema-bigmem.lock``.
 
     RLPYT_SRC=/path/to/rlpyt python benchmarks/bench_rlpyt_resume.py [--steps N]
-        [--envs B] [--frame HxW] [--rounds R] [--warm] [--dir DIR] [--json FILE]
+        [--envs B] [--frame HxW] [--rounds R] [--read-rounds R] [--warm] [--dir DIR]
+        [--json FILE]
 """
 
 from __future__ import annotations
@@ -37,6 +39,8 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+
+from namedschema.bench.harness import rotated
 
 CHILD = r"""
 import json, os, sys, time
@@ -186,6 +190,8 @@ def main(argv=None):
     parser.add_argument("--envs", type=int, default=8)
     parser.add_argument("--frame", default="104x80", help="frame pixels, HxW")
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--read-rounds", type=int, default=1,
+                        help="resume and raw-read rounds, alternated (best of each)")
     parser.add_argument("--warm", action="store_true",
                         help="read the files from the page cache (default: from disk)")
     parser.add_argument("--dir", default=None, help="where to write (default: a temp dir)")
@@ -195,10 +201,17 @@ def main(argv=None):
         raise SystemExit("set RLPYT_SRC to rlpyt's source tree (the directory holding rlpyt/)")
     with tempfile.TemporaryDirectory(dir=args.dir) as directory:
         save = _child("save", args, directory)
-        resume = _child("resume", args, directory)
-        raw = _child("raw-read", args, directory)
+        runs: dict = {"resume": [], "raw-read": []}
+        for n in range(args.read_rounds):
+            for mode in rotated(runs, n):
+                runs[mode].append(_child(mode, args, directory))
+        resume = min(runs["resume"], key=lambda r: r["resume_s"])
+        raw = min(runs["raw-read"], key=lambda r: r["raw_read_s"])
         resume.update(raw_read_s=raw["raw_read_s"], raw_peak_rss_mib=raw["peak_rss_mib"],
-                      raw_rss_before_mib=raw["rss_before_mib"])
+                      raw_rss_before_mib=raw["rss_before_mib"],
+                      resume_all_s=[r["resume_s"] for r in runs["resume"]],
+                      raw_read_all_s=[r["raw_read_s"] for r in runs["raw-read"]],
+                      peak_rss_all_mib=[r["peak_rss_mib"] for r in runs["resume"]])
     gib = save["buffer_bytes"] / 2**30
     print(f"PrioritizedReplayFrameBuffer, {args.steps:,} steps x 4x{args.frame} uint8 frames "
           f"over {args.envs} envs: {gib:.2f} GiB of arrays, checkpoint file "
@@ -211,6 +224,9 @@ def main(argv=None):
           f"{resume['resume_s']:.2f} s; raw readinto {resume['raw_read_s']:.2f} s; "
           f"ratio {resume['resume_s'] / resume['raw_read_s']:.2f}x; views kept: "
           f"{resume['views']}")
+    if args.read_rounds > 1:
+        print(f"  all rounds: resume {[round(t, 1) for t in resume['resume_all_s']]} s, raw "
+              f"{[round(t, 1) for t in resume['raw_read_all_s']]} s")
     b = save["buffer_bytes"] / 2**20
     print(f"peak RSS (VmHWM), buffer B = {b:.0f} MiB: saver {save['peak_rss_mib']:.0f} MiB; "
           f"resumer {resume['peak_rss_mib']:.0f} MiB = {resume['peak_rss_mib'] / b:.3f} B "
