@@ -77,7 +77,9 @@ def load(path: str | os.PathLike[str] | BinaryIO, *, mmap_mode: Literal["r", "r+
             object, or a file object with ``mmap_mode``.
         SchemaEvolutionError: with ``schemas``, the saved data does not map
             onto today's schemas (``MissingFieldError``, ``ExtraFieldError``,
-            ``FieldMismatchError``); nothing is returned.
+            ``FieldMismatchError``), or the new fields, whose leading shape
+            comes from the file, would take more bytes than the file's size
+            (at least 64 MiB; ``FillLimitError``); nothing is returned.
     """
     expected = check_metadata_argument(expect_metadata, "load: expect_metadata")
     if schemas is None:
@@ -87,11 +89,17 @@ def load(path: str | os.PathLike[str] | BinaryIO, *, mmap_mode: Literal["r", "r+
     evolve = upgrader(schemas, extra=extra, casting=casting, defaults=defaults)
     source = _source(path, mmap_mode)
     graph = _load(source, mmap_mode, allow_pickle, verify, expected)
+    # New fields take their leading shape from the file: bounded by what it holds.
+    size = source.size if isinstance(source, _Window) else os.stat(source).st_size
     try:
-        return evolve(graph, report=report)
+        return evolve(graph, report=report, fill_budget=max(MIN_FILL_BUDGET, size))
     except SchemaEvolutionError as exc:
         exc.add_note(f"while loading {_shown(source)!r} into today's schemas")
         raise
+
+
+#: New fields made by ``load(schemas=)`` may take the file's size in bytes, or this.
+MIN_FILL_BUDGET = 64 * 2**20
 
 
 def _source(path: Any, mmap_mode: str | None) -> Any:
