@@ -200,6 +200,7 @@ from .constants import FORMAT_NAME, FORMAT_VERSION
 from .inspector import CheckpointInfo, FieldInfo, inspect
 from .loader import load
 from .saver import save
+from .verifier import verify
 
-__all__ = ["save", "load", "inspect", "CheckpointInfo", "FieldInfo",
+__all__ = ["save", "load", "inspect", "verify", "CheckpointInfo", "FieldInfo",
            "FORMAT_NAME", "FORMAT_VERSION"]
