@@ -21,6 +21,7 @@ MissingModuleError      unpickling needs a module this process cannot import (Mo
 MissingClassError       unpickling needs a name its module lacks here (AttributeError)
 SchemaEvolutionError    saved data does not map onto today's schemas (ValueError)
 MissingFieldError       a new field without a default (a SchemaEvolutionError)
+FillLimitError          new fields would fill more memory than the file justifies (likewise)
 ExtraFieldError         a saved field today's schema lacks (a SchemaEvolutionError)
 FieldMismatchError      a saved dtype/shape differs from the declared one (likewise)
 """
@@ -53,6 +54,7 @@ __all__ = [
     "MissingClassError",
     "SchemaEvolutionError",
     "MissingFieldError",
+    "FillLimitError",
     "ExtraFieldError",
     "FieldMismatchError",
 ]
@@ -372,6 +374,17 @@ class SchemaEvolutionError(NamedSchemaError, ValueError):
                  field: str | None = None, path: str = ""):
         super().__init__(message)
         self.schema, self.field, self.path = schema, field, path
+
+
+class FillLimitError(SchemaEvolutionError, MemoryError):
+    """New fields filled from a file's leading shapes would take more memory than it justifies.
+
+    ``load(path, schemas=...)`` makes the new fields of array tuples as large
+    as the leading shape found in the file; a crafted file (empty arrays of
+    shape ``(2**33, 0)``, or broadcast views) can claim any leading shape, so
+    the bytes of all fills are bounded by the file's size (at least 64 MiB).
+    Upgrade data you trust with :func:`namedschema.upgrade`, which has no bound.
+    """
 
 
 class MissingFieldError(SchemaEvolutionError):
