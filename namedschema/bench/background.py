@@ -255,3 +255,7 @@ def main(argv: list[str] | None = None) -> int:
     notes = ["stall: how long save(..., background=True) held the caller; writer: the "
              "background writer's time, same run"]
     return finish("background", args, results, notes)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

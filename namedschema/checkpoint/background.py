@@ -421,20 +421,40 @@ def start(path: str, job: Callable[[], tuple[SaveRecord | None, Any]], began: fl
 
 
 def start_thread(path: str, rest: Callable[[], SaveRecord], began: float) -> BackgroundSave:
-    """Run ``rest`` (a save whose data is already copied aside) in a thread; return its handle."""
-    handle = BackgroundSave(path, None, time.perf_counter() - began, time.perf_counter())
-    _register(handle)
+    """Run ``rest`` (a save whose data is already copied aside) in the writer thread.
 
-    def run() -> None:
+    One long-lived thread writes them in order (starting a thread per save
+    would make the caller wait for it to start, which takes milliseconds on a
+    busy machine).
+    """
+    handle = BackgroundSave(path, None, 0.0, time.perf_counter())
+    _register(handle)
+    with _writer_lock:
+        global _writer
+        if _writer is None or not _writer.is_alive():
+            _writer = threading.Thread(target=_write_in_order, daemon=True,
+                                       name="namedschema-background-save")
+            _writer.start()
+    _writes.put((handle, rest))
+    handle.stall = time.perf_counter() - began
+    return handle
+
+
+_writer_lock = threading.Lock()
+_writer: threading.Thread | None = None
+_writes: queue.SimpleQueue = queue.SimpleQueue()
+
+
+def _write_in_order() -> None:
+    while True:
+        handle, rest = _writes.get()
         try:
             record = rest()
         except BaseException as exc:
-            exc.add_note(f"raised by the background save of {path!r}")
+            exc.add_note(f"raised by the background save of {handle.path!r}")
             handle._finish(None, exc)
         else:
             handle._finish(record, None)
-    threading.Thread(target=run, daemon=True, name="namedschema-background-save").start()
-    return handle
 
 
 def incremental_job(enc: Any, plan: Any, path: str, progress: bool):

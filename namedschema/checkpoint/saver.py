@@ -86,7 +86,7 @@ def save(obj: Any, path: str | os.PathLike[str] | io.RawIOBase | io.BufferedIOBa
             loaded by ``load(..., expect_metadata=)``: say there what a file
             is, so that a reader refuses a file of another kind before it
             unpickles anything.
-        background: return a :class:`~namedschema.checkpoint.BackgroundSave`
+        background: return a :class:`~namedschema.BackgroundSave`
             handle as soon as a snapshot of ``obj`` exists (a ``fork`` of this
             process: later writes to the arrays do not reach the file); the
             writing, checksums and fsync go on in a child process. Its error
