@@ -309,7 +309,7 @@ class Scan:
         """
         n = data.size
         if self.defer:
-            self.deferred.append((index, start, data.copy(), phase, digests, trim))
+            self.deferred.append((index, start, data.copy(), phase, digests))
             self.deferred_bytes += n
             if self.deferred_bytes > self.budget:
                 raise TooMuch
@@ -324,7 +324,6 @@ class Scan:
             digests[first:first + crcs.size] = crcs
         for a, b in _byte_runs(new, old):
             self._add(Change(index, start + a, new[a:b].copy(), zlib.crc32(old[a:b].data)))
-
 
     def compare_deferred(self) -> None:
         """Compare the copies a deferring scan kept with the file; fills ``changes``.
