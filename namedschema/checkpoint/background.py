@@ -111,8 +111,9 @@ class BackgroundSave:
             TimeoutError: ``timeout`` seconds passed first.
             Exception: the error the save raised in the background (an
                 ``OSError`` such as a full disk, with a note naming the
-                background save), or :class:`BackgroundSaveError` if its
-                writer died. Raised once: later calls return None.
+                background save), or
+                :class:`~namedschema.BackgroundSaveError` if its writer
+                died. Raised once: later calls return None.
         """
         if not self._finished.wait(timeout):
             raise TimeoutError(f"the background save of {self.path!r} is still running "
