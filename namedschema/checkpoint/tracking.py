@@ -215,6 +215,7 @@ class Scan:
         private = trackable and pages.private(lo, hi)
         token = None
         candidates: list[tuple[int, int]] | None = None     # page runs, block pages
+        mapped = None
         if private and self.mode == "writeprotect":
             runs = (writeprotect.scan(lo, hi, known.token)
                     if known is not None and known.token is not None else None)
@@ -225,6 +226,7 @@ class Scan:
                 self.tracked += sum(b - a for a, b in runs)
                 candidates = [(0, 1), *candidates, (npages - 1, npages)]  # partial pages
             else:
+                mapped = self._mapped_pages(index, lo, nbytes)   # before arming (see pages)
                 token = writeprotect.arm(lo, hi)  # before reading: later writes are seen
         block = _raw(lo, nbytes)
         digests = None
@@ -237,7 +239,9 @@ class Scan:
             elif candidates is None:
                 digests = np.zeros(npages, np.uint32)   # all pages are compared below
         if candidates is None:
-            candidates = self._own_copies(index, lo, nbytes)
+            if mapped is None:
+                mapped = self._mapped_pages(index, lo, nbytes)
+            candidates = self._own_copies(npages, mapped)
             if digests is not None and candidates != [(0, npages)]:
                 digests = None  # pages left out are not read: no checksums for them
         trim = token is not None and known is not None and known.token is not None
@@ -248,23 +252,29 @@ class Scan:
                 self._compare(index, p, block[p:q], phase, digests, trim)
         self.blocks[index] = baselines.Block(lo, nbytes, token, digests)
 
-    def _own_copies(self, index: int, lo: int, nbytes: int) -> list[tuple[int, int]]:
-        """Page runs of a block that may differ from the file: all but pages still mapping it."""
+    def _mapped_pages(self, index: int, lo: int, nbytes: int) -> list:
+        """Where the block's memory privately maps this file at its offset (a load with
+        ``mmap_mode='c'``): ``(first page, stop page, address, pagemap entries)``."""
         phase, hi = lo % PAGE, lo + nbytes
-        npages = (phase + nbytes + PAGE - 1) // PAGE
         delta = self.old.block_file_start(index) - lo
-        runs, position = [], 0
+        out = []
         for m in pages.overlapping(self.maps, lo, hi):
             if not (m.private and (m.dev, m.ino) == (self.dev, self.ino) and m.delta == delta):
                 continue
             first, last = m.lo + (-m.lo % PAGE), m.hi // PAGE * PAGE
-            if last <= first:
-                continue
-            fp, lp = (first - lo + phase) // PAGE, (last - lo + phase) // PAGE
+            if last > first:
+                fp, lp = (first - lo + phase) // PAGE, (last - lo + phase) // PAGE
+                out.append((fp, lp, first, pages.entries(first, lp - fp)))
+        return out
+
+    def _own_copies(self, npages: int, mapped: list) -> list[tuple[int, int]]:
+        """Page runs that may differ from the file: all but pages still mapping it."""
+        runs, position = [], 0
+        for fp, lp, first, before in mapped:
             if fp > position:
                 runs.append((position, fp))
-            self.tracked += last - first
-            flags = pages.written_pages(first, lp - fp)
+            self.tracked += (lp - fp) * PAGE
+            flags = pages.own_copies(before, pages.entries(first, lp - fp))
             runs += [(fp + a, fp + b) for a, b in _page_runs(flags)]
             position = lp
         if position < npages:
