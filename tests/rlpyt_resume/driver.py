@@ -55,6 +55,17 @@ def install_atari_adapter(from_file):
     adapter.install()
 
 
+def load_env_class(spec):
+    """Class NAME of file FILE (``FILE:NAME``), the file imported as module ``env_module``."""
+    import importlib.util
+    path, _, name = spec.rpartition(":")
+    module_spec = importlib.util.spec_from_file_location("env_module", path)
+    module = importlib.util.module_from_spec(module_spec)
+    sys.modules["env_module"] = module
+    module_spec.loader.exec_module(module)
+    return getattr(module, name)
+
+
 def import_namedschema(patch):
     global namedschema, rstate
     import namedschema as ns
@@ -114,7 +125,10 @@ def _feed(h, obj):
         h.update(type(obj).__qualname__.encode())
         _feed(h, vars(obj))
     else:
-        h.update(pickle.dumps(obj, protocol=4))
+        try:
+            h.update(pickle.dumps(obj, protocol=4))
+        except TypeError:                 # a lock, say: no state of its own to compare
+            h.update(f"<{type(obj).__qualname__}>".encode())
 
 
 def build(config):
@@ -386,6 +400,9 @@ def main(argv=None):
     parser.add_argument("--disable-handler", action="append", default=[],
                         help="rlpyt class whose state handler is replaced by a no-op "
                              "(to show what goes wrong without it)")
+    parser.add_argument("--env-class", metavar="FILE:NAME",
+                        help="the env class NAME of the Python file FILE (run as module "
+                             "env_module), instead of the config's")
     parser.add_argument("--alone", action="store_true",
                         help="rlpyt alone: namedschema is imported only after training")
     parser.add_argument("--no-patch", action="store_true",
@@ -414,6 +431,8 @@ def main(argv=None):
     rec.hook_logger()
     rec.hook_saves()
     runner = build(args.config)
+    if args.env_class:
+        runner.sampler.EnvCls = load_env_class(args.env_class)
     if args.unpicklable_env:
         from tests.rlpyt_resume.envs import UnpicklableAtariLike
         runner.sampler.EnvCls = UnpicklableAtariLike

@@ -74,67 +74,15 @@ def run(body, tmp_path, prefix=""):
     return json.loads(proc.stdout.decode().strip().splitlines()[-1])
 
 
-@rlpyt_only
-@pytest.mark.rlpyt
-def test_ale_py_emulator_with_its_rng_resumes_exactly(tmp_path):
-    """Sticky actions draw ALE's RNG: restored from a file, the env plays on identically."""
-    out = run("""
-        atari_py_adapter.install()
-        from rlpyt.envs.atari.atari_env import AtariEnv
-        kwargs = dict(game="pong", repeat_action_probability=0.25, horizon=120)
-        np.random.seed(0)
-        a = AtariEnv(**kwargs)
-        play(a, 70, 1)
-        ctx = Ctx()
-        assert rstate.check(a, ctx) == []
-        saved = rstate.capture(a, ctx)
-        attrs = saved["rlpyt.envs.base.Env"]["attributes"]
-        kept = sorted(attrs)
-        state = through_file(saved, "env.nsc")
-        expected = play(a, 200, 2)
-
-        b = AtariEnv(**kwargs)
-        own = b.ale
-        rstate.restore(b, state, ctx, "env")
-        got = play(b, 200, 2)
-        print(json.dumps({"same": got == expected, "own": b.ale is own,
-                          "fresh": ctx.fresh_envs == [], "kept": kept,
-                          "resets": sum(1 for x in expected if x[0] == "reset")}))
-        """, tmp_path)
-    assert out["same"] and out["own"] and out["fresh"]
-    assert out["resets"] >= 1                 # the horizon ends episodes: resets replay too
-    assert "ale" not in out["kept"]
-    assert {"_obs", "_max_frame", "_raw_frame_1", "_raw_frame_2", "_lives",
-            "_step_counter", "_action_set"} <= set(out["kept"])
-
-
-@rlpyt_only
-@pytest.mark.rlpyt
-def test_negative_without_the_emulators_rng_sticky_actions_diverge(tmp_path):
-    """Negative: the same resume with the emulator state saved without its RNG diverges."""
-    out = run("""
-        atari_py_adapter.install()
-        from rlpyt.envs.atari.atari_env import AtariEnv
-        from namedschema.rlpyt import _atari_state
-        kwargs = dict(game="pong", repeat_action_probability=0.25, horizon=120)
-        np.random.seed(0)
-        a = AtariEnv(**kwargs)
-        play(a, 70, 1)
-
-        def capture_without_rng(env, ctx):
-            data = env.ale.cloneState(include_rng=False).serialize()
-            return {"ale": {"kind": "ale_py", "state": np.frombuffer(data, np.uint8)}}
-        rstate.register_handler(_atari_state.ATARI_ENV, capture_without_rng,
-                                lambda env, s, ctx: _atari_state.restore_emulator_state(
-                                    env.ale, s["ale"]), attributes=("ale",))
-        state = through_file(rstate.capture(a, Ctx()), "env.nsc")
-        expected = play(a, 200, 2)
-        b = AtariEnv(**kwargs)
-        rstate.restore(b, state, Ctx(), "env")
-        print(json.dumps({"same": play(b, 200, 2) == expected}))
-        """, tmp_path)
-    assert out["same"] is False
-
+ALE_PY_ENV = """
+atari_py_adapter.install()
+from rlpyt.envs.atari.atari_env import AtariEnv
+from namedschema.rlpyt import _atari_state
+kwargs = dict(game="pong", repeat_action_probability=0.25, horizon=120)
+np.random.seed(0)
+a = AtariEnv(**kwargs)
+play(a, 70, 1)
+"""
 
 ATARI_PY_ENV = """
 import types
@@ -152,6 +100,54 @@ np.random.seed(0)
 a = AtariEnv(**kwargs)
 play(a, 70, 1)
 """
+
+
+@rlpyt_only
+@pytest.mark.rlpyt
+def test_ale_py_emulator_with_its_rng_resumes_exactly(tmp_path):
+    """Sticky actions draw ALE's RNG: restored from a file, the env plays on identically."""
+    out = run("""
+        ctx = Ctx()
+        assert rstate.check(a, ctx) == []
+        saved = rstate.capture(a, ctx)
+        attrs = saved["rlpyt.envs.base.Env"]["attributes"]
+        kept = sorted(attrs)
+        state = through_file(saved, "env.nsc")
+        expected = play(a, 200, 2)
+
+        b = AtariEnv(**kwargs)
+        own = b.ale
+        rstate.restore(b, state, ctx, "env")
+        got = play(b, 200, 2)
+        print(json.dumps({"same": got == expected, "own": b.ale is own,
+                          "fresh": ctx.fresh_envs == [], "kept": kept,
+                          "resets": sum(1 for x in expected if x[0] == "reset")}))
+        """, tmp_path, ALE_PY_ENV)
+    assert out["same"] and out["own"] and out["fresh"]
+    assert out["resets"] >= 1                 # the horizon ends episodes: resets replay too
+    assert "ale" not in out["kept"]
+    assert {"_obs", "_max_frame", "_raw_frame_1", "_raw_frame_2", "_lives",
+            "_step_counter", "_action_set"} <= set(out["kept"])
+
+
+@rlpyt_only
+@pytest.mark.rlpyt
+def test_negative_without_the_emulators_rng_sticky_actions_diverge(tmp_path):
+    """Negative: the same resume with the emulator state saved without its RNG diverges."""
+    out = run("""
+        def capture_without_rng(env, ctx):
+            data = env.ale.cloneState(include_rng=False).serialize()
+            return {"ale": {"kind": "ale_py", "state": np.frombuffer(data, np.uint8)}}
+        rstate.register_handler(_atari_state.ATARI_ENV, capture_without_rng,
+                                lambda env, s, ctx: _atari_state.restore_emulator_state(
+                                    env.ale, s["ale"]), attributes=("ale",))
+        state = through_file(rstate.capture(a, Ctx()), "env.nsc")
+        expected = play(a, 200, 2)
+        b = AtariEnv(**kwargs)
+        rstate.restore(b, state, Ctx(), "env")
+        print(json.dumps({"same": play(b, 200, 2) == expected}))
+        """, tmp_path, ALE_PY_ENV)
+    assert out["same"] is False
 
 
 @rlpyt_only
