@@ -23,6 +23,7 @@ import weakref
 
 from .._factories import is_classic_namedtuple_class, is_classic_nat_class
 from .._schema import NamedArrayTupleSchema, NamedTupleSchema
+from ._lazy_globals import refuse_unloadable
 
 __all__ = ["portable", "retype", "dry_pickle"]
 
@@ -82,6 +83,12 @@ def retype(value, like):
 
 
 class _ArraysLeftOut(pickle.Pickler):
+    def reducer_override(self, obj):
+        # What namedschema.save refuses: rlpyt classes no fresh process finds.
+        if isinstance(obj, type):
+            refuse_unloadable(obj)
+        return NotImplemented
+
     def persistent_id(self, obj):
         module = type(obj).__module__ or ""
         if module == "numpy" or module.startswith("torch"):

@@ -41,8 +41,9 @@ def _env_attributes(env):
     """``(attributes to pickle, names left to subclass handlers, why not picklable)``.
 
     Attributes that handlers of subclasses take care of (their ``attributes``)
-    are left out. If the rest cannot be pickled and a subclass has a handler,
-    the attributes that fail are left to it; otherwise the env cannot be saved.
+    are left out. If the rest cannot be pickled and a subclass has a handler
+    that did not say which attributes it takes care of, the attributes that
+    fail are left to it; otherwise the env cannot be saved.
     """
     owned = _registry.owned_attributes(env, _ENV_KEY)
     attrs = {k: v for k, v in vars(env).items() if k not in owned}
@@ -51,7 +52,7 @@ def _env_attributes(env):
         return attrs, sorted(owned), None
     except Exception as exc:
         why = f"{type(exc).__name__}: {exc}"
-    if not _registry.handlers_below(env, _ENV_KEY):
+    if not any(not h.attributes for _, h in _registry.handlers_below(env, _ENV_KEY)):
         return None, sorted(owned), why
     left = {k for k, v in attrs.items() if not _picklable(v)}
     return ({k: v for k, v in attrs.items() if k not in left}, sorted(owned | left), None)

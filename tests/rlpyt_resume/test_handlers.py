@@ -114,3 +114,49 @@ def test_without_a_handler_the_env_is_said_at_start(tmp_path, example_file):
         """), timeout=120)
     reasons = json.loads(proc_stdout(proc))
     assert len(reasons) == 1 and "cannot be pickled" in reasons[0] and "lock" in reasons[0]
+
+
+def test_a_subclass_handler_has_the_last_word_over_the_env_handler(tmp_path):
+    """Which attributes the generic Env handler leaves to a subclass's handler, and order."""
+    proc = run_fresh(RESTORE.format(path=str(tmp_path / "none.py")).replace(
+        "spec.loader.exec_module(example)", "") + textwrap.dedent("""
+        from rlpyt.envs.base import Env
+
+        class Base(Env):
+            def __init__(self):
+                self.t = 0
+                self.callback = lambda: None              # not picklable
+
+        class Undeclared(Base):                           # handler says nothing
+            pass
+
+        class Declared(Base):                             # handler owns "t" only
+            pass
+
+        def capture(env, ctx):
+            return {"t": env.t}
+
+        def restore(env, state, ctx):
+            env.t = state["t"] + 1000                     # runs after the generic one
+
+        rstate.register_handler(Undeclared, capture, restore)
+        rstate.register_handler(Declared, capture, restore, attributes=["t"])
+        out = {}
+        for cls in (Base, Undeclared, Declared):
+            a = cls()
+            a.t = 5
+            reasons = rstate.check(a, Ctx())
+            b = cls()
+            fresh_callback = b.callback
+            ctx = Ctx()
+            ctx.fresh_envs = []
+            rstate.restore(b, rstate.capture(a, ctx), ctx, "env")
+            out[cls.__name__] = {"reasons": len(reasons), "t": b.t,
+                                 "kept": b.callback is fresh_callback,
+                                 "fresh": len(ctx.fresh_envs)}
+        print(json.dumps(out))
+        """), timeout=120)
+    out = json.loads(proc_stdout(proc))
+    assert out["Base"] == {"reasons": 1, "t": 0, "kept": True, "fresh": 1}
+    assert out["Undeclared"] == {"reasons": 0, "t": 1005, "kept": True, "fresh": 0}
+    assert out["Declared"] == {"reasons": 1, "t": 1005, "kept": True, "fresh": 1}
