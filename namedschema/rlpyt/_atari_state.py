@@ -99,6 +99,8 @@ def _atari_capture(env, ctx):
 
 
 def _atari_restore(env, state, ctx):
+    if getattr(ctx, "new_envs", False):
+        return                  # accepted new env arguments: the env starts afresh
     if state["ale"]["kind"] is None:
         ctx.fresh_envs.append(env)
         return

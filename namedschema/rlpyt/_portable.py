@@ -13,6 +13,7 @@ objects the freshly built run made, so their own classes stay.
 portable      the state with classic named tuples replaced (containers copied, not arrays)
 retype        a restored named tuple rebuilt with the classes of the built run's one
 dry_pickle    pickle a state without its arrays: what a checkpoint will refuse, said early
+unsavable     why a captured state could not be checkpointed, or None
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from .._factories import is_classic_namedtuple_class, is_classic_nat_class
 from .._schema import NamedArrayTupleSchema, NamedTupleSchema
 from ._lazy_globals import refuse_unloadable
 
-__all__ = ["portable", "retype", "dry_pickle"]
+__all__ = ["portable", "retype", "dry_pickle", "unsavable"]
 
 _SCHEMAS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
@@ -99,3 +100,12 @@ class _ArraysLeftOut(pickle.Pickler):
 def dry_pickle(value) -> None:
     """Pickle ``value`` with its arrays and tensors left out; raise what pickle raises."""
     _ArraysLeftOut(io.BytesIO(), protocol=pickle.HIGHEST_PROTOCOL).dump(value)
+
+
+def unsavable(state) -> str | None:
+    """Why ``state`` (captured by the handlers) could not be checkpointed; None if it can."""
+    try:
+        dry_pickle(portable(state))
+    except Exception as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return None

@@ -269,21 +269,14 @@ class _Resume:
                 reasons.extend(_state.check(obj.replay_buffer, ctx))
         for reason in dict.fromkeys(reasons):
             self.note(f"not exact: {reason}")
-        self._check_checkpointable(ctx)
-
-    def _check_checkpointable(self, ctx):
-        """Refuse now, not at the first checkpoint hours later, a state that will not save."""
-        parts = {what: obj for what, obj in self.components().items()
-                 if what != "sampler" or hasattr(obj, "collector")}   # no worker round trip
-        try:
-            _portable.dry_pickle(_portable.portable(
-                {what: _state.capture(obj, ctx) for what, obj in parts.items()}))
-        except Exception as exc:
+        # Refused now, not at the first checkpoint (no worker round trip for it).
+        why = _portable.unsavable({what: _state.capture(obj, ctx) for what, obj in
+                                   self.components().items() if hasattr(obj, "collector")
+                                   or what != "sampler"})
+        if why:
             self._stop_sampler()
-            raise ResumeError(
-                f"resumable: the run's state cannot be checkpointed "
-                f"({type(exc).__name__}: {exc}); register a state handler for the class "
-                "concerned (namedschema.rlpyt.register_handler)") from exc
+            raise ResumeError(f"resumable: the run's state cannot be checkpointed ({why}): "
+                              "give its class a handler (namedschema.rlpyt.register_handler)")
 
     def _restore(self):
         checkpoint, self.checkpoint = self.checkpoint, None
@@ -366,9 +359,9 @@ class _Resume:
         """Checkpoint the state between iterations ``itr - 1`` and ``itr``."""
         ctx = _Context(self)
         with _replay_write_lock(self.runner.algo):
-            state = {what: _state.capture(obj, ctx) for what, obj in self.components().items()}
             # rlpyt's run-time sample types by value: loads without patch_rlpyt().
-            state = _portable.portable(state)
+            state = _portable.portable({what: _state.capture(obj, ctx)
+                                        for what, obj in self.components().items()})
             _save_checkpoint({"format": CHECKPOINT_KIND, "version": CHECKPOINT_VERSION,
                               "itr": int(itr), "config": self.config(),
                               "rng": _state.rng_state(), "state": state, **extra},
