@@ -72,8 +72,9 @@ def import_namedschema(patch):
     namedschema = ns
     if patch:
         namedschema.patch_rlpyt()
-    from namedschema.rlpyt import state
+    from namedschema.rlpyt import resume, state  # resume: the parallel samplers' handler too
     rstate = state
+    del resume
 
 
 def import_rlpyt_logger():
