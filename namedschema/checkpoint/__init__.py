@@ -20,6 +20,8 @@ The package, one module per concern (each imports only those listed before it):
 * ``pickled``: the pickle path for graphs that are not data
 * ``graph``: a graph encoded as nodes, or pickled when allowed (both ways of saving)
 * ``blocks``: block I/O: chunked writes with CRC-32 and fdatasync, reads, maps
+* ``mapped``: arrays copied out of a read-only map in pieces, its pages released
+  behind them (a resume holds a buffer once, not once more as mapped file)
 * ``layout``: arrays grouped into blocks and placed in the file
 * ``atomic``: the atomic file writer (mode kept, symlinks followed) and the
   stale temporary file reaper
@@ -198,6 +200,7 @@ from .constants import FORMAT_NAME, FORMAT_VERSION
 from .inspector import CheckpointInfo, FieldInfo, inspect
 from .loader import load
 from .saver import save
+from .verifier import verify
 
-__all__ = ["save", "load", "inspect", "CheckpointInfo", "FieldInfo",
+__all__ = ["save", "load", "inspect", "verify", "CheckpointInfo", "FieldInfo",
            "FORMAT_NAME", "FORMAT_VERSION"]

@@ -82,7 +82,7 @@ def _spawning() -> bool:
 # --------------------------------------------------------------------------
 
 def reduce_keeping_views(self, protocol):
-    """``__reduce_ex__`` that pickles the instance's state with :class:`_State`.
+    """``__reduce_ex__`` that pickles the instance's state with ``_State`` (a dict).
 
     A class further down that defines its own ``__reduce__`` or
     ``__getstate__`` is respected.
