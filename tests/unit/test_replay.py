@@ -163,9 +163,12 @@ def test_errors_name_the_buffer_and_what_is_wrong():
     with pytest.raises(StructureMismatchError, match="schema instance"):
         rb.extend(np.zeros(3))
     with pytest.raises(BufferShapeError, match="leading dimensions"):
-        rb.extend(Step(np.zeros((2, 3), np.int32), np.zeros(3), np.zeros(2)))
+        rb.extend(Step(np.zeros((2, 3), np.int32), np.zeros(3, int), np.zeros(2)))
     with pytest.raises(BufferShapeError, match=r"expected \(n, \*\(3,\)\)"):
-        rb.extend(Step(np.zeros((2, 4), np.int32), np.zeros(2), np.zeros(2)))
+        rb.extend(Step(np.zeros((2, 4), np.int32), np.zeros(2, int), np.zeros(2)))
+    with pytest.raises(StructureMismatchError, match="castable to int64, got float64"):
+        rb.extend(Step(np.zeros((2, 3), np.int32), np.full(2, 1.5), np.zeros(2)))
+    assert len(rb) == 0   # nothing written by refused batches
     rb.extend(batch(0, 2))
     with pytest.raises(IndexError, match=r"\[0, 2\)"):
         rb.update_priorities(np.array([2]), np.array([1.0]))
