@@ -95,6 +95,7 @@ def _drop_in_child() -> None:
                 pass
     _state = _State()
     _open.cache_clear()
+    _probe.cache_clear()  # the child may open a userfaultfd of its own
 
 
 os.register_at_fork(after_in_child=_drop_in_child)

@@ -38,6 +38,7 @@ import os
 import warnings
 
 from ..errors import NamedSchemaError
+from . import _portable
 from . import _resume_arguments as _arguments
 from . import state as _state
 from . import workers as _workers  # noqa: F401  (registers the parallel-sampler handler)
@@ -170,10 +171,9 @@ def _load_checkpoint(path):
 
 
 class _Resume:
-    writer: CheckpointWriter    # set by resumable()
-    def __init__(self, runner, path, every_itrs, every_steps, checkpoint, accept=()):
-        self.runner = runner
-        self.accept = accept
+    def __init__(self, runner, path, every_itrs, every_steps, checkpoint, accept=(),
+                 writer=None):
+        self.runner, self.accept, self.writer = runner, accept, writer
         self.path = os.fspath(path)
         self.every_itrs = every_itrs
         self.every_steps = every_steps
@@ -265,6 +265,14 @@ class _Resume:
                 reasons.extend(_state.check(obj.replay_buffer, ctx))
         for reason in dict.fromkeys(reasons):
             self.note(f"not exact: {reason}")
+        # Refused now, not at the first checkpoint (no worker round trip for it).
+        why = _portable.unsavable({what: _state.capture(obj, ctx) for what, obj in
+                                   self.components().items() if hasattr(obj, "collector")
+                                   or what != "sampler"})
+        if why:
+            self._stop_sampler()
+            raise ResumeError(f"resumable: the run's state cannot be checkpointed ({why}): "
+                              "give its class a handler (namedschema.rlpyt.register_handler)")
 
     def _restore(self):
         checkpoint, self.checkpoint = self.checkpoint, None
@@ -341,16 +349,16 @@ class _Resume:
         self.gates.remove()
         if self.n_itr is not None and self.last_saved != self.n_itr:
             self.save(self.n_itr)
-        try:
-            return self._originals["shutdown"]()
-        finally:
-            self.writer.wait()
+        self.writer.wait()
+        return self._originals["shutdown"]()
 
     def save(self, itr, **extra):
         """Checkpoint the state between iterations ``itr - 1`` and ``itr``."""
         ctx = _Context(self)
         with _replay_write_lock(self.runner.algo):
-            state = {what: _state.capture(obj, ctx) for what, obj in self.components().items()}
+            # rlpyt's run-time sample types by value: loads without patch_rlpyt().
+            state = _portable.portable({what: _state.capture(obj, ctx)
+                                        for what, obj in self.components().items()})
             self.writer.save({"format": CHECKPOINT_KIND, "version": CHECKPOINT_VERSION,
                               "itr": int(itr), "config": self.config(),
                               "rng": _state.rng_state(), "state": state, **extra})
@@ -523,10 +531,10 @@ def resumable(runner, path, *, every_itrs=None, every_steps=None, accept_changes
     runner's diagnostics and the global RNGs (Python, numpy, torch) are put
     back into the freshly built objects, and the loop goes on at the
     iteration where the checkpoint was taken. Otherwise it starts from
-    scratch. Either way it writes a checkpoint every ``every_itrs``
-    iterations, or every ``every_steps`` environment steps (rounded down to
-    whole iterations, at least one), by default at every log interval, and at
-    the end: incremental and in the background (see below).
+    scratch. Either way it checkpoints every ``every_itrs`` iterations or
+    ``every_steps`` env steps (whole iterations, at least one; by default every
+    log interval) and at the end, incrementally and in the background: training
+    waits only for a snapshot; the next checkpoint or the end raises its error.
 
     Resuming unpickles the checkpoint (models, optimizers and envs are
     pickled): only resume from files you trust. A file is unpickled only
@@ -556,10 +564,7 @@ def resumable(runner, path, *, every_itrs=None, every_steps=None, accept_changes
             env arguments build new envs that start new episodes) and is said
             as a ResumeWarning. Arguments that shape the saved state
             (``replay_size``, model arguments, classes) are always refused.
-        incremental, background: as in :func:`namedschema.save`: checkpoints
-            write what changed, from a snapshot, while training goes on (the
-            next one and the end of ``train()`` raise its error).
-            ``False, False``: full checkpoints while training waits.
+        incremental, background: as in :func:`namedschema.save`; False, False: as before.
 
     Returns:
         ``runner`` itself, ready for ``train()``.
@@ -589,9 +594,7 @@ def resumable(runner, path, *, every_itrs=None, every_steps=None, accept_changes
                           f"such as 'algo.learning_rate', not {accept_changes!r:.100}")
     checkpoint = _load_checkpoint(path) if os.path.lexists(path) else None
     cls = _AsyncResume if kind == "async" else _Resume
-    resume = cls(runner, path, every_itrs, every_steps, checkpoint, accept)
-    resume.writer = CheckpointWriter(resume.path, _MARKER, incremental=incremental,
-                                     background=background)
-    resume.install()
+    cls(runner, path, every_itrs, every_steps, checkpoint, accept, CheckpointWriter(
+        os.fspath(path), _MARKER, incremental=incremental, background=background)).install()
     return runner
 
