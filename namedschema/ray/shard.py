@@ -1,43 +1,40 @@
 """One shard of a sharded replay: a namedschema replay buffer and the consistent-cut protocol.
 
 :class:`ReplayShard` is the class each Ray actor of
-:class:`~namedschema.ray.ShardedReplay` runs (as an async actor), and a plain
-Python class otherwise, so the protocol is testable without Ray.
+:class:`~namedschema.ray.ShardedReplay` runs (an ordinary, one-call-at-a-time actor),
+and a plain Python class otherwise, so the protocol is testable without Ray.
 
 Writers (the driver, or any copy of the ``ShardedReplay`` handle in another
 actor) number their ``extend`` calls ``0, 1, 2, ...`` and send call ``seq`` of
-writer ``w`` to shard ``route(w, seq)``. Ray does not promise that an async
-actor runs one caller's calls in the order they were made, so a shard keeps a
-call that arrives early until the ones before it (the calls routed to it
-that precede it) have arrived: it applies each writer's calls in ``seq``
-order, and ``applied[w]`` (the last ``seq`` applied) says exactly which of
-``w``'s calls it holds.
+writer ``w`` to shard ``route(w, seq)``. A shard applies each writer's calls in
+``seq`` order: one that arrives early (after a retry, say) is kept until the
+calls routed to it before it have arrived. So ``applied[w]`` (the last ``seq``
+applied) says exactly which of ``w``'s calls the shard holds.
 
 A checkpoint is a *cut*: for every writer ``w`` a number ``cut[w]``, the same on
 every shard, such that each shard holds exactly ``w``'s calls up to ``cut[w]``.
-It is taken in two steps, driven by the owner of the ``ShardedReplay``:
+It is taken in steps, driven by the owner of the ``ShardedReplay``:
 
 ``freeze()``
-    from now on, hold every arriving call instead of applying it; return
+    from now on, keep every arriving call instead of applying it; return
     ``applied``. The owner takes ``cut[w]`` as the largest ``applied[w]`` over
     all shards: every call of ``w`` up to it was made before that one, so it
     has reached, or will reach, its shard.
 ``snapshot(cut, path)``
-    apply the held calls within the cut, wait for those still on their way,
-    save the buffer to ``path``, then apply the held calls past the cut and
-    take calls again.
-
-A writer that dies with calls in flight may leave a gap: its calls after the
-gap, on that shard, are never applied (the shard waits ``CUT_WAIT_SECONDS``
-for the gap at a cut, then notes the writer in the checkpoint's manifest).
+    apply the kept calls within the cut; if some are still on their way,
+    return ``None`` (the owner asks again shortly: the shard takes calls in
+    between); else save the buffer to ``path``, apply the kept calls past the
+    cut and take calls again.
 
 So a checkpoint never holds a writer's later call without its earlier ones,
-whichever shards they went to.
+whichever shards they went to. A writer that dies with calls in flight may
+leave a gap: its later calls on that shard are never applied; after
+``CUT_WAIT_SECONDS`` the owner saves anyway (``give_up=True``) and names the
+writer in the manifest.
 """
 
 from __future__ import annotations
 
-import asyncio
 import os
 import time
 from typing import Any
@@ -48,7 +45,7 @@ from ..replay import PrioritizedReplayBuffer, ReplayBuffer
 
 __all__ = ["ReplayShard", "route", "last_routed", "ordered_rows", "CUT_WAIT_SECONDS"]
 
-# How long a shard waits for a call within the cut that has not arrived. Only a
+# How long the owner waits for a call within the cut that has not arrived. Only a
 # writer that died while its calls were in flight makes it wait that long; its
 # lost calls are then lost from the live replay as well as from the checkpoint.
 CUT_WAIT_SECONDS = 30.0
@@ -112,7 +109,6 @@ class ReplayShard:
         self._pending: dict[int, dict[int, Any]] = {}   # writer -> seq -> batch, not applied
         self._frozen = False
         self._cut: dict[int, int] | None = None
-        self._arrival: asyncio.Event | None = None
 
     # -- data path -------------------------------------------------------------------
 
@@ -135,10 +131,8 @@ class ReplayShard:
             self.applied[writer] = seq
         if pending is not None and not pending:
             del self._pending[writer]
-        if self._arrival is not None:
-            self._arrival.set()
 
-    async def extend(self, batch: Any, writer: int, seq: int) -> None:
+    def extend(self, batch: Any, writer: int, seq: int) -> None:
         """Append a batch (call ``seq`` of ``writer``), or keep it until its turn."""
         if seq < self._next(writer) or seq in self._pending.get(writer, ()):
             raise ValueError(f"replay shard {self.index}: call {seq} of writer {writer} "
@@ -146,14 +140,14 @@ class ReplayShard:
         self._pending.setdefault(writer, {})[seq] = batch
         self._drain(writer)
 
-    async def stats(self) -> tuple[int, float, float]:
+    def stats(self) -> tuple[int, float, float]:
         """``(rows, total priority, least priority)``; priorities after ``alpha``."""
         if not self.prioritized:
             return len(self.buffer), float(len(self.buffer)), 1.0
         state = self.buffer.state_dict()
         return len(self.buffer), _tree_root(state["sum_tree"]), _tree_root(state["min_tree"])
 
-    async def sample(self, count: int, beta: float | None = None) -> Any:
+    def sample(self, count: int, beta: float | None = None) -> Any:
         """``count`` rows by this shard's generator: the batch, and for a prioritized
         shard also ``(local indices, priorities after alpha)``."""
         if not self.prioritized:
@@ -166,32 +160,36 @@ class ReplayShard:
         tree = buffer.state_dict()["sum_tree"]
         return batch, index, tree[tree.shape[0] // 2 + index]
 
-    async def update_priorities(self, index: np.ndarray, priorities: np.ndarray) -> None:
+    def update_priorities(self, index: np.ndarray, priorities: np.ndarray) -> None:
         buffer = self.buffer
         assert isinstance(buffer, PrioritizedReplayBuffer)
         buffer.update_priorities(index, priorities)
 
-    async def set_beta(self, beta: float) -> None:
+    def set_beta(self, beta: float) -> None:
         if isinstance(self.buffer, PrioritizedReplayBuffer):
             self.buffer.beta = beta
 
     # -- the cut ---------------------------------------------------------------------
 
-    async def freeze(self) -> dict[int, int]:
+    def freeze(self) -> dict[int, int]:
         """Hold arriving calls from now on; the last call applied, per writer."""
         if self._frozen:
             raise RuntimeError(f"replay shard {self.index}: a checkpoint is already under way")
         self._frozen, self._cut = True, None
         return dict(self.applied)
 
-    async def snapshot(self, cut: dict[int, int], path: str,
-                       wait_seconds: float = CUT_WAIT_SECONDS) -> dict:
-        """Bring this shard to ``cut``, save it to ``path``, then take calls again."""
+    def snapshot(self, cut: dict[int, int], path: str, give_up: bool = False) -> dict | None:
+        """Bring this shard to ``cut``; ``None`` while calls within it are on their way
+        (unless ``give_up``); else save to ``path`` and take calls again."""
+        if not self._frozen:
+            raise RuntimeError(f"replay shard {self.index}: snapshot without freeze")
+        self._cut = cut
+        for writer in list(self._pending):
+            self._drain(writer)
+        missing = self._behind(cut)
+        if missing and not give_up:
+            return None
         try:
-            self._cut = cut
-            for writer in list(self._pending):
-                self._drain(writer)
-            missing = await self._await_cut(cut, wait_seconds)
             started = time.perf_counter()
             from ..checkpoint import save
             save(self.state(), path, incremental=True)
@@ -199,39 +197,18 @@ class ReplayShard:
                     "bytes": os.path.getsize(path), "seconds": time.perf_counter() - started,
                     "missing_writers": missing}
         finally:
-            self._thaw()
+            self.thaw()
 
-    def _thaw(self) -> None:
+    def thaw(self) -> None:
+        """Take calls again (also after a checkpoint that failed on another shard)."""
         self._frozen, self._cut = False, None
         for writer in list(self._pending):
             self._drain(writer)
 
-    async def thaw(self) -> None:
-        """Take calls again (after a checkpoint that failed on another shard)."""
-        self._thaw()
-
     def _behind(self, cut: dict[int, int]) -> list[int]:
+        """Writers with calls within ``cut``, routed here, that have not arrived."""
         return [w for w, upto in cut.items()
                 if self.applied.get(w, -1) < last_routed(w, upto, self.index, self.num_shards)]
-
-    async def _await_cut(self, cut: dict[int, int], wait_seconds: float) -> list[int]:
-        """Wait until every call within ``cut`` routed here arrived; the writers that
-        still miss some after ``wait_seconds`` (they died with calls in flight)."""
-        deadline = time.monotonic() + wait_seconds
-        self._arrival = asyncio.Event()
-        try:
-            while behind := self._behind(cut):
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return behind
-                self._arrival.clear()
-                try:
-                    await asyncio.wait_for(self._arrival.wait(), left)
-                except TimeoutError:
-                    pass
-            return []
-        finally:
-            self._arrival = None
 
     # -- state -----------------------------------------------------------------------
 
@@ -241,7 +218,7 @@ class ReplayShard:
                 "num_shards": self.num_shards,
                 "applied": {str(w): seq for w, seq in self.applied.items()}}
 
-    async def load(self, path: str) -> int:
+    def load(self, path: str) -> int:
         """Put back the buffer of a shard file written by :meth:`snapshot`."""
         from ..checkpoint import load
         saved = load(path)
@@ -249,24 +226,23 @@ class ReplayShard:
         self.applied = {int(w): int(seq) for w, seq in saved["applied"].items()}
         return len(self.buffer)
 
-    async def rows(self, start: int, stop: int) -> tuple[Any, np.ndarray | None]:
+    def rows(self, start: int, stop: int) -> tuple[Any, np.ndarray | None]:
         """Rows ``start:stop`` in the order they were written (oldest first), with their
         priorities after ``alpha`` (None for a uniform shard): for re-sharding."""
         stop = min(stop, len(self.buffer))
         return ordered_rows(self.buffer.state_dict(), np.arange(start, stop))
 
-    async def put_rows(self, batch: Any, priorities: np.ndarray | None,
-                       alpha: float) -> None:
+    def put_rows(self, batch: Any, priorities: np.ndarray | None, alpha: float) -> None:
         """Append rows taken from another shard, keeping their priorities."""
         buffer = self.buffer
         start = buffer.cursor
-        n = len(np.asarray(priorities)) if priorities is not None else None
         buffer.extend(batch)
-        if priorities is not None and isinstance(buffer, PrioritizedReplayBuffer) and n:
-            where = (start + np.arange(n)) % buffer.capacity
+        if priorities is not None and isinstance(buffer, PrioritizedReplayBuffer) and len(
+                priorities):
+            where = (start + np.arange(len(priorities))) % buffer.capacity
             # update_priorities takes priorities before alpha
             base = priorities ** (1.0 / alpha) if alpha > 0 else np.ones_like(priorities)
             buffer.update_priorities(where, base)
 
-    async def ping(self) -> int:
+    def ping(self) -> int:
         return self.index

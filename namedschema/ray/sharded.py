@@ -20,7 +20,7 @@ import numpy as np
 
 from ..errors import NamedSchemaError
 from . import manifest as _manifest
-from .shard import ReplayShard, ordered_rows, route
+from .shard import CUT_WAIT_SECONDS, ReplayShard, ordered_rows, route
 
 __all__ = ["ShardedReplay", "ShardedReplayError", "CheckpointInfo"]
 
@@ -293,10 +293,9 @@ class ShardedReplay:
         for one in applied:
             for writer, seq in one.items():
                 cut[writer] = max(seq, cut.get(writer, -1))
+        paths = [os.path.join(directory, f) for f in files]
         try:
-            infos = self._get([s.snapshot.remote(cut, os.path.join(directory, f))
-                               for s, f in zip(self._shards, files, strict=True)],
-                              "checkpoint")
+            infos = self._snapshot(cut, paths)
         except BaseException:
             ray = _ray()
             for s in self._shards:   # a shard that is alive takes writes again
@@ -320,6 +319,22 @@ class ShardedReplay:
                               sum(int(i["bytes"]) for i in infos),
                               time.perf_counter() - started,
                               max(float(i["seconds"]) for i in infos))
+
+    def _snapshot(self, cut: dict[int, int], paths: list[str]) -> list[dict]:
+        """Ask every shard to save at ``cut`` until all have (see namedschema.ray.shard)."""
+        infos: dict[int, dict] = {}
+        deadline = time.monotonic() + CUT_WAIT_SECONDS
+        pause = 0.001
+        while len(infos) < len(self._shards):
+            give_up = time.monotonic() > deadline
+            todo = [i for i in range(len(self._shards)) if i not in infos]
+            got = self._get([self._shards[i].snapshot.remote(cut, paths[i], give_up)
+                             for i in todo], "checkpoint")
+            infos.update((i, info) for i, info in zip(todo, got, strict=True) if info)
+            if len(infos) < len(self._shards):
+                time.sleep(pause)
+                pause = min(0.05, pause * 2)
+        return [infos[i] for i in range(len(self._shards))]
 
     @classmethod
     def restore(cls, path: str | os.PathLike, *, num_shards: int | None = None,
