@@ -62,6 +62,25 @@ def _leaves(x: Any) -> list:
     return [] if x is None else [x]
 
 
+def _adoptable(array: Any) -> bool:
+    """Whether a loaded array can become a buffer's own: in memory, writable, C order.
+
+    Arrays that view a file map are copied instead: a later save to that file
+    could show through the pages the buffer has not written yet.
+    """
+    import mmap
+    if not (isinstance(array, np.ndarray) and array.flags.writeable
+            and array.flags.c_contiguous):
+        return False
+    base = array.base
+    while base is not None:
+        if isinstance(base, mmap.mmap):
+            return False
+        base = getattr(base, "base", None) if isinstance(base, np.ndarray) else \
+            getattr(base, "obj", None) if isinstance(base, memoryview) else None
+    return True
+
+
 def _count(value: Any, name: str, what: str, minimum: int) -> int:
     try:
         n = operator.index(value)
@@ -147,8 +166,11 @@ class ReplayBuffer:
                     f"different leading dimensions ({n} and {shape[0]})")
         return given, 0 if n is None else int(n)
 
-    def _write(self, batch: Any) -> np.ndarray:
-        """Write a batch at the cursor (wrapping); the positions written, in order."""
+    def _write(self, batch: Any) -> tuple[int, int]:
+        """Write a batch at the cursor (wrapping); ``(start, n)`` of what was written.
+
+        The positions written are ``(start + arange(n)) % capacity``.
+        """
         given, n = self._arrays(batch)
         cap, start, skip = self.capacity, self._cursor, 0
         if n > cap:  # only the last ``capacity`` steps survive
@@ -162,7 +184,7 @@ class ReplayBuffer:
                 stored[:n - first] = value[skip + first:skip + n]
         self._cursor = (start + n) % cap
         self._size = min(cap, self._size + n)
-        return (start + np.arange(n)) % cap
+        return start, n
 
     def extend(self, batch: Any) -> None:
         """Append a batch of steps (a schema instance with a leading batch dimension)."""
@@ -218,17 +240,30 @@ class ReplayBuffer:
         """A new buffer holding ``state`` (from :meth:`state_dict`, maybe loaded from a file).
 
         The example and capacity are read from the saved storage, so a process
-        that never defined the step's schema can continue the buffer.
+        that never defined the step's schema can continue the buffer. Arrays
+        loaded into memory (``namedschema.load`` without ``mmap_mode``) become the
+        buffer's own, without a copy; others (memory-mapped, read-only) are copied.
         """
         try:
             storage = state["storage"]
-            example, capacity = storage[0], len(_leaves(storage)[0])
+            leaves = _leaves(storage)
+            capacity = len(leaves[0])
         except (KeyError, TypeError, IndexError) as exc:
             raise ValueError(f"{cls.__name__}.from_state_dict: not a buffer state ({exc!r})") \
                 from None
-        buffer = cls(example, capacity, **cls._options(state))
+        if all(_adoptable(a) for a in leaves):
+            buffer = cls.__new__(cls)
+            buffer.capacity = _count(capacity, cls.__name__, "capacity", 1)
+            buffer.storage = storage
+            buffer._adopt(state)
+        else:
+            buffer = cls(storage[0], capacity, **cls._options(state))
         buffer.load_state_dict(state)
         return buffer
+
+    def _adopt(self, state: dict) -> None:
+        """Finish a buffer whose ``storage`` is loaded arrays (``from_state_dict``)."""
+        self._init_common(None)
 
     @classmethod
     def _options(cls, state: dict) -> dict:
@@ -310,9 +345,10 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         _sum_tree.update_min(self._min, index, values)
 
     def extend(self, batch: Any) -> None:
-        positions = self._write(batch)
-        if positions.size:
-            self._set(positions, np.full(positions.size, self._max_priority ** self.alpha))
+        start, n = self._write(batch)
+        if n:
+            positions = (start + np.arange(n)) % self.capacity
+            self._set(positions, np.full(n, self._max_priority ** self.alpha))
 
     def _added(self, position: int) -> None:
         self._set(np.array([position]), np.array([self._max_priority ** self.alpha]))
@@ -364,6 +400,19 @@ class PrioritizedReplayBuffer(ReplayBuffer):
     @classmethod
     def _options(cls, state: dict) -> dict:
         return {"alpha": state.get("alpha", 0.6), "beta": state.get("beta", 0.4)}
+
+    def _adopt(self, state: dict) -> None:
+        super()._adopt(state)
+        self.alpha = self._exponent(state.get("alpha", 0.6), "alpha")
+        self.beta = self._exponent(state.get("beta", 0.4), "beta")
+        size = _sum_tree.tree_size(self.capacity)
+        trees: list[Any] = [state.get("sum_tree"), state.get("min_tree")]
+        self._sum, self._min = (
+            tree if _adoptable(tree) and tree.dtype == np.float64 and tree.shape == (size,)
+            else make(self.capacity)
+            for tree, make in zip(trees, (_sum_tree.new_sum_tree, _sum_tree.new_min_tree),
+                                  strict=True))
+        self._max_priority = 1.0
 
     def load_state_dict(self, state: dict) -> None:
         where = f"{self._name}.load_state_dict"

@@ -188,3 +188,18 @@ def test_sum_tree_target_at_the_very_end_lands_on_a_positive_leaf():
     tree = _sum_tree.new_sum_tree(8)
     _sum_tree.update_sum(tree, np.arange(3), np.ones(3))
     assert _sum_tree.find_prefix_sums(tree, np.array([3.0, 2.9999999])).tolist() == [2, 2]
+
+
+@pytest.mark.parametrize("mmap_mode", [None, "r", "c"])
+def test_from_state_dict_adopts_loaded_memory_and_copies_file_maps(tmp_path, mmap_mode):
+    rb = PrioritizedReplayBuffer(step(0), 6, seed=2)
+    rb.extend(batch(0, 9))
+    namedschema.save(rb.state_dict(), tmp_path / "rb.nsb")
+    state = namedschema.load(tmp_path / "rb.nsb", mmap_mode=mmap_mode)
+    again = PrioritizedReplayBuffer.from_state_dict(state)
+    # loaded into memory: the buffer's own, no copy; a file map: copied (never written)
+    assert (again.storage.obs is state["storage"].obs) == (mmap_mode is None)
+    again.extend(batch(50, 3))
+    rb.extend(batch(50, 3))
+    np.testing.assert_array_equal(again.sample(20)[1], rb.sample(20)[1])
+    np.testing.assert_array_equal(again.storage.obs, rb.storage.obs)
