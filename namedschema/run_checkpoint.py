@@ -98,7 +98,9 @@ class RunCheckpoint:
             :doc:`/incremental`); False writes a whole new file every time.
         allow_pickle: store values that are not data (a scheduler's function)
             by pickling; loading such a file runs code, so it is off by default
-            and such values are refused at the first save, named.
+            and such values are refused at the first save, named. With it,
+            :meth:`restore` unpickles the file, and only once its header
+            (plain data) says it is a RunCheckpoint.
 
     A loop, CleanRL style (``rb`` a :class:`~namedschema.ReplayBuffer`)::
 
@@ -209,7 +211,8 @@ class RunCheckpoint:
         ``ckpt.loop``.
         """
         import namedschema
-        kwargs: dict[str, Any] = {"incremental": self.incremental}
+        kwargs: dict[str, Any] = {"incremental": self.incremental,
+                                  "metadata": {"kind": FORMAT, "version": str(VERSION)}}
         if self.allow_pickle:
             kwargs["allow_pickle"] = True
         namedschema.save(self.state(step, **loop), self.path, **kwargs)
@@ -246,7 +249,16 @@ class RunCheckpoint:
         import namedschema
         if not os.path.exists(self.path):
             return False
-        data = namedschema.load(self.path, mmap_mode="r", allow_pickle=self.allow_pickle)
+        from .errors import UnexpectedKindError
+        try:  # with allow_pickle, only a file whose header says it is ours is unpickled
+            data = namedschema.load(
+                self.path, mmap_mode="r", allow_pickle=self.allow_pickle,
+                expect_metadata={"kind": FORMAT} if self.allow_pickle else None)
+        except UnexpectedKindError as exc:
+            raise RunCheckpointError(
+                f"RunCheckpoint: {self.path!r} is not a RunCheckpoint file (its header does "
+                "not say so; nothing in it was unpickled); refusing to use or overwrite "
+                "it") from exc
         self._check(data)
         for name, (kind, obj) in self._components.items():
             self._restore_one(name, kind, obj, data["components"][name]["state"])

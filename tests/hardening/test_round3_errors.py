@@ -143,3 +143,36 @@ def test_metadata_is_plain_data_read_without_loading(tmp_path):
     namedschema.save({"a": np.arange(3)}, path, incremental=True, metadata={"kind": "inc"})
     namedschema.save({"a": np.arange(3) + 1}, path, incremental=True, metadata={"kind": "inc"})
     assert namedschema.inspect(path).metadata == {"kind": "inc"}
+
+
+class _Payload:
+    """Unpickling it creates the file ``marker``: proof that code ran."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (open, (self.marker, "w"))
+
+
+def test_run_checkpoint_never_unpickles_a_foreign_file(tmp_path):
+    """2 (the same principle for RunCheckpoint): with allow_pickle, a foreign pickled file runs nothing."""
+    RunCheckpoint = namedschema.RunCheckpoint
+    from namedschema.run_checkpoint import RunCheckpointError
+    marker = tmp_path / "MARKER"
+    path = tmp_path / "run.nsc"
+    namedschema.save({"format": "namedschema.RunCheckpoint", "version": 1,
+                      "p": _Payload(str(marker))}, path, allow_pickle=True)
+    ckpt = RunCheckpoint(path, allow_pickle=True, global_rngs=False)
+    ckpt.track(weights=np.zeros(3))
+    with pytest.raises(RunCheckpointError, match="nothing in it was unpickled"):
+        ckpt.restore()
+    assert not marker.exists()
+    # Its own files still restore, pickled parts included.
+    own = RunCheckpoint(tmp_path / "own.nsc", allow_pickle=True, global_rngs=False)
+    weights = np.arange(3.0)
+    own.track(weights=weights)
+    own.save(5, note={1, 2})
+    again = RunCheckpoint(tmp_path / "own.nsc", allow_pickle=True, global_rngs=False)
+    again.track(weights=np.zeros(3))
+    assert again.restore() and again.step == 5 and again.loop["note"] == {1, 2}
