@@ -23,8 +23,11 @@ It is taken in steps, driven by the owner of the ``ShardedReplay``:
 ``snapshot(cut, path)``
     apply the kept calls within the cut; if some are still on their way,
     return ``None`` (the owner asks again shortly: the shard takes calls in
-    between); else save the buffer to ``path``, apply the kept calls past the
-    cut and take calls again.
+    between); else start a background save of the buffer to ``path`` (it
+    returns once the changed bytes are copied aside, or a fork holds the
+    snapshot), apply the kept calls past the cut and take calls again.
+``finish(path)``
+    wait for that save to be written and synced.
 
 So a checkpoint never holds a writer's later call without its earlier ones,
 whichever shards they went to. A writer that dies with calls in flight may
@@ -109,6 +112,7 @@ class ReplayShard:
         self._pending: dict[int, dict[int, Any]] = {}   # writer -> seq -> batch, not applied
         self._frozen = False
         self._cut: dict[int, int] | None = None
+        self._saving: Any = None           # the background save snapshot() started
 
     # -- data path -------------------------------------------------------------------
 
@@ -192,12 +196,21 @@ class ReplayShard:
         try:
             started = time.perf_counter()
             from ..checkpoint import save
-            save(self.state(), path, incremental=True)
+            self._saving = save(self.state(), path, incremental=True, background=True)
             return {"shard": self.index, "rows": len(self.buffer), "path": path,
-                    "bytes": os.path.getsize(path), "seconds": time.perf_counter() - started,
-                    "missing_writers": missing}
+                    "held": time.perf_counter() - started, "missing_writers": missing}
         finally:
             self.thaw()
+
+    def finish(self, path: str) -> dict:
+        """Wait for the background write :meth:`snapshot` started; what it wrote."""
+        handle, self._saving = self._saving, None
+        if handle is None:
+            raise RuntimeError(f"replay shard {self.index}: no save to finish")
+        started = time.perf_counter()
+        handle.wait()
+        return {"shard": self.index, "bytes": os.path.getsize(path),
+                "seconds": time.perf_counter() - started}
 
     def thaw(self) -> None:
         """Take calls again (also after a checkpoint that failed on another shard)."""

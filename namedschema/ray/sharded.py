@@ -42,7 +42,7 @@ class CheckpointInfo:
     rows: tuple[int, ...]          # per shard, at the cut
     bytes: int                     # of the shard files named by the manifest
     seconds: float                 # the whole checkpoint, as the caller waited
-    held_seconds: float            # the longest time a shard held writes
+    held_seconds: float            # the longest a shard held writes (cut + snapshot)
 
 
 def _ray() -> Any:
@@ -267,10 +267,12 @@ class ShardedReplay:
     def checkpoint(self, path: str | os.PathLike) -> CheckpointInfo:
         """Save every shard at one consistent cut into the directory ``path``.
 
-        Writes are held only while each shard saves (incrementally: what changed
-        since that slot's last save); the manifest is replaced last, so a kill
-        of any shard or of this process at any moment leaves the previous
-        generation loadable. Returns what it wrote.
+        Writes are held only while each shard reaches the cut and takes its
+        snapshot (what changed since that slot's last save, copied aside); the
+        shards write and sync in the background, this call waits for them and
+        replaces the manifest last, so a kill of any shard or of this process at
+        any moment leaves the previous generation loadable. Returns what it
+        wrote.
         """
         if not self._owner:
             raise ShardedReplayError("ShardedReplay.checkpoint: only the handle that made "
@@ -304,6 +306,8 @@ class ShardedReplay:
                 except Exception:  # noqa: BLE001 - a dead shard stays dead
                     pass
             raise
+        done = self._get([s.finish.remote(p) for s, p in zip(self._shards, paths, strict=True)],
+                         "checkpoint")
         missing = sorted({w for info in infos for w in info["missing_writers"]})
         manifest = _manifest.Manifest(
             generation=generation, capacities=tuple(self._capacities),
@@ -316,9 +320,9 @@ class ShardedReplay:
         self._generation = generation
         _remove_strays(directory, generation, files)
         return CheckpointInfo(directory, generation, manifest.rows,
-                              sum(int(i["bytes"]) for i in infos),
+                              sum(int(d["bytes"]) for d in done),
                               time.perf_counter() - started,
-                              max(float(i["seconds"]) for i in infos))
+                              max(float(i["held"]) for i in infos))
 
     def _snapshot(self, cut: dict[int, int], paths: list[str]) -> list[dict]:
         """Ask every shard to save at ``cut`` until all have (see namedschema.ray.shard)."""

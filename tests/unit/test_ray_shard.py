@@ -80,6 +80,8 @@ def test_cut_holds_a_prefix_of_every_writer(n, plan, freeze_at, shuffle):
             elif len(done) < n:
                 raise AssertionError(f"shards {set(range(n)) - set(done)} never reached "
                                      f"the cut {cut}")
+        for s, p in zip(group, paths, strict=True):
+            assert s.finish(p)["bytes"] > 0
         for i, p in enumerate(paths):
             saved = ns.load(p)["buffer"]
             got = sorted(saved["storage"].action[:saved["size"]].tolist())
@@ -121,6 +123,10 @@ def test_snapshot_saves_exactly_the_cut(tmp_path):
     info = s.snapshot({1: 2}, str(tmp_path / "s.nsb"))
     assert info["rows"] == 3 and info["missing_writers"] == []
     assert len(s.buffer) == 4               # applied once the shard thawed
+    s.extend(batch(1, 4), 1, 4)             # written while the save runs: not in the file
+    s.finish(str(tmp_path / "s.nsb"))
+    with pytest.raises(RuntimeError, match="no save to finish"):
+        s.finish(str(tmp_path / "s.nsb"))
     saved = ns.load(str(tmp_path / "s.nsb"))
     assert saved["buffer"]["size"] == 3
     with pytest.raises(RuntimeError, match="without freeze"):
@@ -136,3 +142,4 @@ def test_snapshot_waits_for_a_late_call_then_can_give_up(tmp_path):
     assert a.snapshot(cut, str(tmp_path / "a.nsb")) is None        # still on its way
     info = a.snapshot(cut, str(tmp_path / "a.nsb"), give_up=True)  # the writer died
     assert info["missing_writers"] == [w] and info["rows"] == 0
+    a.finish(str(tmp_path / "a.nsb"))
