@@ -19,9 +19,10 @@ The package, one module per concern (each imports only those listed before it):
 * ``nodes``: the node kinds, each with encode, parse, decode and describe
 * ``pickled``: the pickle path for graphs that are not data
 * ``graph``: a graph encoded as nodes, or pickled when allowed (both ways of saving)
+* ``mapped``: arrays copied out of a read-only map holding at most a piece of it
+  (read from the file, or its pages released behind each piece): a resume
+  holds a buffer once, not once more as mapped file
 * ``blocks``: block I/O: chunked writes with CRC-32 and fdatasync, reads, maps
-* ``mapped``: arrays copied out of a read-only map in pieces, its pages released
-  behind them (a resume holds a buffer once, not once more as mapped file)
 * ``layout``: arrays grouped into blocks and placed in the file
 * ``atomic``: the atomic file writer (mode kept, symlinks followed) and the
   stale temporary file reaper

@@ -29,6 +29,7 @@ import numpy as np
 from .arrays import aligned_empty
 from .constants import ALIGN, CHUNK
 from .header import Header, fail
+from .mapped import remember_file
 
 # Every this many bytes a background fdatasync starts the disk writing what is
 # already in the page cache while later chunks are still being copied, so that
@@ -289,6 +290,8 @@ def map_blocks(f: BinaryIO, header: Header, mode: str) -> list[np.ndarray]:
     mapped = mmap.mmap(f.fileno(), 0, access=MMAP_ACCESS[mode])
     if len(mapped) < header.file_size:
         fail(header.name, "is truncated: the file shrank while it was being mapped")
+    if mode == "r":
+        remember_file(mapped, f.fileno())   # copies out of it read the file directly
     tensor_blocks = {a.block for a in header.arrays if a.torch is not None}
     private = None
     if mode == "r" and tensor_blocks:

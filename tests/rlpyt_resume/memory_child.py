@@ -2,7 +2,7 @@
 
     python -m tests.rlpyt_resume.memory_child save KIND[,KIND...] DIR MIB OUT.json
     python -m tests.rlpyt_resume.memory_child resume KIND[,KIND...] DIR MIB OUT.json
-    python -m tests.rlpyt_resume.memory_child train - CKPT MIB OUT.json N_STEPS
+    python -m tests.rlpyt_resume.memory_child train CONFIG CKPT MIB OUT.json N_STEPS
 
 ``save`` builds rlpyt's replay buffer of each KIND at about MIB MiB (Atari
 frames, 104x80 uint8, 8 envs), fills all its memory with a pattern, and
@@ -12,8 +12,10 @@ the same buffer afresh, loads the checkpoint as ``resumable`` does
 resident set (VmHWM, started afresh for each kind) over the resident set
 before, the buffer's bytes, the restored state's digest, whether the
 checkpoint file is still mapped, and (first kind only) whether incremental
-saves of the restored buffer round-trip. ``train`` runs a small DQN with a
-prioritized frame buffer of MIB MiB under ``resumable`` for N_STEPS steps, and
+saves of the restored buffer round-trip. ``train`` runs a small DQN (CONFIG of
+tests/rlpyt_resume/driver.py, a MinibatchRl one: an async run's checkpoint taken at
+its end is a finished run, which does not resume) with a
+frame buffer of MIB MiB under ``resumable`` for N_STEPS steps, and
 when it resumes, measures the peak resident growth of the startup that
 restored it.
 """
@@ -193,8 +195,8 @@ def resume(kind: str, ckpt: str, mib: int, incremental: bool) -> dict:
     return result
 
 
-def train(ckpt: str, mib: int, n_steps: int) -> dict:
-    """A DQN run with a prioritized frame buffer of about ``mib`` MiB, ``resumable``.
+def train(config: str, ckpt: str, mib: int, n_steps: int) -> dict:
+    """A DQN run (driver ``config``) with a frame buffer of about ``mib`` MiB, ``resumable``.
 
     Reports, when it resumed, the growth of the peak resident set during
     rlpyt's startup with the restore in it, the buffer's and the models'
@@ -202,9 +204,9 @@ def train(ckpt: str, mib: int, n_steps: int) -> dict:
     stays mapped.
     """
     from tests.rlpyt_resume.driver import build as build_run
-    runner = build_run("dqn_prioritized")
+    runner = build_run(config)
     runner.n_steps = n_steps
-    runner.sampler.env_kwargs = dict(size=64)       # 4 KiB frames
+    runner.sampler.env_kwargs = dict(runner.sampler.env_kwargs, size=64)   # 4 KiB frames
     runner.algo.replay_size = mib * 2**20 // 4096
     resumable(runner, ckpt, every_itrs=10_000)
     resumed = os.path.exists(ckpt)
@@ -235,11 +237,11 @@ def train(ckpt: str, mib: int, n_steps: int) -> dict:
 
 def main() -> None:
     """``MODE KIND[,KIND...] DIR MIB OUT.json``: one checkpoint per kind in DIR;
-    ``train - CKPT MIB OUT.json N_STEPS``: a resumable training run."""
+    ``train CONFIG CKPT MIB OUT.json N_STEPS``: a resumable training run."""
     mode, kinds, directory, mib, out = sys.argv[1:6]
     if mode == "train":
         with open(out, "w") as f:
-            json.dump(train(directory, int(mib), int(sys.argv[6])), f)
+            json.dump(train(kinds, directory, int(mib), int(sys.argv[6])), f)
         return
     results = {}
     for i, kind in enumerate(kinds.split(",")):

@@ -67,13 +67,19 @@ def test_every_buffer_kind_resumes_within_its_size_plus_10_percent(tmp_path):
 
 
 def test_resumable_restores_a_run_within_its_buffer_size_plus_10_percent(tmp_path):
-    """End to end: rlpyt's startup with the restore in it, against the same startup fresh."""
+    """End to end: rlpyt's startup with the restore in it, against the same startup fresh.
+
+    MinibatchRl with the serial sampler. (The async runners restore through the
+    same code; their shared-memory buffers are measured above.)
+    """
+    config = "dqn_prioritized"
     ckpt = tmp_path / "run.nsc"
-    child("tests.rlpyt_resume.memory_child", "train", "-", ckpt, MIB, tmp_path / "a.json", 64)
-    child("tests.rlpyt_resume.memory_child", "train", "-", ckpt, MIB, tmp_path / "b.json", 128)
+    for name, n_steps in (("a", 64), ("b", 128)):
+        child("tests.rlpyt_resume.memory_child", "train", config, ckpt, MIB,
+              tmp_path / f"{name}.json", n_steps)
     fresh = json.loads((tmp_path / "a.json").read_text())
     resumed = json.loads((tmp_path / "b.json").read_text())
-    assert (fresh["start"], resumed["start"]) == (0, 8)
+    assert fresh["start"] == 0 and resumed["start"] > 0
     assert resumed["bytes"] > 0.9 * MIB * 2**20
     assert not resumed["mapped"], "the checkpoint stays mapped after the resume"
     extra = resumed["growth"] - fresh["growth"]
