@@ -32,6 +32,11 @@ good: ``scan`` gives the union of the runs since then. That is what lets a
 program save the same memory alternately to two files (a latest and a
 previous checkpoint, or the two slots of a sharded replay) and still write
 only what changed since each file's own last save.
+
+Ranges may overlap (an array saved to one file, a view of it to another):
+re-arming pages re-arms them for every range holding them, so the runs a
+scan (or an arming) of one range closes are handed to every armed range
+they touch (``pending``), and each range's next scan includes them.
 """
 
 from __future__ import annotations
@@ -88,6 +93,9 @@ class _State:
         self.tokens: dict[tuple[int, int], int] = {}   # (lo, hi) -> token of its last arming
         # (lo, hi) -> [(token, runs written from that arming to the next)], oldest first
         self.history: dict[tuple[int, int], list[tuple[int, list[tuple[int, int]]]]] = {}
+        # (lo, hi) -> runs written in its current interval that another range's
+        # scan or arming has re-armed already (overlapping ranges)
+        self.pending: dict[tuple[int, int], list[tuple[int, int]]] = {}
         self.vec = (_Region * _VEC)()
 
 
@@ -238,6 +246,42 @@ def _scan(lo: int, hi: int) -> list[tuple[int, int]] | None:
     return _regions(lo, hi, _PM_SCAN_WP_MATCHING | _PM_SCAN_CHECK_WPASYNC, 0, _PAGE_IS_WRITTEN)
 
 
+def _drop(key: tuple[int, int]) -> None:
+    _state.tokens.pop(key, None)
+    _state.history.pop(key, None)
+    _state.pending.pop(key, None)
+
+
+def _collect(key: tuple[int, int]) -> bool:
+    """Re-arm the pages of armed range ``key``, handing the runs written since to every
+    armed range they touch (``key`` included); False (and ``key`` dropped) if lost."""
+    try:
+        runs = _scan(*key)
+    except OSError:
+        runs = None
+    if runs is None:
+        _drop(key)
+        return False
+    for other in list(_state.tokens):
+        clipped = [(max(a, other[0]), min(b, other[1])) for a, b in runs
+                   if a < other[1] and b > other[0]]
+        if clipped:
+            pending = _state.pending.setdefault(other, [])
+            pending.extend(clipped)
+            if len(pending) > _HISTORY_RUNS:   # a range nobody scans any more: bounded
+                pending[:] = _union(pending)
+                if len(pending) > _HISTORY_RUNS and other != key:
+                    _drop(other)   # its next scan says None: compare instead
+    return True
+
+
+def _collect_others(first: int, last: int) -> None:
+    """Before ``[first, last)`` is protected blindly: keep what overlapping ranges saw."""
+    for other in [k for k in _state.tokens
+                  if k != (first, last) and k[0] < last and k[1] > first]:
+        _collect(other)
+
+
 def _pages(lo: int, hi: int) -> tuple[int, int]:
     return lo + (-lo % PAGE), hi // PAGE * PAGE
 
@@ -250,20 +294,16 @@ def arm(lo: int, hi: int) -> int | None:
     first, last = _pages(lo, hi)
     if last <= first or not available():
         return None
+    key = (first, last)
     with _state.lock:
-        if (first, last) in _state.tokens and not _regions(first, last, 0, _PAGE_IS_WPALLOWED,
-                                                          _PAGE_IS_WPALLOWED):
+        if key in _state.tokens and not _regions(first, last, 0, _PAGE_IS_WPALLOWED,
+                                                 _PAGE_IS_WPALLOWED):
             # armed already: close the current interval (keeping its runs for older
             # tokens) instead of protecting blindly, which would forget them
-            try:
-                runs = _scan(first, last)
-            except OSError:
-                runs = None
-            if runs is not None:
-                return _rearm(first, last, runs)
-            return _protect(first, last)
-        _state.tokens.pop((first, last), None)
-        _state.history.pop((first, last), None)
+            if _collect(key):
+                return _rearm(first, last, _union(_state.pending.pop(key, [])))
+        _drop(key)
+        _collect_others(first, last)
         return _register(first, last)
 
 
@@ -319,13 +359,8 @@ def scan(lo: int, hi: int, since: int) -> list[tuple[int, int]] | None:
                 return None
             for _, runs in closed[at:]:
                 earlier.extend(runs)
-        try:
-            fresh = _scan(first, last)
-        except OSError:
-            fresh = None
-        if fresh is None:
-            _state.tokens.pop(key, None)
-            _state.history.pop(key, None)
+        if not _collect(key):
             return None
+        fresh = _union(_state.pending.pop(key, []))
         _rearm(first, last, fresh)
         return _union(earlier + fresh) if earlier else fresh

@@ -79,3 +79,53 @@ def test_alternating_two_files_keeps_kernel_tracking(tmp_path, monkeypatch):
         loaded = namedschema.load(path, verify=True)
         assert np.array_equal(loaded.obs, buf.obs) and np.array_equal(loaded.action,
                                                                       buf.action)
+
+
+def test_overlapping_ranges_each_see_every_write():
+    # Re-arming pages re-arms them for every range holding them: a write seen (and
+    # re-armed) through one range must still be reported by the other.
+    region = mmap.mmap(-1, 64 * PAGE)
+    mem = np.frombuffer(region, np.uint8)
+    lo = mem.ctypes.data
+    mem[:] = 1
+    whole = writeprotect.arm(lo, lo + mem.nbytes)
+    mem[20 * PAGE] = 2
+    part = writeprotect.arm(lo + 8 * PAGE, lo + 40 * PAGE)   # a view, armed blindly
+    mem[30 * PAGE] = 3
+    assert pages_of(writeprotect.scan(lo, lo + mem.nbytes, whole), lo) == [20, 30]
+    mem[10 * PAGE] = 4
+    # the whole range's scan re-armed page 30 (and 10 stays written): the view sees both
+    assert pages_of(writeprotect.scan(lo + 8 * PAGE, lo + 40 * PAGE, part), lo) == [10, 30]
+    del mem
+    region.close()
+
+
+def test_saving_an_overlapping_view_elsewhere_keeps_incremental_saves_exact(tmp_path):
+    a = np.zeros(1 << 20)
+    first, second = tmp_path / "a.ns", tmp_path / "b.ns"
+    namedschema.save(a, first, incremental=True)
+    a[500_000] = 7.0
+    namedschema.save(a[4096:], second, incremental=True)     # arms an overlapping range
+    a[10] = 1.0
+    namedschema.save(a, first, incremental=True)
+    np.testing.assert_array_equal(namedschema.load(first), a)
+    a[600_000] = 5.0
+    namedschema.save(a[4096:], second, incremental=True)
+    np.testing.assert_array_equal(namedschema.load(second), a[4096:])
+
+
+def test_runs_kept_for_a_range_nobody_scans_are_bounded(monkeypatch):
+    monkeypatch.setattr(writeprotect, "_HISTORY_RUNS", 4)
+    region = mmap.mmap(-1, 64 * PAGE)
+    mem = np.frombuffer(region, np.uint8)
+    lo = mem.ctypes.data
+    mem[:] = 1
+    stale = writeprotect.arm(lo + 8 * PAGE, lo + 40 * PAGE)   # saved once, never again
+    token = writeprotect.arm(lo, lo + mem.nbytes)
+    for page in range(10, 40, 2):                               # scattered runs
+        mem[page * PAGE] = 2
+        token = writeprotect.scan(lo, lo + mem.nbytes, token) and \
+            writeprotect.token(lo, lo + mem.nbytes)
+    assert writeprotect.scan(lo + 8 * PAGE, lo + 40 * PAGE, stale) is None   # compare instead
+    del mem
+    region.close()
