@@ -40,7 +40,7 @@ import warnings
 
 from ..errors import NamedSchemaError
 from . import state as _state
-from . import workers as _workers  # noqa: F401  (registers the parallel-sampler handler)
+from . import workers as _workers  # (also registers the parallel-sampler handler)
 
 __all__ = ["resumable", "ResumeError", "ResumeWarning", "CHECKPOINT_KIND"]
 
@@ -296,11 +296,16 @@ class _Resume:
             original(itr)
             self.at_iteration(itr)
         logger.set_iteration = set_iteration
+        failed = True
         try:
-            return self._originals["train"]()
+            result = self._originals["train"]()
+            failed = False
+            return result
         finally:
             logger.set_iteration = original
             self.gates.remove()
+            # Parallel samplers: stop watching the workers; after a failure, end them.
+            _workers.finish(self.runner.sampler, failed)
 
     def at_iteration(self, itr):
         if self.gates.active:

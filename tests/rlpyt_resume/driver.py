@@ -1,16 +1,21 @@
 """One training run of a resume twin test, in its own process.
 
     python -m tests.rlpyt_resume.driver CONFIG OUT.json [--ckpt PATH] [--every N]
-        [--kill-at-itr K] [--kill-in-loss K] [--kill-in-save N:write|N:replace]
-        [--no-eps-fix-check]
+        [--alone] [--kill-at-itr K] [--kill-in-loss K] [--kill-in-save N:write|N:replace]
 
 Builds a small real-rlpyt run (CONFIG: dqn_uniform, dqn_prioritized, dqn_eval,
-r2d1, sac; dqn_prioritized_cpu with CpuSampler), makes it resumable when ``--ckpt`` is given, trains, and writes
+r2d1, sac, with a sampler suffix: none for SerialSampler, ``_cpu`` for
+CpuSampler, ``_gpu`` for GpuSampler with ``cuda_idx=None``, ``_alt`` for the
+AlternatingSampler (2 workers each), ``_async`` for AsyncSerialSampler),
+makes it resumable when ``--ckpt`` is given, trains, and writes
 to OUT.json every sampler batch, replay batch, loss and logged diagnostic
-(by iteration, as digests) and the digest of the final state. The kill
-options end the process with SIGKILL at a chosen moment: at the start of an
-iteration, inside the first loss computation of an iteration, or inside the N-th checkpoint
-(at its first write, or just before its rename).
+(by iteration, as digests) and the digest of the final state. With
+``--alone`` the run never imports namedschema: rlpyt alone, the reference
+that a run with ``resumable`` must equal (the ``final`` digests named in
+``ALONE_KEYS`` are computed without namedschema, the same way in every mode).
+The kill options end the process with SIGKILL at a chosen moment: at the
+start of an iteration, inside the first loss computation of an iteration,
+or inside the N-th checkpoint (at its first write, or just before its rename).
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import hashlib
 import json
 import os
 import pickle
+import random
 import signal
 import sys
 
@@ -29,14 +35,9 @@ sys.path.append(os.environ["RLPYT_SRC"])
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-import namedschema  # noqa: E402
-
-namedschema.patch_rlpyt()
-
-from rlpyt.utils.logging import logger  # noqa: E402
-
-from namedschema.rlpyt import resumable  # noqa: E402
-from namedschema.rlpyt import state as rstate  # noqa: E402
+# The final-state digests computed without namedschema (comparable with --alone runs).
+ALONE_KEYS = ("rng", "update_counter", "replay", "params", "optimizers", "eps_sample",
+              "beta", "envs", "views")
 
 # Timings differ between any two runs; everything else must not.
 _TIMING_WORDS = ("Time", "PerSecond", "OptThrottle")
@@ -79,26 +80,48 @@ def _feed(h, obj):
         h.update(pickle.dumps(obj, protocol=4))
 
 
-def build(config):
+_SAMPLERS = ("_cpu", "_gpu", "_alt", "_async")
+
+
+def split_config(config):
+    """``(base, sampler suffix)``: ``"dqn_eval_gpu"`` -> ``("dqn_eval", "_gpu")``."""
+    for suffix in _SAMPLERS:
+        if config.endswith(suffix):
+            return config[:-len(suffix)], suffix
+    return config, ""
+
+
+def build(config, env_name="atarilike"):
     from rlpyt.samplers.serial.sampler import SerialSampler
 
-    from tests.rlpyt_resume.envs import AtariLike, ContinuousLike
+    from tests.rlpyt_resume.envs import AtariLike, ContinuousLike, NoopAtariLike
+    base, kind = split_config(config)
     n_steps, runner_cls, sampler_cls = 480, "MinibatchRl", SerialSampler
     sampler_kwargs = dict(batch_T=4, batch_B=2, max_decorrelation_steps=10)
     runner_kwargs = {}
-    if config.endswith("_cpu"):
+    parallel = kind in ("_cpu", "_gpu", "_alt")
+    if kind == "_cpu":
         from rlpyt.samplers.parallel.cpu.sampler import CpuSampler
         sampler_cls = CpuSampler
-        runner_kwargs["affinity"] = dict(workers_cpus=[0, 1], set_affinity=False)
-    if config.endswith("_async"):
+    elif kind == "_gpu":
+        from rlpyt.samplers.parallel.gpu.sampler import GpuSampler
+        sampler_cls = GpuSampler
+    elif kind == "_alt":
+        from rlpyt.samplers.parallel.gpu.alternating_sampler import AlternatingSampler
+        sampler_cls = AlternatingSampler
+    if parallel:
+        # example_5's affinity, on two workers, without pinning (a shared CI machine).
+        runner_kwargs["affinity"] = dict(workers_cpus=[0, 1], set_affinity=False,
+                                         cuda_idx=None, alternating=kind == "_alt")
+    if kind == "_async":
         from rlpyt.samplers.async_.serial_sampler import AsyncSerialSampler
         from rlpyt.utils.collections import AttrDict
         sampler_cls = AsyncSerialSampler
-        runner_cls = "AsyncRlEval" if config.endswith("eval_async") else "AsyncRl"
+        runner_cls = "AsyncRlEval" if base == "dqn_eval" else "AsyncRl"
         runner_kwargs["affinity"] = AttrDict(
             sampler=dict(set_affinity=False),
             optimizer=[dict(cpus=[0], torch_threads=1, set_affinity=False)])
-    if config.startswith("dqn"):
+    if base.startswith("dqn"):
         from rlpyt.agents.dqn.atari.atari_dqn_agent import AtariDqnAgent
         from rlpyt.algos.dqn.dqn import DQN
         agent = AtariDqnAgent(
@@ -108,14 +131,20 @@ def build(config):
         algo = DQN(replay_size=200, min_steps_learn=40, batch_size=8, replay_ratio=2,
                    eps_steps=200, target_update_interval=5, n_step_return=2,
                    learning_rate=1e-3, double_dqn=True,
-                   prioritized_replay=config.startswith("dqn_prioritized"),
+                   prioritized_replay=base == "dqn_prioritized",
                    pri_beta_steps=300, updates_per_sync=2)
-        env_cls, env_kwargs = AtariLike, {"delay": 0.003} if config.endswith("_async") else {}
-        if config in ("dqn_eval", "dqn_eval_async"):
-            runner_cls = "MinibatchRlEval" if config == "dqn_eval" else runner_cls
+        env_cls, env_kwargs = AtariLike, {"delay": 0.003} if kind == "_async" else {}
+        if parallel:
+            # Like rlpyt's AtariEnv: reset() in __init__, noops drawn from np.random.
+            env_cls = NoopAtariLike
+        if base == "dqn_eval":
+            runner_cls = "MinibatchRlEval" if kind != "_async" else runner_cls
+            # Parallel samplers stop an evaluation at eval_max_trajectories by polling a
+            # queue against the clock: not reproducible even in rlpyt alone, so none.
             sampler_kwargs.update(eval_n_envs=2, eval_max_steps=60,
-                                  eval_max_trajectories=4, eval_env_kwargs={})
-    elif config.startswith("r2d1"):
+                                  eval_max_trajectories=None if parallel else 4,
+                                  eval_env_kwargs={})
+    elif base.startswith("r2d1"):
         from rlpyt.agents.dqn.atari.atari_r2d1_agent import AtariR2d1Agent
         from rlpyt.algos.dqn.r2d1 import R2D1
         from rlpyt.samplers.parallel.cpu.collectors import CpuWaitResetCollector
@@ -129,7 +158,7 @@ def build(config):
                     eps_steps=200, pri_beta_steps=300)
         sampler_kwargs["CollectorCls"] = CpuWaitResetCollector
         env_cls, env_kwargs = AtariLike, {}
-    elif config == "sac":
+    elif base == "sac":
         from rlpyt.agents.qpg.sac_agent import SacAgent
         from rlpyt.algos.qpg.sac import SAC
         agent = SacAgent(model_kwargs=dict(hidden_sizes=[16, 16]),
@@ -163,6 +192,7 @@ class Recorder:
         self.events.append([self.itr, kind, digest(value)])
 
     def hook_logger(self):
+        from rlpyt.utils.logging import logger
         set_iteration, record = logger.set_iteration, logger.record_tabular
 
         def set_iteration_(itr):
@@ -218,6 +248,7 @@ class Recorder:
             return
         number, where = self.args.kill_in_save.split(":")
         number = int(number)
+        import namedschema
         save = namedschema.save
         write, replace = os.write, os.replace
 
@@ -252,6 +283,7 @@ def strip_times(what, state):
 
 
 def components_state(runner):
+    from namedschema.rlpyt import state as rstate
     ctx = type("Ctx", (), {"fresh_envs": [], "traj_info_cls": runner.sampler.TrajInfoCls,
                            "note_once": lambda self, m: None})()
     return {what: strip_times(what, rstate.capture(
@@ -259,12 +291,37 @@ def components_state(runner):
         for what in ("agent", "algo", "sampler", "runner")}
 
 
-def final_state(runner):
-    out = {what: digest(state) for what, state in components_state(runner).items()}
-    # Pieces named separately, so that a failure says which one differs.
-    out["rng"] = digest(rstate.rng_state())
+def global_rngs():
+    """Python's, numpy's and torch's global RNG states (without namedschema)."""
+    return {"python": random.getstate(), "numpy": np.random.get_state(),
+            "torch": torch.get_rng_state()}
+
+
+def data_of(obj):
+    """An object's data attributes (arrays, tensors, scalars, array tuples; rlpyt replay
+    parts recursed into), by name; what namedschema may add (``_namedschema*``) left out."""
+    out = {}
+    for name, value in vars(obj).items():
+        if name.startswith("_namedschema"):
+            continue
+        if isinstance(value, (np.ndarray, torch.Tensor, bool, int, float, str, type(None),
+                              np.generic)) or (isinstance(value, tuple)
+                                               and hasattr(value, "_fields")):
+            out[name] = value
+        elif (type(value).__module__ or "").startswith("rlpyt.replays.") \
+                and hasattr(value, "__dict__"):
+            out[name] = data_of(value)
+    return out
+
+
+def final_state(runner, alone=False):
+    # Pieces named separately, so that a failure says which one differs; the ones in
+    # ALONE_KEYS never use namedschema, so that they compare with rlpyt alone.
+    out = {} if alone else {what: digest(state)
+                            for what, state in components_state(runner).items()}
+    out["rng"] = digest(global_rngs())
     out["update_counter"] = runner.algo.update_counter
-    out["replay"] = digest(rstate.data_state(runner.algo.replay_buffer))
+    out["replay"] = digest(data_of(runner.algo.replay_buffer))
     out["params"] = digest({k: v for k, v in runner.agent.state_dict().items()})
     out["optimizers"] = digest({k: v.state_dict() for k, v in vars(runner.algo).items()
                                 if isinstance(v, torch.optim.Optimizer)})
@@ -303,23 +360,35 @@ def main(argv=None):
     parser.add_argument("--disable-handler", action="append", default=[],
                         help="rlpyt class whose state handler is replaced by a no-op "
                              "(to show what goes wrong without it)")
+    parser.add_argument("--alone", action="store_true",
+                        help="rlpyt alone: namedschema is never imported")
+    parser.add_argument("--env", default="atarilike",
+                        help="the env of the dqn configs: atarilike (stand-in) or pong")
     args = parser.parse_args(argv)
-    for key in args.disable_handler:
-        rstate.register_handler(key, lambda obj, ctx: {}, lambda obj, state, ctx: None)
+    if args.alone and (args.ckpt or args.kill_in_save or args.disable_handler):
+        parser.error("--alone runs without namedschema: no --ckpt, --kill-in-save, "
+                     "--disable-handler")
     saved = None
-    if args.ckpt and os.path.exists(args.ckpt):
-        saved = namedschema.load(args.ckpt, allow_pickle=True)
+    if not args.alone:
+        import namedschema
+        namedschema.patch_rlpyt()
+        from namedschema.rlpyt import state as rstate
+        for key in args.disable_handler:
+            rstate.register_handler(key, lambda obj, ctx: {}, lambda obj, state, ctx: None)
+        if args.ckpt and os.path.exists(args.ckpt):
+            saved = namedschema.load(args.ckpt, allow_pickle=True)
     torch.use_deterministic_algorithms(True)
     torch.set_num_threads(1)
     rec = Recorder(args)
     rec.hook_logger()
     rec.hook_saves()
-    runner = build(args.config)
+    runner = build(args.config, args.env)
     if args.unpicklable_env:
         from tests.rlpyt_resume.envs import UnpicklableAtariLike
         runner.sampler.EnvCls = UnpicklableAtariLike
     resume = None
     if args.ckpt:
+        from namedschema.rlpyt import resumable
         resumable(runner, args.ckpt, every_itrs=args.every)
         resume = runner._namedschema_resume
     startup = runner.startup
@@ -337,7 +406,9 @@ def main(argv=None):
         return n_itr
     runner.startup = startup_
     runner.train()
-    result = {"events": rec.events, "final": final_state(runner),
+    if args.alone:
+        assert not [m for m in sys.modules if m.split(".")[0] == "namedschema"]
+    result = {"events": rec.events, "final": final_state(runner, args.alone),
               "start": resume.start if resume else 0,
               "notes": resume.notes if resume else [],
               "saves": resume.saves if resume else 0, "roundtrip": roundtrip}
