@@ -11,6 +11,7 @@ namedtuple, namedarraytuple, ...          rlpyt-compatible functions (import swa
 save, load, inspect                       checkpoints (namedschema.checkpoint, lazy)
 upgrade                                   map saved schemas onto today's (namedschema.evolution, lazy)
 patch_rlpyt, unpatch_rlpyt                rlpyt drop-in (namedschema.rlpyt.patch, lazy)
+ReplayBuffer, PrioritizedReplayBuffer     replay buffers that resume exactly (namedschema.replay, lazy)
 namedschema.buffer                        rlpyt's buffer helpers, shared memory
 namedschema.errors                        the exception classes (re-exported here)
 same_definition                           whether two schemas have one definition
@@ -65,6 +66,8 @@ if _typing.TYPE_CHECKING:  # what the lazy names below are, for type checkers
     from .checkpoint import load as load
     from .checkpoint import save as save
     from .evolution import upgrade as upgrade
+    from .replay import PrioritizedReplayBuffer as PrioritizedReplayBuffer
+    from .replay import ReplayBuffer as ReplayBuffer
     from .rlpyt.patch import patch_rlpyt as patch_rlpyt
     from .rlpyt.patch import unpatch_rlpyt as unpatch_rlpyt
 
@@ -74,6 +77,8 @@ _LAZY = {
     "load": "checkpoint",
     "inspect": "checkpoint",
     "upgrade": "evolution",
+    "ReplayBuffer": "replay",
+    "PrioritizedReplayBuffer": "replay",
     "patch_rlpyt": "rlpyt.patch",
     "unpatch_rlpyt": "rlpyt.patch",
 }

@@ -12,6 +12,7 @@ FieldError              reading or writing a field failed; names schema and fiel
 Field*Error             FieldError plus the builtin type of the failure (IndexError, ...)
 FormatError             a checkpoint file is not valid (ValueError)
 UnsafeLoadError         a checkpoint needs pickle and allow_pickle was not given
+NotRegularFileError     save refused a target that is not a regular file (an OSError)
 NotDataError            save met a value that is not data and allow_pickle was not given
 BufferShapeError        buffer arrays disagree in leading dimensions (ValueError)
 UnpicklableError        an attribute of an object being pickled cannot be (TypeError)
@@ -42,6 +43,7 @@ __all__ = [
     "FieldRuntimeError",
     "FormatError",
     "UnsafeLoadError",
+    "NotRegularFileError",
     "NotDataError",
     "BufferShapeError",
     "UnpicklableError",
@@ -233,6 +235,17 @@ def field_error_class(exc: BaseException) -> type[FieldError]:
 
 class FormatError(NamedSchemaError, ValueError):
     """A file is not a namedschema checkpoint, or is damaged or unsupported."""
+
+
+class NotRegularFileError(NamedSchemaError, OSError):
+    """``save`` refused a target that is not a regular file (directory, FIFO, socket, device).
+
+    An OSError whose ``errno`` is EISDIR for a directory, else EEXIST, and
+    whose ``filename`` is the path given to ``save``; nothing was written.
+    """
+
+    def __str__(self) -> str:
+        return str(self.strerror)
 
 
 class UnsafeLoadError(FormatError):

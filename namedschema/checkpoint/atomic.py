@@ -2,6 +2,8 @@
 
 AtomicFile      write a temporary file next to the target, sync it, rename it over
                 the target and sync the directory; on any error, remove it
+check_target    refuse a target that is not a regular file (before anything is written)
+file_kind       "a directory", "a FIFO", ... for a file mode, in messages
 temp_prefix     the start of every temporary file name for one target
 host_tag        eight hex digits naming this host and pid namespace
 
@@ -15,6 +17,7 @@ decided is kept.
 
 from __future__ import annotations
 
+import errno
 import functools
 import hashlib
 import os
@@ -23,6 +26,8 @@ import secrets
 import socket
 import stat
 from types import TracebackType
+
+from ..errors import NotRegularFileError
 
 # A live process whose start time is this much after a temp file's mtime did
 # not write it; the slack covers the 1 s resolution of the boot time and
@@ -45,31 +50,40 @@ class AtomicFile:
     link (to a link, or dangling), the file it finally points to is
     replaced, atomically in that file's directory, and the link stays a link:
     ``latest.nsb -> run3.nsb`` keeps pointing at the new ``run3.nsb``.
+
+    Only a regular file (or nothing) at the target is ever replaced: a
+    directory, FIFO, socket or device node there raises
+    :class:`~namedschema.errors.NotRegularFileError` before the temporary
+    file is made, and again (the temporary file removed) if one appeared
+    there while it was written. Errors name ``path`` as given, not the
+    temporary file.
     """
 
     def __init__(self, path: str):
-        if os.path.islink(path):
-            try:  # the file the link finally points to; a loop raises OSError
-                path = os.path.realpath(path, strict=True)
-            except FileNotFoundError:  # dangling: create what it points to
-                path = os.path.realpath(path)
-        self.path = path
+        self.user_path = path
+        self.path = final_target(path)
         self.directory = os.path.dirname(os.path.abspath(path))
         self.prefix = temp_prefix(os.path.basename(path), host_tag())
         self.tmp = ""
         self.fd = -1
 
     def __enter__(self) -> int:
+        check_target(self.path, self.user_path)
         remove_stale_temps(self.directory, self.prefix)
         self.tmp = os.path.join(self.directory,
                                 f"{self.prefix}{os.getpid()}-{secrets.token_hex(4)}")
-        self.fd = os.open(self.tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL
-                          | getattr(os, "O_CLOEXEC", 0), 0o666)
+        try:
+            self.fd = os.open(self.tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL
+                              | getattr(os, "O_CLOEXEC", 0), 0o666)
+        except OSError as exc:
+            self._name_user_path(exc)
+            raise
         try:
             _copy_mode(self.path, self.fd)
-        except BaseException:
+        except BaseException as exc:
             os.close(self.fd)
             _unlink_quietly(self.tmp)
+            self._name_user_path(exc)
             raise
         return self.fd
 
@@ -82,14 +96,69 @@ class AtomicFile:
             finally:
                 os.close(self.fd)
             if kind is None:
+                check_target(self.path, self.user_path)  # nothing appeared there meanwhile
                 os.replace(self.tmp, self.path)
-        except BaseException:
+        except BaseException as error:
             _unlink_quietly(self.tmp)
+            self._name_user_path(error)
             raise
         if kind is not None:
             _unlink_quietly(self.tmp)
+            if exc is not None:
+                self._name_user_path(exc)
             return
         fsync_dir(self.directory)
+
+    def _name_user_path(self, exc: BaseException) -> None:
+        """Make an OSError about the temporary file name the user's path instead."""
+        if not isinstance(exc, OSError) or isinstance(exc, NotRegularFileError):
+            return
+        if exc.filename in (None, self.tmp) or exc.filename2 == self.tmp:
+            if exc.errno is not None and exc.strerror is not None:  # else str() has no name
+                exc.filename, exc.filename2 = self.user_path, None
+            exc.add_note(f"while writing {self.tmp!r}, the temporary file that replaces "
+                         f"{self.user_path!r} once it is complete")
+
+
+def final_target(path: str) -> str:
+    """The file a save of ``path`` replaces: ``path``, or what its symbolic links end at."""
+    if os.path.islink(path):
+        try:  # the file the link finally points to; a loop raises OSError
+            return os.path.realpath(path, strict=True)
+        except FileNotFoundError:  # dangling: create what it points to
+            return os.path.realpath(path)
+    return path
+
+
+def file_kind(mode: int) -> str:
+    """What a file of this ``st_mode`` is, for messages: "a directory", "a FIFO", ..."""
+    return ("a regular file" if stat.S_ISREG(mode) else "a directory" if stat.S_ISDIR(mode)
+            else "a FIFO" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode)
+            else "a character device" if stat.S_ISCHR(mode)
+            else "a block device" if stat.S_ISBLK(mode) else "not a regular file")
+
+
+def check_target(path: str, shown: str | None = None) -> None:
+    """Refuse to replace ``path`` unless it is absent or a regular file (symlinks followed).
+
+    A save must never turn a directory, FIFO, socket or device node (say
+    ``/dev/null``, run as root) into a regular file; ``shown`` is the path as
+    the user gave it, for the message.
+    """
+    try:
+        mode = os.stat(path).st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        return  # nothing there (a missing directory fails when the file is made)
+    except OSError:
+        return  # cannot tell (a link loop, no permission): the write itself reports it
+    if stat.S_ISREG(mode):
+        return
+    shown = path if shown is None else shown
+    raise NotRegularFileError(
+        errno.EISDIR if stat.S_ISDIR(mode) else errno.EEXIST,
+        f"refusing to save to {shown!r}: it is {file_kind(mode)}, not a regular file; "
+        "save only ever replaces regular files (give the path of a file"
+        + (" inside that directory)" if stat.S_ISDIR(mode) else ")"), shown)
 
 
 def _copy_mode(target: str, fd: int) -> None:

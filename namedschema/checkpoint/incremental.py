@@ -33,7 +33,7 @@ from typing import Any
 
 from ..errors import FormatError
 from . import journal, layout, pages, tracking
-from .atomic import AtomicFile, fsync_dir
+from .atomic import AtomicFile, check_target, final_target, fsync_dir
 from .blocks import MemorySpan, Progress, write_all, write_blocks
 from .constants import ALIGN
 from .graph import EncodedGraph, encode_graph
@@ -317,6 +317,7 @@ def save(obj: Any, path: str | os.PathLike[str], *, allow_pickle: bool = False,
     ``inspect``). Arguments as for :func:`namedschema.save`.
     """
     path = os.fspath(path)
+    check_target(final_target(path), path)  # never open a FIFO or device read-write
     enc = encode_graph(obj, path, allow_pickle)
     plan = layout.plan(enc.encoder.arrays.entries, enc.pickle_bytes)
     wait(path)

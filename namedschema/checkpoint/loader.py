@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import io
 import os
-from typing import Any, Literal
+from typing import Any, BinaryIO, Literal, cast
 
 from .._printable import printable
 from ..errors import (
@@ -22,7 +23,7 @@ from .nodes import Decoder
 from .opening import file_errors, open_checkpoint
 
 
-def load(path: str | os.PathLike[str], *, mmap_mode: Literal["r", "r+", "c"] | None = None,
+def load(path: str | os.PathLike[str] | BinaryIO, *, mmap_mode: Literal["r", "r+", "c"] | None = None,
          allow_pickle: bool = False, verify: bool = False, schemas: Any = None,
          extra: str = "error", casting: str = "no", defaults: Any = None,
          report: bool = False) -> Any:
@@ -34,7 +35,9 @@ def load(path: str | os.PathLike[str], *, mmap_mode: Literal["r", "r+", "c"] | N
     used; the arrays stay valid after the file is replaced by a new save.
 
     Args:
-        path: the checkpoint file.
+        path: the checkpoint file, or a binary file object that is
+            seekable (``io.BytesIO``, ``open(..., "rb")``) and holds one
+            checkpoint from its current position to its end.
         mmap_mode: None to read everything into memory, or as in ``np.load``:
             ``'r'`` read-only, ``'r+'`` writes go to the file, ``'c'``
             copy-on-write (writes stay in memory). Torch tensors cannot be
@@ -61,6 +64,8 @@ def load(path: str | os.PathLike[str], *, mmap_mode: Literal["r", "r+", "c"] | N
             truncated, corrupt or of an unknown version.
         UnsafeLoadError: the file needs pickle and ``allow_pickle`` is false.
         OSError: the file cannot be read.
+        TypeError: ``path`` is neither a path nor a seekable binary file
+            object, or a file object with ``mmap_mode``.
         SchemaEvolutionError: with ``schemas``, the saved data does not map
             onto today's schemas (``MissingFieldError``, ``ExtraFieldError``,
             ``FieldMismatchError``); nothing is returned.
@@ -68,35 +73,103 @@ def load(path: str | os.PathLike[str], *, mmap_mode: Literal["r", "r+", "c"] | N
     if schemas is None:
         if report:
             raise TypeError("load: report=True needs schemas=")
-        return _load(os.fspath(path), mmap_mode, allow_pickle, verify)
+        return _load(_source(path, mmap_mode), mmap_mode, allow_pickle, verify)
     evolve = upgrader(schemas, extra=extra, casting=casting, defaults=defaults)
-    graph = _load(os.fspath(path), mmap_mode, allow_pickle, verify)
+    source = _source(path, mmap_mode)
+    graph = _load(source, mmap_mode, allow_pickle, verify)
     try:
         return evolve(graph, report=report)
     except SchemaEvolutionError as exc:
-        exc.add_note(f"while loading {os.fspath(path)!r} into today's schemas")
+        exc.add_note(f"while loading {_shown(source)!r} into today's schemas")
         raise
 
 
-def _load(name: str, mmap_mode: str | None, allow_pickle: bool, check: bool) -> Any:
+def _source(path: Any, mmap_mode: str | None) -> Any:
+    """``path`` as a str, or a window onto the seekable binary file object it is."""
     if mmap_mode is not None and mmap_mode not in MMAP_ACCESS:
         raise ValueError(f"mmap_mode must be None, 'r', 'r+' or 'c', got {mmap_mode!r}")
+    if isinstance(path, str | bytes | os.PathLike):
+        return os.fsdecode(os.fspath(path))
+    if not callable(getattr(path, "read", None)):
+        raise TypeError(f"load: path must be a str, an os.PathLike or a binary file "
+                        f"object, not {type(path).__name__}")
+    if isinstance(path, io.TextIOBase):
+        raise TypeError("load: the file object is open in text mode; open it in binary "
+                        "mode ('rb') or pass a path")
+    seekable = getattr(path, "seekable", None)
+    if not callable(seekable) or not seekable():
+        raise TypeError(f"load: a {type(path).__name__} that cannot seek; a checkpoint "
+                        "is read out of order: read it into io.BytesIO first, or pass a path")
+    if mmap_mode is not None:
+        raise TypeError("load: mmap_mode needs a path; a file object can only be read")
+    return _Window(path)
+
+
+def _shown(source: Any) -> str:
+    return source.shown if isinstance(source, _Window) else source
+
+
+class _Window:
+    """A binary file object seen from its current position, as a checkpoint file is."""
+
+    def __init__(self, f: Any):
+        self.f, self.start = f, f.tell()
+        self.size = f.seek(0, os.SEEK_END) - self.start
+        f.seek(self.start)
+        self.shown = f"<{type(f).__name__} {getattr(f, 'name', 'object')}>"
+
+    def read(self, n: int) -> bytes:
+        return self.f.read(n)
+
+    def readinto(self, view: Any) -> int:
+        into = getattr(self.f, "readinto", None)
+        if callable(into):
+            return into(view)
+        data = self.f.read(len(view))
+        view[:len(data)] = data
+        return len(data)
+
+    def seek(self, position: int, whence: int = os.SEEK_SET) -> int:
+        if whence == os.SEEK_SET:
+            return self.f.seek(self.start + position) - self.start
+        return self.f.seek(position, whence) - self.start
+
+
+def _load(source: Any, mmap_mode: str | None, allow_pickle: bool, check: bool) -> Any:
+    if isinstance(source, _Window):
+        name = source.shown
+        with file_errors(name):
+            window = cast(BinaryIO, source)  # reads and seeks as a file does
+            header = read_header(window, name, source.size)
+            _refuse_pickle(header, name, allow_pickle)
+            blocks_data = read_blocks(window, header, check)
+        source.seek(source.size)  # after the checkpoint, as np.load leaves a file
+        return _rebuild(header, blocks_data, name)
+    name = source
     recover(name)  # an incremental save that was interrupted is finished first
     with file_errors(name), open_checkpoint(name, writable=mmap_mode == "r+") as f, \
             reading(f, name):
         header = read_header(f, name, os.fstat(f.fileno()).st_size)
-        if header.description.pickle is not None and not allow_pickle:
-            reason = printable(header.description.pickle.reason[:200])
-            raise UnsafeLoadError(
-                printable(f"{name!r} holds pickled objects ({reason} is not plain "
-                          "data); loading it runs code chosen by whoever wrote the "
-                          "file. Pass allow_pickle=True only if you trust it."))
+        _refuse_pickle(header, name, allow_pickle)
         if mmap_mode is None:
             blocks_data = read_blocks(f, header, check)
         else:
             blocks_data = map_blocks(f, header, mmap_mode)
             if check:
                 verify(header, blocks_data)
+    return _rebuild(header, blocks_data, name)
+
+
+def _refuse_pickle(header: Any, name: str, allow_pickle: bool) -> None:
+    if header.description.pickle is not None and not allow_pickle:
+        reason = printable(header.description.pickle.reason[:200])
+        raise UnsafeLoadError(
+            printable(f"{name!r} holds pickled objects ({reason} is not plain "
+                      "data); loading it runs code chosen by whoever wrote the "
+                      "file. Pass allow_pickle=True only if you trust it."))
+
+
+def _rebuild(header: Any, blocks_data: list, name: str) -> Any:
     with file_errors(name):
         arrays = make_arrays(header.arrays, blocks_data, name)
         if header.description.pickle is not None:

@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from typing import BinaryIO
 
 from ..errors import FormatError, MissingClassError, MissingModuleError
+from .atomic import file_kind
 from .header import fail
 
 
@@ -35,10 +36,8 @@ def open_checkpoint(name: str, writable: bool = False) -> BinaryIO:
     try:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
-            kind = ("a directory" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode)
-                    else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
-                    else "a socket" if stat.S_ISSOCK(mode) else "not a regular file")
-            fail(name, f"is not a regular file ({kind}); checkpoints are regular files")
+            fail(name, f"is not a regular file ({file_kind(mode)}); checkpoints are "
+                 "regular files")
         fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
         return open(fd, "r+b" if writable else "rb", buffering=0)  # noqa: SIM115
     except BaseException:

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import io
 import os
+import shutil
 import struct
+import tempfile
 import uuid
 from typing import Any
 
 from . import layout
-from .atomic import AtomicFile
+from .atomic import AtomicFile, check_target, final_target
 from .blocks import Progress, write_all, write_blocks
 from .graph import encode_graph
 from .header import Description, Header, PickleEntry
@@ -16,8 +19,9 @@ from .incremental import save as incremental_save
 from .nodes import features_of
 
 
-def save(obj: Any, path: str | os.PathLike[str], *, allow_pickle: bool = False,
-         progress: bool = False, incremental: bool = False) -> None:
+def save(obj: Any, path: str | os.PathLike[str] | io.RawIOBase | io.BufferedIOBase, *,
+         allow_pickle: bool = False, progress: bool = False,
+         incremental: bool = False) -> None:
     """Save an object graph, writing every array raw and once, atomically.
 
     Arrays (numpy, and torch CPU tensors) anywhere in ``obj`` are written
@@ -35,10 +39,16 @@ def save(obj: Any, path: str | os.PathLike[str], *, allow_pickle: bool = False,
     The new file keeps the permission bits (and, where allowed, the owner)
     of the file it replaces; when ``path`` is a symbolic link, the file it
     points to is replaced (in its own directory) and the link is kept.
+    Only regular files are ever replaced: when ``path`` is a directory, a
+    FIFO, a socket or a device node (``/dev/null``), ``save`` refuses before
+    writing anything (also with ``incremental``).
 
     Args:
         obj: the object graph to save.
-        path: destination file (str or path-like).
+        path: destination file (str or path-like), or a binary file object
+            open for writing (``io.BytesIO``, ``open(..., "wb")``, a socket
+            file): the checkpoint is written to a temporary file first, then
+            copied to it from its current position (no need to seek).
         allow_pickle: pickle the whole graph (its arrays still written raw)
             when it holds a value that is not data. False by default, so that
             a graph needing pickle fails here, in the saving process, rather
@@ -52,9 +62,15 @@ def save(obj: Any, path: str | os.PathLike[str], *, allow_pickle: bool = False,
     Raises:
         NotDataError: (a TypeError) ``obj`` holds a value that is not data and
             ``allow_pickle`` is false; the message names where it is.
+        TypeError: ``path`` is neither a path nor a binary file object (the
+            message says so when the two arguments look swapped, as in
+            ``np.save(path, arr)``), or a file object with ``incremental``.
+        NotRegularFileError: (an OSError) ``path`` is a directory, FIFO,
+            socket or device; nothing was written.
         StructureMismatchError: a tensor is not on the CPU or has a dtype
             numpy cannot view.
-        OSError: the file cannot be written (the old file stays intact).
+        OSError: the file cannot be written (the old file stays intact); the
+            error names ``path`` as given, not the temporary file.
 
     >>> import numpy as np, tempfile, os, namedschema
     >>> Step = namedschema.NamedArrayTupleSchema('Step', 'obs reward')
@@ -65,11 +81,56 @@ def save(obj: Any, path: str | os.PathLike[str], *, allow_pickle: bool = False,
     >>> float(back['buffer'].reward[3]), np.shares_memory(back['recent'], back['buffer'].obs)
     (3.0, True)
     """
-    if incremental:
-        incremental_save(obj, path, allow_pickle=allow_pickle, progress=progress)
+    target = _target(obj, path, incremental)
+    if not isinstance(target, str):
+        _save_to_file_object(obj, target, allow_pickle, progress)
         return
-    path = os.fspath(path)
-    graph = encode_graph(obj, path, allow_pickle)
+    check_target(final_target(target), target)  # before encoding or writing anything
+    if incremental:
+        incremental_save(obj, target, allow_pickle=allow_pickle, progress=progress)
+        return
+    _write(obj, target, target, allow_pickle, progress)
+
+
+def _target(obj: Any, path: Any, incremental: bool) -> Any:
+    """``path`` as a str, or the binary file object it is; TypeError with a hint otherwise."""
+    if isinstance(path, str | os.PathLike):
+        name = os.fspath(path)
+        return os.fsdecode(name) if isinstance(name, bytes) else name
+    if isinstance(path, bytes):
+        return os.fsdecode(path)
+    if callable(getattr(path, "write", None)):
+        if isinstance(path, io.TextIOBase):
+            raise TypeError("save: the file object is open in text mode; open it in "
+                            "binary mode ('wb') or pass a path")
+        if incremental:
+            raise TypeError("save: incremental=True updates a file in place and needs a "
+                            f"path, not a {type(path).__name__}")
+        return path
+    if isinstance(obj, str | bytes | os.PathLike):
+        raise TypeError(f"save(obj, path) takes the object first and the path second; got "
+                        f"the path {os.fspath(obj)!r} as obj and a {type(path).__name__} "
+                        "as path: did you swap them? (np.save takes the path first)")
+    raise TypeError(f"save: path must be a str, an os.PathLike or a binary file object, "
+                    f"not {type(path).__name__}")
+
+
+def _save_to_file_object(obj: Any, out: Any, allow_pickle: bool, progress: bool) -> None:
+    """Write the checkpoint to a private temporary file, then copy it to ``out``."""
+    shown = f"<{type(out).__name__} {getattr(out, 'name', 'object')}>"
+    with tempfile.TemporaryDirectory(prefix="namedschema-save-") as directory:
+        name = os.path.join(directory, "checkpoint.nsb")
+        _write(obj, name, shown, allow_pickle, progress)
+        with open(name, "rb") as f:
+            shutil.copyfileobj(f, out, 1 << 20)
+    flush = getattr(out, "flush", None)
+    if callable(flush):
+        flush()
+
+
+def _write(obj: Any, path: str, shown: str, allow_pickle: bool, progress: bool) -> None:
+    """A full save of ``obj`` to the file ``path`` (``shown`` names it in messages)."""
+    graph = encode_graph(obj, shown, allow_pickle)
     plan = layout.plan(graph.encoder.arrays.entries, graph.pickle_bytes)
     pickle_entry = None if graph.not_data is None else PickleEntry(len(plan.blocks) - 1,
                                                                    str(graph.not_data))
@@ -78,7 +139,7 @@ def save(obj: Any, path: str | os.PathLike[str], *, allow_pickle: bool = False,
                     schemas=tuple(graph.encoder.schemas), structure=graph.structure,
                     pickle=pickle_entry, checkpoint_id=uuid.uuid4().hex,
                     features=features_of(graph.encoder.schemas)),
-        plan.tensors, name=path)
+        plan.tensors, name=shown)
     # The data starts after the header, whose checksums are known only once
     # the data is written: reserve the header's room (its fixed-width fields
     # keep its length), write the data, then the header.

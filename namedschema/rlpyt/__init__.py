@@ -4,6 +4,10 @@ resumable   make an rlpyt runner continue from its checkpoint (namedschema.rlpyt
 patch_rlpyt, unpatch_rlpyt, is_patched, RlpytPatch, RlpytImportError
             the drop-in (namedschema.rlpyt.patch; ``namedschema.rlpyt_compat`` is
             its old name)
+namedschema.rlpyt.atari_py_adapter
+            ``install()`` makes ``import atari_py`` give an adapter over ale-py,
+            so rlpyt's own ``AtariEnv`` runs on Python 3.11+ (unless a real
+            atari_py is installed)
 namedschema.rlpyt.pickling
             the reductions the patch gives rlpyt's replay buffers, sum trees,
             ``RWLock`` and ``AttrDict``, so plain pickle keeps views and locks right

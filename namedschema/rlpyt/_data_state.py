@@ -1,17 +1,18 @@
-"""Generic, attribute-wise state of rlpyt objects, trajectory infos and the global RNGs.
+"""Generic, attribute-wise state of rlpyt objects and trajectory infos.
 
 Captured state is data wherever it can be (arrays, tensors, numbers, array
 tuples), so a checkpoint stores it raw; restoring writes arrays *into* the
 objects a freshly built run made (``np.copyto``), which keeps views as views
 and shared memory shared. The handlers of rlpyt's classes are built from these.
+The global RNGs' ``rng_state`` / ``set_rng_state`` live in ``namedschema._rng_state``
+(not rlpyt specific) and are re-exported here.
 """
 
 from __future__ import annotations
 
-import random
-
 import numpy as np
 
+from .._rng_state import rng_state, set_rng_state
 from ._registry import StateMismatchError
 
 __all__ = ["data_state", "restore_data_state", "copy_into", "fresh_copy", "is_tensor",
@@ -214,39 +215,3 @@ def make_traj_infos(states, cls) -> list:
             info[key] = value
         out.append(info)
     return out
-
-
-# -- global RNGs -------------------------------------------------------------------
-
-def rng_state() -> dict:
-    """States of Python's ``random``, numpy's global generator and torch's (CPU, CUDA)."""
-    kind, keys, pos, has_gauss, gauss = np.random.get_state()
-    state = {"python": random.getstate(),
-             "numpy": {"kind": kind, "keys": keys, "pos": int(pos),
-                       "has_gauss": int(has_gauss), "gauss": float(gauss)}}
-    torch = torch_if_loaded()
-    if torch is not None:
-        state["torch"] = torch.get_rng_state()
-        if torch.cuda.is_available() and torch.cuda.is_initialized():
-            state["torch_cuda"] = list(torch.cuda.get_rng_state_all())
-    return state
-
-
-def set_rng_state(state: dict) -> None:
-    """Restore what :func:`rng_state` captured."""
-    version, internal, gauss = state["python"]
-    random.setstate((version, tuple(internal), gauss))
-    n = state["numpy"]
-    np.random.set_state((n["kind"], np.asarray(n["keys"], dtype=np.uint32), n["pos"],
-                         n["has_gauss"], n["gauss"]))
-    if "torch" in state:
-        torch = import_torch()
-        torch.set_rng_state(_cpu_byte_tensor(torch, state["torch"]))
-        if "torch_cuda" in state and torch.cuda.is_available():
-            torch.cuda.set_rng_state_all([_cpu_byte_tensor(torch, s)
-                                          for s in state["torch_cuda"]])
-
-
-def _cpu_byte_tensor(torch, value):
-    if isinstance(value, torch.Tensor):
-        return value.detach().to("cpu", torch.uint8).clone()

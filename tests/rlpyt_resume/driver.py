@@ -1,21 +1,26 @@
 """One training run of a resume twin test, in its own process.
 
     python -m tests.rlpyt_resume.driver CONFIG OUT.json [--ckpt PATH] [--every N]
-        [--alone] [--kill-at-itr K] [--kill-in-loss K] [--kill-in-save N:write|N:replace]
+        [--kill-at-itr K] [--kill-in-loss K] [--kill-in-save N:write|N:replace]
+        [--alone] [--no-patch] [--import-order rlpyt-first|namedschema-first]
 
 Builds a small real-rlpyt run (CONFIG: dqn_uniform, dqn_prioritized, dqn_eval,
-r2d1, sac, with a sampler suffix: none for SerialSampler, ``_cpu`` for
-CpuSampler, ``_gpu`` for GpuSampler with ``cuda_idx=None``, ``_alt`` for the
-AlternatingSampler (2 workers each), ``_async`` for AsyncSerialSampler),
-makes it resumable when ``--ckpt`` is given, trains, and writes
+r2d1, sac on small stand-in envs; pong and pong_eval on real Atari Pong through
+rlpyt's own AtariEnv and the atari_py adapter over ale-py; a suffix picks the
+sampler: none for SerialSampler, ``_cpu`` CpuSampler, ``_gpu`` GpuSampler with
+``cuda_idx=None``, ``_alt`` AlternatingSampler, 2 workers each, as example_5;
+``_async`` AsyncSerialSampler), makes it resumable when ``--ckpt`` is given, trains, and writes
 to OUT.json every sampler batch, replay batch, loss and logged diagnostic
-(by iteration, as digests) and the digest of the final state. With
-``--alone`` the run never imports namedschema: rlpyt alone, the reference
-that a run with ``resumable`` must equal (the ``final`` digests named in
-``ALONE_KEYS`` are computed without namedschema, the same way in every mode).
-The kill options end the process with SIGKILL at a chosen moment: at the
-start of an iteration, inside the first loss computation of an iteration,
-or inside the N-th checkpoint (at its first write, or just before its rename).
+(by iteration, as digests) and the digest of the final state. The kill
+options end the process with SIGKILL at a chosen moment: at the start of an
+iteration, inside the first loss computation of an iteration, or inside the N-th checkpoint
+(at its first write, or just before its rename).
+
+``--alone`` runs rlpyt without namedschema: nothing of namedschema is imported
+until training has ended (the final state is then read with its handlers); the
+atari_py adapter is loaded from its file. ``--no-patch`` runs ``resumable``
+without ``patch_rlpyt()`` (the one-call use), importing rlpyt before
+namedschema or after it (``--import-order``).
 """
 
 from __future__ import annotations
@@ -26,7 +31,6 @@ import hashlib
 import json
 import os
 import pickle
-import random
 import signal
 import sys
 
@@ -35,9 +39,38 @@ sys.path.append(os.environ["RLPYT_SRC"])
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-# The final-state digests computed without namedschema (comparable with --alone runs).
-ALONE_KEYS = ("rng", "update_counter", "replay", "params", "optimizers", "eps_sample",
-              "beta", "envs", "views")
+# Set by main(): namedschema, its rlpyt state module, rlpyt's logger.
+namedschema = rstate = logger = None
+ADAPTER_FILE = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__)))), "namedschema", "rlpyt", "atari_py_adapter.py")
+
+
+def install_atari_adapter(from_file):
+    """``import atari_py`` gives the adapter over ale-py (from its file: no namedschema)."""
+    if from_file:
+        import importlib.util
+        spec = importlib.util.spec_from_file_location("_atari_py_adapter", ADAPTER_FILE)
+        adapter = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(adapter)
+    else:
+        from namedschema.rlpyt import atari_py_adapter as adapter
+    adapter.install()
+
+
+def import_namedschema(patch):
+    global namedschema, rstate
+    import namedschema as ns
+    namedschema = ns
+    if patch:
+        namedschema.patch_rlpyt()
+    from namedschema.rlpyt import state
+    rstate = state
+
+
+def import_rlpyt_logger():
+    global logger
+    from rlpyt.utils.logging import logger as rlpyt_logger
+    logger = rlpyt_logger
 
 # Timings differ between any two runs; everything else must not.
 _TIMING_WORDS = ("Time", "PerSecond", "OptThrottle")
@@ -52,6 +85,12 @@ def digest(obj) -> str:
 def _feed(h, obj):
     if isinstance(obj, torch.Tensor):
         obj = obj.detach().cpu().numpy()
+    if isinstance(obj, tuple) and hasattr(obj, "_fields"):
+        # Named tuples by fields: rlpyt's classes and namedschema's schemas alike.
+        h.update(f"nt{tuple(obj._fields)}".encode())
+        for v in obj:
+            _feed(h, v)
+        return
     if isinstance(obj, np.ndarray):
         h.update(f"a{obj.dtype.str}{obj.shape}".encode())
         h.update(np.ascontiguousarray(obj).tobytes())
@@ -91,7 +130,7 @@ def split_config(config):
     return config, ""
 
 
-def build(config, env_name="atarilike"):
+def build(config):
     from rlpyt.samplers.serial.sampler import SerialSampler
 
     from tests.rlpyt_resume.envs import AtariLike, ContinuousLike, NoopAtariLike
@@ -110,7 +149,7 @@ def build(config, env_name="atarilike"):
         from rlpyt.samplers.parallel.gpu.alternating_sampler import AlternatingSampler
         sampler_cls = AlternatingSampler
     if parallel:
-        # example_5's affinity, on two workers, without pinning (a shared CI machine).
+        # example_5's affinity on two workers, not pinned (a shared CI machine).
         runner_kwargs["affinity"] = dict(workers_cpus=[0, 1], set_affinity=False,
                                          cuda_idx=None, alternating=kind == "_alt")
     if kind == "_async":
@@ -121,6 +160,8 @@ def build(config, env_name="atarilike"):
         runner_kwargs["affinity"] = AttrDict(
             sampler=dict(set_affinity=False),
             optimizer=[dict(cpus=[0], torch_threads=1, set_affinity=False)])
+    # Parallel samplers end an evaluation at eval_max_trajectories by polling a queue
+    # against the clock, which even rlpyt alone does not reproduce: none for them.
     if base.startswith("dqn"):
         from rlpyt.agents.dqn.atari.atari_dqn_agent import AtariDqnAgent
         from rlpyt.algos.dqn.dqn import DQN
@@ -135,16 +176,14 @@ def build(config, env_name="atarilike"):
                    pri_beta_steps=300, updates_per_sync=2)
         env_cls, env_kwargs = AtariLike, {"delay": 0.003} if kind == "_async" else {}
         if parallel:
-            # Like rlpyt's AtariEnv: reset() in __init__, noops drawn from np.random.
+            # Like rlpyt's AtariEnv: reset() when built, no-ops drawn from np.random.
             env_cls = NoopAtariLike
         if base == "dqn_eval":
             runner_cls = "MinibatchRlEval" if kind != "_async" else runner_cls
-            # Parallel samplers stop an evaluation at eval_max_trajectories by polling a
-            # queue against the clock: not reproducible even in rlpyt alone, so none.
             sampler_kwargs.update(eval_n_envs=2, eval_max_steps=60,
                                   eval_max_trajectories=None if parallel else 4,
                                   eval_env_kwargs={})
-    elif base.startswith("r2d1"):
+    elif base == "r2d1":
         from rlpyt.agents.dqn.atari.atari_r2d1_agent import AtariR2d1Agent
         from rlpyt.algos.dqn.r2d1 import R2D1
         from rlpyt.samplers.parallel.cpu.collectors import CpuWaitResetCollector
@@ -166,6 +205,29 @@ def build(config, env_name="atarilike"):
         algo = SAC(batch_size=8, min_steps_learn=40, replay_size=200, replay_ratio=2,
                    learning_rate=1e-3)
         env_cls, env_kwargs = ContinuousLike, {}
+    elif base in ("pong", "pong_eval"):
+        from rlpyt.agents.dqn.atari.atari_dqn_agent import AtariDqnAgent
+        from rlpyt.algos.dqn.dqn import DQN
+        from rlpyt.envs.atari.atari_env import AtariEnv, AtariTrajInfo
+        n_steps = PONG_ITRS * 8
+        agent = AtariDqnAgent(
+            model_kwargs=dict(channels=[4], kernel_sizes=[8], strides=[4], paddings=[0],
+                              fc_sizes=16),
+            eps_final=0.05, eps_eval=0.01)
+        algo = DQN(replay_size=PONG_REPLAY, min_steps_learn=200, batch_size=16,
+                   replay_ratio=2, eps_steps=1000, target_update_interval=20,
+                   n_step_return=3, learning_rate=1e-3, double_dqn=True,
+                   prioritized_replay=True, pri_beta_steps=1600, updates_per_sync=1)
+        # Episodes cut at 150 steps so that several end (and reset) in a short run.
+        env_cls, env_kwargs = AtariEnv, dict(game="pong", horizon=150)
+        sampler_kwargs.update(TrajInfoCls=AtariTrajInfo, max_decorrelation_steps=30)
+        if base == "pong_eval":
+            runner_cls = "MinibatchRlEval"
+            # In parallel: one eval env per worker, each long enough for an episode.
+            sampler_kwargs.update(eval_n_envs=2 if parallel else 1,
+                                  eval_max_steps=320 if parallel else 100,
+                                  eval_max_trajectories=None if parallel else 2,
+                                  eval_env_kwargs={})
     else:
         raise SystemExit(f"unknown config {config}")
     if "eval_env_kwargs" in sampler_kwargs:
@@ -179,6 +241,12 @@ def build(config, env_name="atarilike"):
     return runner
 
 
+# Pong runs: 8 steps an iteration; the 1000-step replay wraps at iteration 125,
+# epsilon reaches its final value at 1000 steps (iteration 125).
+PONG_ITRS = 240
+PONG_REPLAY = 1000
+
+
 class Recorder:
     def __init__(self, args):
         self.args = args
@@ -187,18 +255,20 @@ class Recorder:
         self.losses = 0
         self.saves = 0
         self.in_save = False
+        self.kill_worker = None
 
     def add(self, kind, value):
         self.events.append([self.itr, kind, digest(value)])
 
     def hook_logger(self):
-        from rlpyt.utils.logging import logger
         set_iteration, record = logger.set_iteration, logger.record_tabular
 
         def set_iteration_(itr):
             self.itr = itr
             if self.args.kill_at_itr is not None and itr == self.args.kill_at_itr:
                 os.kill(os.getpid(), signal.SIGKILL)
+            if self.kill_worker is not None and itr == self.kill_worker[0]:
+                os.kill(self.kill_worker[1], signal.SIGKILL)
             set_iteration(itr)
 
         def record_tabular(key, val, *a, **k):
@@ -248,7 +318,6 @@ class Recorder:
             return
         number, where = self.args.kill_in_save.split(":")
         number = int(number)
-        import namedschema
         save = namedschema.save
         write, replace = os.write, os.replace
 
@@ -283,7 +352,6 @@ def strip_times(what, state):
 
 
 def components_state(runner):
-    from namedschema.rlpyt import state as rstate
     ctx = type("Ctx", (), {"fresh_envs": [], "traj_info_cls": runner.sampler.TrajInfoCls,
                            "note_once": lambda self, m: None})()
     return {what: strip_times(what, rstate.capture(
@@ -291,37 +359,12 @@ def components_state(runner):
         for what in ("agent", "algo", "sampler", "runner")}
 
 
-def global_rngs():
-    """Python's, numpy's and torch's global RNG states (without namedschema)."""
-    return {"python": random.getstate(), "numpy": np.random.get_state(),
-            "torch": torch.get_rng_state()}
-
-
-def data_of(obj):
-    """An object's data attributes (arrays, tensors, scalars, array tuples; rlpyt replay
-    parts recursed into), by name; what namedschema may add (``_namedschema*``) left out."""
-    out = {}
-    for name, value in vars(obj).items():
-        if name.startswith("_namedschema"):
-            continue
-        if isinstance(value, (np.ndarray, torch.Tensor, bool, int, float, str, type(None),
-                              np.generic)) or (isinstance(value, tuple)
-                                               and hasattr(value, "_fields")):
-            out[name] = value
-        elif (type(value).__module__ or "").startswith("rlpyt.replays.") \
-                and hasattr(value, "__dict__"):
-            out[name] = data_of(value)
-    return out
-
-
-def final_state(runner, alone=False):
-    # Pieces named separately, so that a failure says which one differs; the ones in
-    # ALONE_KEYS never use namedschema, so that they compare with rlpyt alone.
-    out = {} if alone else {what: digest(state)
-                            for what, state in components_state(runner).items()}
-    out["rng"] = digest(global_rngs())
+def final_state(runner):
+    out = {what: digest(state) for what, state in components_state(runner).items()}
+    # Pieces named separately, so that a failure says which one differs.
+    out["rng"] = digest(rstate.rng_state())
     out["update_counter"] = runner.algo.update_counter
-    out["replay"] = digest(data_of(runner.algo.replay_buffer))
+    out["replay"] = digest(rstate.data_state(runner.algo.replay_buffer))
     out["params"] = digest({k: v for k, v in runner.agent.state_dict().items()})
     out["optimizers"] = digest({k: v.state_dict() for k, v in vars(runner.algo).items()
                                 if isinstance(v, torch.optim.Optimizer)})
@@ -345,6 +388,19 @@ def views_intact(buffer):
     return [bool(np.shares_memory(a, b)) for a, b in pairs]
 
 
+def inject_worker_failure(where):
+    """Every sampler worker raises in its resume or capture (forked: they inherit it)."""
+    from namedschema.rlpyt import workers
+    name = {"resume": "_apply_worker_state", "capture": "_worker_state"}[where]
+    original, main_pid = getattr(workers, name), os.getpid()
+
+    def failing(*args, **kwargs):
+        if os.getpid() != main_pid:
+            raise RuntimeError(f"injected failure in the worker's {where}")
+        return original(*args, **kwargs)
+    setattr(workers, name, failing)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser()
     parser.add_argument("config")
@@ -361,28 +417,41 @@ def main(argv=None):
                         help="rlpyt class whose state handler is replaced by a no-op "
                              "(to show what goes wrong without it)")
     parser.add_argument("--alone", action="store_true",
-                        help="rlpyt alone: namedschema is never imported")
-    parser.add_argument("--env", default="atarilike",
-                        help="the env of the dqn configs: atarilike (stand-in) or pong")
+                        help="rlpyt alone: namedschema is imported only after training")
+    parser.add_argument("--no-patch", action="store_true",
+                        help="resumable without patch_rlpyt() (the one-call use)")
+    parser.add_argument("--import-order", choices=("rlpyt-first", "namedschema-first"),
+                        default="namedschema-first")
+    parser.add_argument("--pids-file",
+                        help="write the main and sampler worker pids (JSON) after startup")
+    parser.add_argument("--kill-worker-at-itr", type=int, metavar="ITR",
+                        help="SIGKILL sampler worker 1 at the start of iteration ITR")
+    parser.add_argument("--fail-in-worker", choices=("resume", "capture"),
+                        help="a RuntimeError in every sampler worker's resume or capture")
     args = parser.parse_args(argv)
-    if args.alone and (args.ckpt or args.kill_in_save or args.disable_handler):
-        parser.error("--alone runs without namedschema: no --ckpt, --kill-in-save, "
-                     "--disable-handler")
-    saved = None
+    if args.alone and (args.ckpt or args.disable_handler):
+        raise SystemExit("--alone runs rlpyt without namedschema: no --ckpt or handlers")
+    if args.config.startswith("pong"):
+        install_atari_adapter(args.alone or args.import_order == "rlpyt-first")
+    if args.import_order == "rlpyt-first" or args.alone:
+        import rlpyt.runners.minibatch_rl  # noqa: F401
+        import rlpyt.samplers.serial.sampler  # noqa: F401
     if not args.alone:
-        import namedschema
-        namedschema.patch_rlpyt()
-        from namedschema.rlpyt import state as rstate
-        for key in args.disable_handler:
-            rstate.register_handler(key, lambda obj, ctx: {}, lambda obj, state, ctx: None)
-        if args.ckpt and os.path.exists(args.ckpt):
-            saved = namedschema.load(args.ckpt, allow_pickle=True)
+        import_namedschema(patch=not args.no_patch)
+    import_rlpyt_logger()
+    for key in args.disable_handler:
+        rstate.register_handler(key, lambda obj, ctx: {}, lambda obj, state, ctx: None)
+    if args.fail_in_worker:
+        inject_worker_failure(args.fail_in_worker)
+    saved = None
+    if args.ckpt and os.path.exists(args.ckpt):
+        saved = namedschema.load(args.ckpt, allow_pickle=True)
     torch.use_deterministic_algorithms(True)
     torch.set_num_threads(1)
     rec = Recorder(args)
     rec.hook_logger()
     rec.hook_saves()
-    runner = build(args.config, args.env)
+    runner = build(args.config)
     if args.unpicklable_env:
         from tests.rlpyt_resume.envs import UnpicklableAtariLike
         runner.sampler.EnvCls = UnpicklableAtariLike
@@ -403,12 +472,20 @@ def main(argv=None):
             roundtrip.update({k: digest(now[k]) == digest(strip_times(k, saved["state"][k]))
                               for k in now})
         rec.hook_components(runner)
+        workers = getattr(runner.sampler, "workers", [])
+        if args.pids_file:
+            with open(args.pids_file, "w") as f:
+                json.dump({"main": os.getpid(), "workers": [w.pid for w in workers]}, f)
+        if args.kill_worker_at_itr is not None:
+            rec.kill_worker = (args.kill_worker_at_itr, workers[1].pid)
         return n_itr
     runner.startup = startup_
     runner.train()
     if args.alone:
-        assert not [m for m in sys.modules if m.split(".")[0] == "namedschema"]
-    result = {"events": rec.events, "final": final_state(runner, args.alone),
+        assert not any(m == "namedschema" or m.startswith("namedschema.")
+                       for m in sys.modules), "rlpyt alone imported namedschema"
+        import_namedschema(patch=False)
+    result = {"events": rec.events, "final": final_state(runner),
               "start": resume.start if resume else 0,
               "notes": resume.notes if resume else [],
               "saves": resume.saves if resume else 0, "roundtrip": roundtrip}
