@@ -201,12 +201,15 @@ class Watch:
                 f"sampler worker {ranks.get(pid, '?')} (pid {pid}) ended during "
                 f"{self._what}: {_exit_status(pid)} (its own output may say more)")
         self.failure = error
-        _break(self._sampler)
         if self._signal is not None:
             try:
                 signal.pthread_kill(self._main, self._signal)
             except (OSError, ProcessLookupError):
                 pass
+        # In its own thread: the main thread may hold a barrier's lock, waiting for
+        # the dead worker in rlpyt's barrier (the signal above gets it out).
+        threading.Thread(target=_break, args=(self._sampler,), daemon=True,
+                         name="namedschema-break-barriers").start()
         _stop(workers)
 
     def abandon(self) -> None:

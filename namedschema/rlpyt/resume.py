@@ -227,13 +227,18 @@ class _Resume:
             self.every = max(1, self.every_steps // r.itr_batch_size)
         else:
             self.every = self.every_itrs or r.log_interval_itrs
-        self._check()
-        if self.checkpoint is not None:
-            try:
-                self._restore()
-            except ResumeError:
-                self._stop_sampler()
-                raise
+        if self.checkpoint is None:
+            self._check()
+            return n_itr
+        try:
+            # Before the check: parallel-sampler workers apply their saved states
+            # at the check's round, which must not happen with another run's.
+            self._verify_config()
+            self._check()
+            self._restore()
+        except ResumeError:
+            self._stop_sampler()
+            raise
         return n_itr
 
     def _stop_sampler(self):
@@ -253,14 +258,20 @@ class _Resume:
         for reason in dict.fromkeys(reasons):
             self.note(f"not exact: {reason}")
 
-    def _restore(self):
-        checkpoint, self.checkpoint = self.checkpoint, None
-        saved, now = checkpoint["config"], self.config()
+    def _verify_config(self):
+        self._verify_config_of(self.checkpoint["config"], self.config())
+
+    def _verify_config_of(self, saved, now):
         for key in ("classes", "batch_T", "batch_B", "world_size"):
             if saved[key] != now[key]:
                 raise ResumeError(
                     f"resumable: {self.path} was written by a run built differently: "
                     f"{key} was {saved[key]!r}, now {now[key]!r}")
+
+    def _restore(self):
+        checkpoint, self.checkpoint = self.checkpoint, None
+        saved, now = checkpoint["config"], self.config()
+        self._verify_config_of(saved, now)
         if saved["n_itr"] != now["n_itr"]:
             self.note(f"the run now has {now['n_itr']} iterations, the checkpoint's "
                       f"run had {saved['n_itr']}: from iteration {self.start} on it "
@@ -296,16 +307,20 @@ class _Resume:
             original(itr)
             self.at_iteration(itr)
         logger.set_iteration = set_iteration
-        failed = True
         try:
             result = self._originals["train"]()
-            failed = False
-            return result
+        except BaseException as exc:
+            # Parallel samplers: end the workers left waiting; a worker's failure is
+            # the cause to say (rlpyt's barriers may raise other errors on top of it).
+            failure = _workers.finish(self.runner.sampler, failed=True)
+            if failure is not None and failure is not exc:
+                raise failure from exc
+            raise
         finally:
             logger.set_iteration = original
             self.gates.remove()
-            # Parallel samplers: stop watching the workers; after a failure, end them.
-            _workers.finish(self.runner.sampler, failed)
+        _workers.finish(self.runner.sampler, failed=False)
+        return result
 
     def at_iteration(self, itr):
         if self.gates.active:

@@ -278,19 +278,21 @@ def check_workers(sampler) -> list:
                    for reason in reply})
 
 
-def finish(sampler, failed: bool) -> None:
+def finish(sampler, failed: bool) -> SamplerWorkerError | None:
     """After training: stop watching; if training ``failed``, end the workers.
 
     rlpyt's workers are not daemons and wait in barriers: after an exception
-    in the main process they would keep the interpreter from exiting.
+    in the main process they would keep the interpreter from exiting. Returns
+    the failure of a worker, if one failed.
     """
     channel = getattr(sampler, "_namedschema_channel", None)
     if channel is None or channel.watch is None:
-        return
+        return None
     watch, channel.watch = channel.watch, None
     watch.close()
     if failed and getattr(sampler, "workers", None):
         watch.abandon()
+    return watch.failure
 
 
 # -- the handler of rlpyt's parallel samplers (main process) -------------------------
