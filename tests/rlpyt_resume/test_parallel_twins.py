@@ -31,16 +31,9 @@ import time
 import pytest
 
 from tests.helpers import REPO_ROOT
-from tests.rlpyt_resume.test_twins import drive
 
-RLPYT_SRC = os.environ.get("RLPYT_SRC", "")
-
-pytestmark = [
-    pytest.mark.rlpyt,
-    pytest.mark.skipif(not (RLPYT_SRC and os.path.isdir(os.path.join(RLPYT_SRC, "rlpyt"))),
-                       reason="set RLPYT_SRC to a directory holding rlpyt's source "
-                              "(the one with rlpyt/ in it) to run the resume twin tests"),
-]
+# The same marks (real rlpyt, skipped without RLPYT_SRC) and runner as the serial twins.
+from tests.rlpyt_resume.test_twins import drive, pytestmark  # noqa: F401
 
 _ALONE: dict = {}
 # Training-trajectory rows (see the module's docstring); for MinibatchRlEval only
