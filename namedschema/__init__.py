@@ -12,6 +12,7 @@ save, load, inspect                       checkpoints (namedschema.checkpoint, l
 upgrade                                   map saved schemas onto today's (namedschema.evolution, lazy)
 patch_rlpyt, unpatch_rlpyt                rlpyt drop-in (namedschema.rlpyt.patch, lazy)
 ReplayBuffer, PrioritizedReplayBuffer     replay buffers that resume exactly (namedschema.replay, lazy)
+RunCheckpoint                             checkpoint and resume a whole training loop (lazy)
 namedschema.buffer                        rlpyt's buffer helpers, shared memory
 namedschema.errors                        the exception classes (re-exported here)
 same_definition                           whether two schemas have one definition
@@ -37,7 +38,15 @@ from ._factories import (
     namedarraytuple_like,
     namedtuple,
 )
-from ._instance import NamedArrayTuple, NamedTuple
+from ._instance import NamedArrayTuple
+
+if _typing.TYPE_CHECKING:
+    # Type checkers read ``class Point(namedschema.NamedTuple): x: int`` as they read a
+    # ``typing.NamedTuple``: unpacking and indexing then keep each field's type. At run
+    # time the class statement makes a schema (namedschema._instance.NamedTuple).
+    from typing import NamedTuple as NamedTuple
+else:
+    from ._instance import NamedTuple
 from ._schema import NamedArrayTupleSchema, NamedTupleSchema, same_definition
 from .errors import (
     ExtraFieldError,
@@ -70,6 +79,7 @@ if _typing.TYPE_CHECKING:  # what the lazy names below are, for type checkers
     from .replay import ReplayBuffer as ReplayBuffer
     from .rlpyt.patch import patch_rlpyt as patch_rlpyt
     from .rlpyt.patch import unpatch_rlpyt as unpatch_rlpyt
+    from .run_checkpoint import RunCheckpoint as RunCheckpoint
 
 # Heavier parts load on first use, so ``import namedschema`` costs only the core.
 _LAZY = {
@@ -79,6 +89,7 @@ _LAZY = {
     "upgrade": "evolution",
     "ReplayBuffer": "replay",
     "PrioritizedReplayBuffer": "replay",
+    "RunCheckpoint": "run_checkpoint",
     "patch_rlpyt": "rlpyt.patch",
     "unpatch_rlpyt": "rlpyt.patch",
 }

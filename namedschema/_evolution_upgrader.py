@@ -7,20 +7,23 @@ and builds instances. ``_evolution_walk`` drives it over a structure.
 
 from __future__ import annotations
 
+import math
 import sys
 
 import numpy as np
 
+from ._casting import cast_checked, describe_change, quiet_cast
 from ._evolution_schemas import MISSING, MappingRecord, field_dtype, is_named_class, stored_typename
 from ._factories import is_namedarraytuple_class
 from .errors import (
     ExtraFieldError,
     FieldMismatchError,
+    FillLimitError,
     MissingFieldError,
     SchemaEvolutionError,
 )
 
-__all__ = ["Plan", "Upgrader", "all_tensors", "dtype_text"]
+__all__ = ["Plan", "Upgrader", "all_tensors", "dtype_text", "is_tensor"]
 
 _NUMBERS = (bool, int, float, complex)
 
@@ -43,9 +46,13 @@ class Plan:
         self.identity = (saved is target and not fills and not extras)
 
 
-def _is_tensor(value) -> bool:
+def is_tensor(value) -> bool:
+    """Whether ``value`` is a torch tensor (torch is never imported for this)."""
     torch = sys.modules.get("torch")  # never imported here: tensors mean it is loaded
     return torch is not None and isinstance(value, torch.Tensor)
+
+
+_is_tensor = is_tensor
 
 
 def _tensor_dtype(tensor):
@@ -106,9 +113,10 @@ def dtype_text(dtype) -> str:
 
 
 class Upgrader:
-    def __init__(self, targets, extra, casting, defaults):
+    def __init__(self, targets, extra, casting, defaults, fill_budget=None):
         self.targets, self.extra, self.casting = targets, extra, casting
         self.defaults = defaults
+        self.fill_budget = fill_budget  # bytes all new fields may take (None: unbounded)
         self.plans: dict = {}       # id(saved class) -> Plan or None
         self._alive: list = []      # keeps saved classes alive while ids are keys
         self.records: dict = {}     # id(saved class) -> MappingRecord
@@ -235,6 +243,29 @@ class Upgrader:
                 saved=dtype_text(saved_dtype), expected=dtype_text(dtype))
         return dtype
 
+    def cast(self, value, dtype, path, schema=None, field=None):
+        """``value`` cast to ``dtype``; FieldMismatchError if a value would change.
+
+        Under ``casting="unsafe"`` values may change (the explicit opt-in);
+        under every other rule a cast must keep each value (``_casting``):
+        ``int64 -> int16`` of 70000, or ``float64 -> float32`` of 1e300, is
+        refused, naming the first value that would change.
+        """
+        src = np.asarray(value)
+        if self.casting == "unsafe" or np.can_cast(src.dtype, dtype, "safe"):
+            with quiet_cast():  # "unsafe" was asked for; a safe cast warns of nothing
+                out = src.astype(dtype)
+        else:
+            out, where = cast_checked(src, dtype)
+            if where is not None:
+                saved = dtype_text(src.dtype)
+                raise FieldMismatchError(
+                    f"{path}: casting {saved} -> {dtype_text(dtype)} would change values "
+                    f"({describe_change(src, dtype, where)}); casting={self.casting!r} "
+                    "allows only casts that keep every value: pass casting='unsafe' to "
+                    "accept changed values", schema=schema, field=field, path=path, saved=saved, expected=dtype_text(dtype))
+        return out if isinstance(value, np.ndarray) else out[()]
+
     # -- filling new fields ------------------------------------------------
 
     def fill(self, plan, j, leading, path, tensors=False):
@@ -244,6 +275,19 @@ class Upgrader:
             return sys.modules["torch"].from_numpy(value)   # like the buffer's other fields
         return value
 
+    def _spend(self, nbytes, where, target_name, name):
+        """Count ``nbytes`` of new fields against the budget; FillLimitError beyond it."""
+        if self.fill_budget is None:
+            return
+        self.fill_budget -= nbytes
+        if self.fill_budget < 0:
+            raise FillLimitError(
+                f"{where}: filling it would allocate {nbytes:,} bytes, more than the file "
+                "justifies (new fields may take at most the file's size, or 64 MiB); its "
+                "leading shape comes from the file. Load without schemas= and call "
+                "namedschema.upgrade on data you trust", schema=target_name, field=name,
+                path=where.split(":")[0])
+
     def _fill(self, plan, j, leading, path):
         default = plan.fills[j]
         target_name, name = stored_typename(plan.target), plan.target._fields[j]
@@ -251,6 +295,8 @@ class Upgrader:
             return default
         where = f"{path}: new field {target_name}.{name}"
         if callable(default) and not isinstance(default, type | np.ndarray | np.generic):
+            if leading is not None:  # at least a byte per element, before the call
+                self._spend(math.prod(leading), where, target_name, name)
             if leading is None:
                 raise SchemaEvolutionError(
                     f"{where}: its default is a callable, but the saved instance holds "
@@ -278,6 +324,7 @@ class Upgrader:
         if not leading:
             return default if not isinstance(default, np.ndarray) else element.copy()
         full_shape = leading + element.shape
+        self._spend(math.prod(full_shape) * element.dtype.itemsize, where, target_name, name)
         if not element.any():  # zeros: let the kernel hand out zero pages lazily
             return np.zeros(full_shape, dtype=element.dtype)
         return np.full(full_shape, element, dtype=element.dtype)

@@ -12,8 +12,9 @@ import types
 import numpy as np
 
 from ._evolution_schemas import KeptField, is_named_class, stored_typename
-from ._evolution_upgrader import Plan, Upgrader, all_tensors, dtype_text
+from ._evolution_upgrader import Plan, Upgrader, all_tensors, dtype_text, is_tensor
 from ._factories import is_namedarraytuple_class
+from ._strides import byte_span
 from .errors import SchemaEvolutionError, short_repr
 
 __all__ = ["Walk", "check_aliases"]
@@ -57,6 +58,8 @@ class Walk:
             return obj
         if isinstance(obj, np.ndarray):
             return self.array(obj, path)
+        if self.dry and is_tensor(obj):
+            self.leaves.append((obj, path))  # a tensor may view an array being cast
         if isinstance(obj, type):
             result = self.schema_class(obj, path) if is_named_class(obj) else obj
             self.memo[key] = result
@@ -128,7 +131,7 @@ class Walk:
             self.memo[id(arr)] = arr
             return arr
         entry = self.casts.get(id(arr))
-        result = arr if entry is None else np.asarray(arr).astype(entry[1])
+        result = arr if entry is None else self.up.cast(arr, *entry[1:])
         self.memo[id(arr)] = result
         return result
 
@@ -186,9 +189,11 @@ class Walk:
                 if cast_to is not None:
                     if isinstance(value, np.ndarray):
                         if self.dry:
-                            self.note_cast(value, cast_to, fpath)
+                            self.note_cast(value, cast_to, fpath,
+                                           stored_typename(plan.target), name)
                     elif not self.dry:
-                        value = value.astype(cast_to)
+                        value = up.cast(value, cast_to, fpath, stored_typename(plan.target),
+                                        name)
                     if rec is not None:
                         rec.cast[(name, dtype_text(values[src].dtype),
                                   dtype_text(cast_to))] = None
@@ -205,10 +210,10 @@ class Walk:
             return obj
         return plan.target._make(out)
 
-    def note_cast(self, arr, dtype, path):
+    def note_cast(self, arr, dtype, path, schema=None, field=None):
         entry = self.casts.get(id(arr))
         if entry is None:
-            self.casts[id(arr)] = [arr, dtype, path]
+            self.casts[id(arr)] = [arr, dtype, path, schema, field]
         elif entry[1] != dtype:
             raise SchemaEvolutionError(
                 f"{path}: this array is also at {entry[2]}, where it would be cast to "
@@ -222,26 +227,56 @@ def _root(arr):
     return arr.base if arr.base is not None else arr
 
 
+def _address_range(x):
+    """``(lowest, one past highest)`` address of an array's or tensor's elements, or None."""
+    if is_tensor(x):
+        if x.numel() == 0 or x.device.type != "cpu":
+            return None
+        size = x.element_size()
+        lo, hi = byte_span(x.data_ptr(), x.shape, [s * size for s in x.stride()])
+        return lo, hi + size
+    if x.size == 0:
+        return None
+    lo, hi = byte_span(x.__array_interface__["data"][0], x.shape, x.strides)
+    return lo, hi + x.itemsize
+
+
 def check_aliases(casts, leaves):
-    """Refuse casts of arrays that other arrays in the structure view.
+    """Refuse casts of arrays that other arrays or torch tensors in the structure view.
 
     A cast makes a new array; the identical array elsewhere is replaced by it,
-    but a view (say ``samples_return_ = samples.reward[...]``) would keep
-    pointing at the old memory and the two would silently drift apart.
+    but a view (say ``samples_return_ = samples.reward[...]``, or a tensor
+    made with ``torch.from_numpy``) would keep pointing at the old memory and
+    the two would silently drift apart. Arrays are compared by their base
+    and ``np.may_share_memory``; tensors by the addresses their elements span.
     """
     if not casts:
         return
     roots: dict = {}
-    for arr, _dtype, path in casts.values():
+    spans = []
+    for arr, _dtype, path, *_where in casts.values():
         roots.setdefault(id(_root(arr)), []).append((arr, path))
+        span = _address_range(arr)
+        if span is not None:
+            spans.append((span, path))
     for leaf, leaf_path in leaves:
         if id(leaf) in casts:
             continue
+        if is_tensor(leaf):
+            span = _address_range(leaf)
+            hit = None if span is None else next(
+                (path for (lo, hi), path in spans if lo < span[1] and span[0] < hi), None)
+            if hit is not None:
+                _refuse(hit, leaf_path, "a torch tensor")
+            continue
         for arr, path in roots.get(id(_root(leaf)), ()):
             if np.may_share_memory(leaf, arr):
-                raise SchemaEvolutionError(
-                    f"{path}: casting would copy this array, but {leaf_path} shares its "
-                    "memory (a view of it) and would keep the old data; save the "
-                    "checkpoint with the new dtype instead, or drop the view",
-                    path=path)
+                _refuse(path, leaf_path, "a view of it")
+
+
+def _refuse(path, leaf_path, what):
+    raise SchemaEvolutionError(
+        f"{path}: casting would copy this array, but {leaf_path} shares its memory "
+        f"({what}) and would keep the old data; save the checkpoint with the new dtype "
+        "instead, or drop the view", path=path)
 

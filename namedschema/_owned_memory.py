@@ -3,10 +3,10 @@
 Buffers made by ``buffer_from_example`` (without ``share_memory``) put each
 large array in its own private anonymous mapping instead of the C heap. The
 memory behaves exactly like ``np.zeros`` memory (zero-filled, private,
-copy-on-write across ``fork``), but namedschema knows that nothing else lives
-in those pages, so after a checkpoint it may replace them with a private
-mapping of the file it just wrote (same contents, same addresses): the kernel
-then reports which pages were written since (see ``checkpoint/pages.py``).
+copy-on-write across ``fork``) and stays so: checkpoints never map it onto a
+file. Incremental saves find what changed in it by write protection
+(``checkpoint/writeprotect.py``), as for any private memory; a mapping of its
+own keeps the tracked range clear of unrelated heap objects.
 
 allocate      a zero-filled array in its own page-aligned private mapping
 owns          whether a byte range lies inside one live allocation made here

@@ -25,13 +25,17 @@ from __future__ import annotations
 
 import sys
 import weakref
-from typing import Any
+from typing import Any, TypeVar, overload
 
 import numpy as np
 
 from . import _owned_memory, _shared_memory
 from ._factories import is_namedarraytuple, is_namedtuple, namedarraytuple_like
+from ._instance import NamedArrayTuple
 from .errors import BufferShapeError, StructureMismatchError, short_repr
+
+_ArrayTuple = TypeVar("_ArrayTuple", bound=NamedArrayTuple)
+_Dims = int | tuple[int, ...] | list[int]
 
 __all__ = [
     "buffer_from_example", "build_array", "np_mp_array", "to_shared_memory",
@@ -145,8 +149,19 @@ def _allocate(leaves, leading: tuple, share_memory: bool) -> list:
         raise
 
 
-def buffer_from_example(example, leading_dims, share_memory=False,
-                        use_NatSchema=None):  # noqa: N803 - rlpyt's name
+@overload
+def buffer_from_example(example: None, leading_dims: _Dims, share_memory: bool = ...,
+                        use_NatSchema: Any = ...) -> None: ...  # noqa: N803
+@overload
+def buffer_from_example(example: _ArrayTuple, leading_dims: _Dims, share_memory: bool = ...,
+                        use_NatSchema: Any = ...) -> _ArrayTuple: ...  # noqa: N803
+@overload
+def buffer_from_example(example: Any, leading_dims: _Dims, share_memory: bool = ...,
+                        use_NatSchema: Any = ...) -> Any: ...  # noqa: N803
+
+
+def buffer_from_example(example: Any, leading_dims: _Dims, share_memory: bool = False,
+                        use_NatSchema: Any = None) -> Any:  # noqa: N803 - rlpyt's name
     """Allocate a zero-filled buffer with the structure of ``example``.
 
     Every leaf of ``example`` becomes an array of the leaf's dtype and shape

@@ -12,6 +12,7 @@ FieldError              reading or writing a field failed; names schema and fiel
 Field*Error             FieldError plus the builtin type of the failure (IndexError, ...)
 FormatError             a checkpoint file is not valid (ValueError)
 UnsafeLoadError         a checkpoint needs pickle and allow_pickle was not given
+UnexpectedKindError     a valid checkpoint of another kind than load was told to expect
 NotRegularFileError     save refused a target that is not a regular file (an OSError)
 NotDataError            save met a value that is not data and allow_pickle was not given
 BufferShapeError        buffer arrays disagree in leading dimensions (ValueError)
@@ -20,6 +21,7 @@ MissingModuleError      unpickling needs a module this process cannot import (Mo
 MissingClassError       unpickling needs a name its module lacks here (AttributeError)
 SchemaEvolutionError    saved data does not map onto today's schemas (ValueError)
 MissingFieldError       a new field without a default (a SchemaEvolutionError)
+FillLimitError          new fields would fill more memory than the file justifies (likewise)
 ExtraFieldError         a saved field today's schema lacks (a SchemaEvolutionError)
 FieldMismatchError      a saved dtype/shape differs from the declared one (likewise)
 """
@@ -44,6 +46,7 @@ __all__ = [
     "FormatError",
     "UnsafeLoadError",
     "NotRegularFileError",
+    "UnexpectedKindError",
     "NotDataError",
     "BufferShapeError",
     "UnpicklableError",
@@ -51,6 +54,7 @@ __all__ = [
     "MissingClassError",
     "SchemaEvolutionError",
     "MissingFieldError",
+    "FillLimitError",
     "ExtraFieldError",
     "FieldMismatchError",
 ]
@@ -248,6 +252,23 @@ class NotRegularFileError(NamedSchemaError, OSError):
         return str(self.strerror)
 
 
+class UnexpectedKindError(FormatError):
+    """A valid checkpoint whose metadata are not what the reader expected; nothing was loaded.
+
+    Attributes:
+        metadata: the file's metadata (plain strings, from its header).
+        expected: what ``load(..., expect_metadata=)`` asked for.
+    """
+
+    def __init__(self, message: str, metadata: dict | None = None,
+                 expected: dict | None = None):
+        super().__init__(message)
+        self.metadata, self.expected = dict(metadata or {}), dict(expected or {})
+
+    def __reduce__(self):
+        return (type(self), (str(self), self.metadata, self.expected))
+
+
 class UnsafeLoadError(FormatError):
     """A checkpoint holds pickled objects and ``allow_pickle`` was not set."""
 
@@ -353,6 +374,17 @@ class SchemaEvolutionError(NamedSchemaError, ValueError):
                  field: str | None = None, path: str = ""):
         super().__init__(message)
         self.schema, self.field, self.path = schema, field, path
+
+
+class FillLimitError(SchemaEvolutionError, MemoryError):
+    """New fields filled from a file's leading shapes would take more memory than it justifies.
+
+    ``load(path, schemas=...)`` makes the new fields of array tuples as large
+    as the leading shape found in the file; a crafted file (empty arrays of
+    shape ``(2**33, 0)``, or broadcast views) can claim any leading shape, so
+    the bytes of all fills are bounded by the file's size (at least 64 MiB).
+    Upgrade data you trust with :func:`namedschema.upgrade`, which has no bound.
+    """
 
 
 class MissingFieldError(SchemaEvolutionError):

@@ -121,8 +121,14 @@ def upgrade(obj, schemas, *, extra="error", casting="no", defaults=None, report=
         casting: numpy's casting rule for a saved array whose dtype differs
             from the one the current schema declares: ``"no"`` (the default:
             refuse), ``"equiv"``, ``"safe"``, ``"same_kind"`` or ``"unsafe"``.
+            Under every rule but ``"unsafe"`` a cast must also keep every
+            value: ``int64 -> int16`` of 70000 (wraps to 4464) or
+            ``float64 -> float32`` of 1e300 (overflows to inf) is refused,
+            naming the value; ``"unsafe"`` is the explicit opt-in to changed
+            values (float rounding to the new precision is not a change).
             A cast copies the array (so it reads a memory-mapped one). Shapes
-            are never changed.
+            are never changed, and an array that another array or a torch
+            tensor in the structure views is never cast.
         defaults: extra defaults for fields the saved data lacks, as
             ``{"Typename.field": value}``; they win over the schema's own.
         report: also return an :class:`UpgradeReport`.
@@ -176,8 +182,8 @@ def upgrader(schemas, *, extra="error", casting="no", defaults=None):
     targets, fills = Targets(schemas), _check_defaults(defaults)
     _check_defaults_name_fields(fills, targets)
 
-    def apply(obj, report=False):
-        up = Upgrader(targets, extra, casting, fills)
+    def apply(obj, report=False, fill_budget=None):
+        up = Upgrader(targets, extra, casting, fills, fill_budget)
         casts: dict = {}
         try:
             dry = Walk(up, True, casts)

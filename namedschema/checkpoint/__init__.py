@@ -12,6 +12,7 @@ The package, one module per concern (each imports only those listed before it):
 
 * ``constants``: the format's name, version, limits and dtype tables
 * ``jsontext``: JSON from a file, its value count bounded before parsing
+* ``metadata``: the caller's plain-string metadata, checked
 * ``header``: typed header records with ``to_json``/``from_json``, and every
   check of untrusted header data (the trust boundary)
 * ``arrays``: the table of arrays a graph holds; arrays rebuilt from blocks
@@ -127,6 +128,13 @@ as safetensors requires) and has a ``__metadata__`` object of strings:
 
     ``checkpoint_id`` (random hex, new at every save) and ``parent``
     (``null``, reserved).
+
+    ``metadata`` (optional): the caller's ``save(..., metadata=)``, an
+    object of at most 64 string pairs (keys up to 200 characters, values up
+    to 10,000), plain data that says what the file is without loading it
+    (``load(..., expect_metadata=)`` refuses a file that lacks the expected
+    pairs before reading data or unpickling). Readers that do not know it
+    ignore it.
 
     ``saved`` (optional, written by incremental-mode saves): what the save
     that made the current state wrote, ``{"kind": "full"|"incremental",

@@ -29,7 +29,7 @@ import math
 import re
 import struct
 import zlib
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, BinaryIO, NoReturn
 
 import numpy as np
@@ -55,6 +55,7 @@ from .constants import (
     torch_numpy_dtype,
 )
 from .jsontext import parse_bounded
+from .metadata import metadata_problem
 
 _CRC_MARKER = b'"header_crc32":"'
 _CRC_TEXT = re.compile(r"[0-9a-f]{8}", re.ASCII)
@@ -335,6 +336,7 @@ class Description:
     features: tuple[str, ...] = ()
     parent: str | None = None
     saved: SaveRecord | None = None     # written by incremental-mode saves only
+    metadata: dict[str, str] = field(default_factory=dict)  # the caller's plain strings
 
     def to_json(self) -> dict:
         out: dict[str, Any] = {"blocks": [b.to_json() for b in self.blocks],
@@ -347,6 +349,8 @@ class Description:
                 "parent": self.parent}
         if self.saved is not None:
             out["saved"] = self.saved.to_json()
+        if self.metadata:
+            out["metadata"] = dict(self.metadata)
         return out
 
 
@@ -516,8 +520,17 @@ def read_header(f: BinaryIO, name: str, file_size: int) -> Header:
         checkpoint_id=str(desc.get("checkpoint_id")),
         features=tuple(desc.get("features", [])),
         parent=parent if isinstance(parent, str) else None,
-        saved=SaveRecord.from_json(name, desc.get("saved")))
+        saved=SaveRecord.from_json(name, desc.get("saved")),
+        metadata=_metadata(name, desc.get("metadata", {})))
     return Header(description, tensors, version, name, file_size, data_start)
+
+
+
+def _metadata(name: str, raw: Any) -> dict[str, str]:
+    problem = metadata_problem(raw)
+    if problem:
+        fail(name, f"metadata entry: {problem}")
+    return dict(raw)
 
 
 def _check_metadata(name: str, meta: Any, raw: bytes) -> tuple[dict, str]:

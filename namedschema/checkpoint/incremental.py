@@ -7,7 +7,11 @@ the redo journal (``journal.py``), so that a crash leaves the old or the new
 checkpoint; otherwise it writes a full checkpoint, atomically, laid out so
 that the next save can be incremental.
 
-What changed is found by ``tracking.py`` (mostly from the kernel's page tables).
+What changed is found by ``tracking.py`` (write protection armed at the last
+save, else page checksums, else a comparison with the file); the caller's
+memory is never mapped onto the file, so nothing done to the file (another
+process's save, ``cp`` over it, a truncation) can change or unmap it. The
+journal lives next to the real file when ``path`` is a symbolic link.
 When the changes would cost more than a quarter of a full save (their bytes,
 twice, plus ``tracking.RANGE_COST`` per scattered range), a full save is
 cheaper and is done instead.
@@ -21,6 +25,7 @@ wait           wait for the background sync of an incremental save to end
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
 import struct
@@ -32,7 +37,7 @@ from dataclasses import replace
 from typing import Any
 
 from ..errors import FormatError
-from . import journal, layout, pages, tracking
+from . import baselines, journal, layout, pages, tracking
 from .atomic import AtomicFile, check_target, final_target, fsync_dir
 from .blocks import MemorySpan, Progress, write_all, write_blocks
 from .constants import ALIGN
@@ -77,7 +82,7 @@ def _description(enc: EncodedGraph, plan: layout.Layout, blocks, saved: SaveReco
     return Description(blocks=tuple(blocks), arrays=plan.arrays,
                        schemas=tuple(enc.encoder.schemas), structure=enc.structure,
                        pickle=pickle_entry, checkpoint_id=uuid.uuid4().hex, saved=saved,
-                       features=features_of(enc.encoder.schemas))
+                       features=features_of(enc.encoder.schemas), metadata=enc.metadata)
 
 
 # --------------------------------------------------------------------------
@@ -113,13 +118,22 @@ def _header_id(fd: int, path: str) -> str | None:
 def _recover_locked(path: str, fd: int) -> None:
     """With ``fd`` (the checkpoint, read-write) locked exclusively: settle its journal."""
     jpath = journal.journal_path(path)
-    if not os.path.lexists(jpath):
-        return
+    if not journal.is_file(jpath):
+        return  # none, or something that is not a journal: never touched
     entry = journal.read(jpath)
     if entry is not None:
         current = _header_id(fd, path)
         if current is None or current in (entry.base, entry.new):
-            journal.replay(entry, fd)
+            try:
+                journal.replay(entry, fd)
+            except OSError as exc:
+                if exc.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+                    raise
+                raise FormatError(
+                    f"{path!r}: an interrupted incremental save left its committed journal "
+                    f"{jpath!r}, and writing it into the file failed ({exc.strerror}); free "
+                    f"space on the file system of {os.path.dirname(jpath)!r} (the journal "
+                    "needs no more than its own size) and load again") from exc
     try:
         os.unlink(jpath)
     except FileNotFoundError:
@@ -136,7 +150,7 @@ def recover(path: str) -> None:
         FormatError: there is a journal to finish but the file is not writable.
     """
     jpath = journal.journal_path(path)
-    if not os.path.lexists(jpath):
+    if not journal.is_file(jpath):
         return
     wait(path)
     try:
@@ -163,7 +177,7 @@ def _journal_outlives_saver(path: str, jpath: str) -> bool:
             fcntl.flock(f.fileno(), fcntl.LOCK_SH)
     except OSError:
         pass
-    return os.path.lexists(jpath)
+    return bool(journal.is_file(jpath))
 
 
 @contextlib.contextmanager
@@ -182,7 +196,7 @@ def reading(f: Any, path: str) -> Iterator[None]:
         except OSError:
             break  # file systems without locks: nothing to wait for
         locked = True
-        if not os.path.lexists(journal.journal_path(path)):
+        if not journal.is_file(journal.journal_path(path)):
             break
         fcntl.flock(f.fileno(), fcntl.LOCK_UN)
         locked = False
@@ -241,6 +255,8 @@ def _full_save(enc: EncodedGraph, plan: layout.Layout, path: str, progress: bool
     data_start = 8 + length
     end = max(t.end for t in table.values()) if table else 0
     bar = Progress(data_bytes, "saving", progress)
+    # Armed before any byte is read: writes during the save are seen by the next one.
+    known = tracking.arm_for_full_save(plan.sources, [b.nbytes for b in blocks])
     with AtomicFile(path) as fd:
         write_all(fd, struct.pack("<Q", length) + b" " * length)
         crcs: list[int] = []
@@ -254,12 +270,34 @@ def _full_save(enc: EncodedGraph, plan: layout.Layout, path: str, progress: bool
         if run:
             crcs += _write_run(fd, data_start, blocks, plan.sources, run, bar)
         os.ftruncate(fd, data_start + end)
+        _allocate(fd, data_start + end)
         os.lseek(fd, 8, os.SEEK_SET)
         header = header.with_crcs(crcs)
         write_all(fd, header.encode(length))
         written = os.fstat(fd)
-    tracking.track_after_full_save(path, written, data_start, blocks, plan.sources)
+    real = os.path.realpath(path)
+    try:
+        now = os.stat(real)
+    except OSError:
+        return saved
+    if (now.st_dev, now.st_ino) == (written.st_dev, written.st_ino):
+        baselines.record(real, now, header.description.checkpoint_id, known)
     return saved
+
+
+def _allocate(fd: int, size: int) -> None:
+    """Give the file's holes (padding, the pickle's room) disk blocks now.
+
+    Later in-place writes then never need free space, so finishing an
+    interrupted incremental save (which ``load`` does) cannot fail for lack of it.
+    """
+    try:
+        os.posix_fallocate(fd, 0, size)
+    except OSError as exc:
+        if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
+            raise
+    except AttributeError:  # not on this platform
+        pass
 
 
 def _aligned_end(block) -> int:
@@ -310,7 +348,7 @@ def _match(old: Header, plan: layout.Layout, enc: EncodedGraph) -> dict[str, Ten
 
 
 def save(obj: Any, path: str | os.PathLike[str], *, allow_pickle: bool = False,
-         progress: bool = False) -> SaveRecord:
+         progress: bool = False, metadata: dict[str, str] | None = None) -> SaveRecord:
     """Save ``obj`` to ``path``, writing only what changed if ``path`` holds the same arrays.
 
     Returns the record of what was written (also stored in the file, see
@@ -318,9 +356,10 @@ def save(obj: Any, path: str | os.PathLike[str], *, allow_pickle: bool = False,
     """
     path = os.fspath(path)
     check_target(final_target(path), path)  # never open a FIFO or device read-write
-    enc = encode_graph(obj, path, allow_pickle)
+    enc = encode_graph(obj, path, allow_pickle, metadata)
     plan = layout.plan(enc.encoder.arrays.entries, enc.pickle_bytes)
     wait(path)
+    real = os.path.realpath(path)
     try:
         fd = os.open(path, os.O_RDWR | getattr(os, "O_CLOEXEC", 0))
     except OSError:
@@ -336,7 +375,11 @@ def save(obj: Any, path: str | os.PathLike[str], *, allow_pickle: bool = False,
         if now is None or (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino):
             return _full_save(enc, plan, path, progress)  # replaced while we waited
         _recover_locked(path, fd)
-        record = _incremental(enc, plan, path, fd, progress)
+        try:
+            record = _incremental(enc, plan, path, real, fd, progress)
+        except BaseException:
+            baselines.forget(real)  # tracking was re-armed for a save that did not happen
+            raise
         if record is None:
             return _full_save(enc, plan, path, progress)
         handed_over = True
@@ -346,7 +389,7 @@ def save(obj: Any, path: str | os.PathLike[str], *, allow_pickle: bool = False,
             _close(fd)
 
 
-def _incremental(enc: EncodedGraph, plan: layout.Layout, path: str, fd: int,
+def _incremental(enc: EncodedGraph, plan: layout.Layout, path: str, real: str, fd: int,
                  progress: bool) -> SaveRecord | None:
     st = os.fstat(fd)
     try:
@@ -358,7 +401,7 @@ def _incremental(enc: EncodedGraph, plan: layout.Layout, path: str, fd: int,
     if table is None:
         return None
     data_bytes = plan.data_bytes
-    scan = tracking.Scan(fd, st, old, int(FULL_FRACTION * max(data_bytes, 1)))
+    scan = tracking.Scan(fd, st, old, int(FULL_FRACTION * max(data_bytes, 1)), real)
     has_pickle = enc.pickle_bytes is not None
     n_data = len(plan.blocks) - has_pickle
     try:
@@ -376,7 +419,7 @@ def _incremental(enc: EncodedGraph, plan: layout.Layout, path: str, fd: int,
             for i in range(n_data)]
     if scan.changes and tracking.others_map(scan.maps, scan.dev, scan.ino, spans, data):
         return None  # another map of this file would see the change: write a new file
-    crcs, pieces = tracking.crc_updates(fd, old, scan.changes)
+    crcs, pieces = tracking.crc_updates(old, scan.changes)
     n_changes = len(pieces)
     blocks = [replace(b, crc32=crcs.get(i, b.crc32)) for i, b in enumerate(old.blocks)]
     written = scan.changed
@@ -398,8 +441,11 @@ def _incremental(enc: EncodedGraph, plan: layout.Layout, path: str, fd: int,
     pieces.append((0, head, zlib.crc32(head)))
     bar = Progress(written, "saving (incremental)", progress)
     jpath = journal.journal_path(path)
-    journal.write(jpath, old.description.checkpoint_id, header.description.checkpoint_id,
-                  st.st_size, pieces)
+    try:
+        journal.write(jpath, old.description.checkpoint_id, header.description.checkpoint_id,
+                      st.st_size, pieces)
+    except journal.Unusable:
+        return None  # something else at the journal's path: a full save needs no journal
     tracking.write_in_place(fd, st.st_size, pieces[:n_changes])
     bar.advance(scan.changed)
     for offset, data, _crc in pieces[n_changes:]:  # the pickle, then the header
@@ -409,7 +455,7 @@ def _incremental(enc: EncodedGraph, plan: layout.Layout, path: str, fd: int,
             done += os.pwrite(fd, view[done:], offset + done)
         if offset:
             bar.advance(view.nbytes)
-    tracking.track_after_incremental(scan, plan.sources, fd, old)
+    baselines.record(real, os.fstat(fd), header.description.checkpoint_id, scan.blocks)
     _finish_later(path, fd, jpath)
     return saved
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -54,6 +54,8 @@ class CheckpointInfo:
             the save that wrote the current state wrote: ``kind`` (``"full"``
             or ``"incremental"``), ``bytes_written``, ``ranges``. Files from
             plain saves carry no record: they were written in full.
+        metadata: the ``str -> str`` pairs given to ``save(..., metadata=)``
+            (plain data: reading them loads nothing).
     """
 
     path: str
@@ -66,6 +68,7 @@ class CheckpointInfo:
     checkpoint_id: str
     tree: str
     last_save: SaveRecord | None = None
+    metadata: dict = field(default_factory=dict)
 
     def __str__(self) -> str:
         # Every string from the file is escaped (the tree's lines already are):
@@ -192,4 +195,4 @@ def _inspect(name: str) -> CheckpointInfo:
         data_bytes=header.data_bytes, needs_pickle=desc.pickle is not None,
         pickle_reason=None if desc.pickle is None else desc.pickle.reason,
         fields=fields, checkpoint_id=desc.checkpoint_id, tree="\n".join(lines),
-        last_save=desc.saved)
+        last_save=desc.saved, metadata=dict(desc.metadata))

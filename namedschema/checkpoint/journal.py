@@ -19,7 +19,14 @@ Journal file::
     data      the bytes of every range, in index order
     8 bytes   b"NSJEND01", written last: the journal is complete
 
+The journal is named after the real file (symbolic links resolved), so a
+save through ``latest.nsb -> run3.nsb`` and a load of ``run3.nsb`` find the
+same journal. Anything at the journal's path that is not a regular file (a
+directory, a link, a FIFO) is never read, written through or removed: saves
+then write a new file instead (no journal needed), loads ignore it.
+
 journal_path   where the journal of a checkpoint lives
+Unusable       something other than a journal occupies the journal's path
 Journal        a complete journal read back
 write          write and sync a journal (the commit point)
 read           read a journal; None if absent or not complete
@@ -31,6 +38,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import stat
 import struct
 import zlib
 from collections.abc import Sequence
@@ -40,7 +48,7 @@ from typing import Any
 from .atomic import fsync_dir
 from .blocks import write_all
 
-__all__ = ["journal_path", "Journal", "write", "read", "replay"]
+__all__ = ["journal_path", "Unusable", "Journal", "write", "read", "replay", "is_file"]
 
 _MAGIC = b"NSJRNL01"
 _END = b"NSJEND01"
@@ -50,9 +58,21 @@ _CHUNK = 16 * 2**20
 _IOV = min(getattr(os, "sysconf", lambda _n: 1024)("SC_IOV_MAX"), 1024)
 
 
+class Unusable(OSError):
+    """The journal's path holds something that is not a regular file."""
+
+
+def is_file(path: str) -> bool | None:
+    """True: a regular file is at ``path``; None: nothing; False: something else."""
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except FileNotFoundError:
+        return None
+
+
 def journal_path(path: str) -> str:
-    """``.<name>.journal`` in the checkpoint's directory (long names shortened, with a hash)."""
-    directory, base = os.path.split(os.path.abspath(path))
+    """``.<name>.journal`` next to the real checkpoint file (long names shortened, with a hash)."""
+    directory, base = os.path.split(os.path.realpath(path))
     if len(os.fsencode(base)) > 200:
         digest = hashlib.blake2b(os.fsencode(base), digest_size=8).hexdigest()
         base = f"{base[:40]}~{digest}"
@@ -81,8 +101,13 @@ def write(path: str, base: str, new: str, file_size: int,
                         "ranges": [[off, memoryview(buf).nbytes, crc]
                                    for off, buf, crc in pieces]},
                        separators=(",", ":")).encode()
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0),
-                 0o666)
+    if is_file(path) is False:
+        raise Unusable(f"{path!r} is in the way of the journal (not a regular file)")
+    if is_file(path):
+        os.unlink(path)  # a stale or incomplete journal: never write through what is there
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+                 | getattr(os, "O_CLOEXEC", 0), 0o666)
+    committed = False
     try:
         write_all(fd, _MAGIC + struct.pack("<Q", len(index)) + index
                   + struct.pack("<I", zlib.crc32(index)))
@@ -100,9 +125,15 @@ def write(path: str, base: str, new: str, file_size: int,
         write_all(fd, _END)
         size = os.lseek(fd, 0, os.SEEK_CUR)
         os.fsync(fd)
+        fsync_dir(os.path.dirname(path))
+        committed = True
     finally:
         os.close(fd)
-    fsync_dir(os.path.dirname(path))
+        if not committed:  # not committed (disk full, say): leave nothing behind
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
     return size
 
 
@@ -114,10 +145,13 @@ def read(path: str) -> Journal | None:
     checksum is checked, before anything is written from it.
     """
     try:
-        f = open(path, "rb", buffering=0)
-    except FileNotFoundError:
-        return None
-    with f:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0)
+                     | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return None  # absent, a link, or unreadable: not a journal to apply
+    with open(fd, "rb", buffering=0) as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
         size = os.fstat(f.fileno()).st_size
         head = f.read(16)
         if len(head) != 16 or head[:8] != _MAGIC:

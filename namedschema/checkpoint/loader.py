@@ -11,6 +11,7 @@ from ..errors import (
     MissingClassError,
     MissingModuleError,
     SchemaEvolutionError,
+    UnexpectedKindError,
     UnsafeLoadError,
 )
 from ..evolution import upgrader
@@ -19,6 +20,7 @@ from .arrays import make_arrays
 from .blocks import MMAP_ACCESS, map_blocks, read_blocks, verify
 from .header import fail, read_header
 from .incremental import reading, recover
+from .metadata import check_metadata_argument
 from .nodes import Decoder
 from .opening import file_errors, open_checkpoint
 
@@ -26,7 +28,7 @@ from .opening import file_errors, open_checkpoint
 def load(path: str | os.PathLike[str] | BinaryIO, *, mmap_mode: Literal["r", "r+", "c"] | None = None,
          allow_pickle: bool = False, verify: bool = False, schemas: Any = None,
          extra: str = "error", casting: str = "no", defaults: Any = None,
-         report: bool = False) -> Any:
+         report: bool = False, expect_metadata: Any = None) -> Any:
     """Load a checkpoint written by :func:`save`.
 
     Arrays that were views of one another come back as views of one block.
@@ -54,6 +56,11 @@ def load(path: str | os.PathLike[str] | BinaryIO, *, mmap_mode: Literal["r", "r+
             and only new (and cast) fields are made in memory.
         extra, casting, defaults, report: as for :func:`namedschema.upgrade`;
             used only with ``schemas``.
+        expect_metadata: a mapping of ``str`` to ``str`` that the file's
+            metadata (``save(..., metadata=)``) must hold; checked on the
+            header, before any data is read or anything unpickled. Pass it
+            with ``allow_pickle=True`` so that only files of the kind you
+            wrote are ever unpickled.
 
     Returns:
         The saved object graph; with ``report=True`` (and ``schemas``)
@@ -63,25 +70,36 @@ def load(path: str | os.PathLike[str] | BinaryIO, *, mmap_mode: Literal["r", "r+
         FormatError: (a ValueError) the file is not a checkpoint, is
             truncated, corrupt or of an unknown version.
         UnsafeLoadError: the file needs pickle and ``allow_pickle`` is false.
+        UnexpectedKindError: (a FormatError) the file's metadata lack a pair
+            of ``expect_metadata``; nothing was loaded.
         OSError: the file cannot be read.
         TypeError: ``path`` is neither a path nor a seekable binary file
             object, or a file object with ``mmap_mode``.
         SchemaEvolutionError: with ``schemas``, the saved data does not map
             onto today's schemas (``MissingFieldError``, ``ExtraFieldError``,
-            ``FieldMismatchError``); nothing is returned.
+            ``FieldMismatchError``), or the new fields, whose leading shape
+            comes from the file, would take more bytes than the file's size
+            (at least 64 MiB; ``FillLimitError``); nothing is returned.
     """
+    expected = check_metadata_argument(expect_metadata, "load: expect_metadata")
     if schemas is None:
         if report:
             raise TypeError("load: report=True needs schemas=")
-        return _load(_source(path, mmap_mode), mmap_mode, allow_pickle, verify)
+        return _load(_source(path, mmap_mode), mmap_mode, allow_pickle, verify, expected)
     evolve = upgrader(schemas, extra=extra, casting=casting, defaults=defaults)
     source = _source(path, mmap_mode)
-    graph = _load(source, mmap_mode, allow_pickle, verify)
+    graph = _load(source, mmap_mode, allow_pickle, verify, expected)
+    # New fields take their leading shape from the file: bounded by what it holds.
+    size = source.size if isinstance(source, _Window) else os.stat(source).st_size
     try:
-        return evolve(graph, report=report)
+        return evolve(graph, report=report, fill_budget=max(MIN_FILL_BUDGET, size))
     except SchemaEvolutionError as exc:
         exc.add_note(f"while loading {_shown(source)!r} into today's schemas")
         raise
+
+
+#: New fields made by ``load(schemas=)`` may take the file's size in bytes, or this.
+MIN_FILL_BUDGET = 64 * 2**20
 
 
 def _source(path: Any, mmap_mode: str | None) -> Any:
@@ -135,13 +153,14 @@ class _Window:
         return self.f.seek(position, whence) - self.start
 
 
-def _load(source: Any, mmap_mode: str | None, allow_pickle: bool, check: bool) -> Any:
+def _load(source: Any, mmap_mode: str | None, allow_pickle: bool, check: bool,
+          expected: dict[str, str]) -> Any:
     if isinstance(source, _Window):
         name = source.shown
         with file_errors(name):
             window = cast(BinaryIO, source)  # reads and seeks as a file does
             header = read_header(window, name, source.size)
-            _refuse_pickle(header, name, allow_pickle)
+            _refuse(header, name, allow_pickle, expected)
             blocks_data = read_blocks(window, header, check)
         source.seek(source.size)  # after the checkpoint, as np.load leaves a file
         return _rebuild(header, blocks_data, name)
@@ -150,7 +169,7 @@ def _load(source: Any, mmap_mode: str | None, allow_pickle: bool, check: bool) -
     with file_errors(name), open_checkpoint(name, writable=mmap_mode == "r+") as f, \
             reading(f, name):
         header = read_header(f, name, os.fstat(f.fileno()).st_size)
-        _refuse_pickle(header, name, allow_pickle)
+        _refuse(header, name, allow_pickle, expected)
         if mmap_mode is None:
             blocks_data = read_blocks(f, header, check)
         else:
@@ -160,7 +179,16 @@ def _load(source: Any, mmap_mode: str | None, allow_pickle: bool, check: bool) -
     return _rebuild(header, blocks_data, name)
 
 
-def _refuse_pickle(header: Any, name: str, allow_pickle: bool) -> None:
+def _refuse(header: Any, name: str, allow_pickle: bool, expected: dict[str, str]) -> None:
+    """Refuse, on the header alone, a file of another kind, or pickled without permission."""
+    found = header.description.metadata
+    wrong = {k: v for k, v in expected.items() if found.get(k) != v}
+    if wrong:
+        have = {k: found.get(k) for k in wrong}
+        raise UnexpectedKindError(
+            printable(f"{name!r} is a namedschema checkpoint, but not of the kind expected: "
+                      f"its metadata have {have!r:.300}, expected {wrong!r:.300}; nothing "
+                      "was loaded"), found, expected)
     if header.description.pickle is not None and not allow_pickle:
         reason = printable(header.description.pickle.reason[:200])
         raise UnsafeLoadError(

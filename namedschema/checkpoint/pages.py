@@ -1,7 +1,7 @@
 """Which pages of a buffer were written since a checkpoint, from the kernel (Linux).
 
-A page of a *private* mapping of a file (``load(..., mmap_mode='c')``, or
-memory namedschema remapped after a save) reads the file until it is written;
+A page of a *private* mapping of a file (``load(..., mmap_mode='c')``) reads
+the file until it is written;
 the first write gives the process its own anonymous copy.
 ``/proc/self/pagemap`` says which pages are such copies (present and not
 file-backed, or swapped out), so comparing memory with the file it maps
@@ -14,9 +14,10 @@ Mapping        one file-backed mapping: addresses, file, offset, private or shar
 file_mappings  every file-backed mapping of this process
 overlapping    the mappings that cover parts of an address range, clipped to it
 written_pages  per-page flags: written since the page was last read from the file
-forget_pages   drop the process's copies of pages (they read the file again)
-remap          map a file region privately over existing memory, at the same address
+private        whether an address range lies wholly in private mappings
 PAGE           the page size
+
+Nothing here maps or unmaps memory: the process's arrays stay its own.
 """
 
 from __future__ import annotations
@@ -31,13 +32,9 @@ from functools import cache
 import numpy as np
 
 __all__ = ["available", "Mapping", "file_mappings", "overlapping", "written_pages",
-           "forget_pages", "remap", "PAGE"]
+           "private", "PAGE"]
 
 PAGE = mmap.PAGESIZE
-_MADV_DONTNEED = 4
-_MAP_FIXED = 0x10
-_MAP_PRIVATE = 0x02
-_PROT_READ, _PROT_WRITE = 1, 2
 _PRESENT, _SWAPPED, _FILE = np.uint64(1 << 63), np.uint64(1 << 62), np.uint64(1 << 61)
 
 
@@ -47,19 +44,14 @@ def _libc() -> ctypes.CDLL | None:
         return None
     try:
         libc = ctypes.CDLL(None, use_errno=True)
-        libc.mmap.restype = ctypes.c_void_p
-        libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
-                              ctypes.c_int, ctypes.c_long]
-        libc.madvise.restype = ctypes.c_int
-        libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-    except (OSError, AttributeError):
+    except OSError:
         return None
     return libc
 
 
 @cache
 def available() -> bool:
-    """Whether pagemap, maps, mmap and madvise all work in this process."""
+    """Whether pagemap and maps both work in this process."""
     if _libc() is None:
         return False
     try:
@@ -136,32 +128,23 @@ def written_pages(lo: int, npages: int) -> np.ndarray:
     return (present & ((entries & _FILE) == 0)) | ((entries & _SWAPPED) != 0)
 
 
-def _errno_error(what: str) -> OSError:
-    err = ctypes.get_errno()
-    return OSError(err, f"{what}: {os.strerror(err)}")
+def private(lo: int, hi: int) -> bool:
+    """Whether ``[lo, hi)`` lies wholly in private mappings (no shared memory, no holes).
 
-
-def forget_pages(lo: int, nbytes: int) -> None:
-    """Drop this process's copies of the pages of ``[lo, lo + nbytes)`` (page-aligned).
-
-    Only for pages of a private file mapping whose file holds exactly what
-    they hold now: they then read the file again, with no change visible.
+    Only writes through this process's own page tables can change private
+    memory, so only private memory may be tracked by write protection.
     """
-    libc = _libc()
-    if libc is None or libc.madvise(lo, nbytes, _MADV_DONTNEED) != 0:
-        raise _errno_error("madvise(MADV_DONTNEED)")
-
-
-def remap(lo: int, nbytes: int, fd: int, offset: int, writable: bool) -> None:
-    """Map ``nbytes`` of file ``fd`` at ``offset`` privately at address ``lo`` (both page-aligned).
-
-    Replaces whatever was mapped there. Only for memory that holds exactly
-    those file bytes and that nothing else relies on being anonymous.
-    """
-    libc = _libc()
-    prot = _PROT_READ | (_PROT_WRITE if writable else 0)
-    if libc is None:
-        raise OSError("remapping memory needs Linux")
-    got = libc.mmap(lo, nbytes, prot, _MAP_PRIVATE | _MAP_FIXED, fd, offset)
-    if got != lo:
-        raise _errno_error("mmap(MAP_FIXED)")
+    position = lo
+    with open("/proc/self/maps", "rb") as f:
+        for line in f:
+            dash = line.index(b"-")
+            space = line.index(b" ", dash)
+            start, end = int(line[:dash], 16), int(line[dash + 1:space], 16)
+            if end <= position:
+                continue
+            if start > position or line[space + 4:space + 5] != b"p":
+                return False
+            position = end
+            if position >= hi:
+                return True
+    return False

@@ -8,6 +8,7 @@ import shutil
 import struct
 import tempfile
 import uuid
+from collections.abc import Mapping
 from typing import Any
 
 from . import layout
@@ -16,12 +17,13 @@ from .blocks import Progress, write_all, write_blocks
 from .graph import encode_graph
 from .header import Description, Header, PickleEntry
 from .incremental import save as incremental_save
+from .metadata import check_metadata_argument
 from .nodes import features_of
 
 
 def save(obj: Any, path: str | os.PathLike[str] | io.RawIOBase | io.BufferedIOBase, *,
          allow_pickle: bool = False, progress: bool = False,
-         incremental: bool = False) -> None:
+         incremental: bool = False, metadata: Mapping[str, str] | None = None) -> None:
     """Save an object graph, writing every array raw and once, atomically.
 
     Arrays (numpy, and torch CPU tensors) anywhere in ``obj`` are written
@@ -58,6 +60,12 @@ def save(obj: Any, path: str | os.PathLike[str] | io.RawIOBase | io.BufferedIOBa
             (shapes, dtypes, views), write only what changed since, in place
             and crash-safe; otherwise write a full checkpoint laid out for
             later incremental saves. See :doc:`/incremental`.
+        metadata: a few ``str -> str`` pairs stored as plain data in the
+            header, readable without loading the file
+            (``inspect(path).metadata``), and checked before anything is
+            loaded by ``load(..., expect_metadata=)``: say there what a file
+            is, so that a reader refuses a file of another kind before it
+            unpickles anything.
 
     Raises:
         NotDataError: (a TypeError) ``obj`` holds a value that is not data and
@@ -82,14 +90,16 @@ def save(obj: Any, path: str | os.PathLike[str] | io.RawIOBase | io.BufferedIOBa
     (3.0, True)
     """
     target = _target(obj, path, incremental)
+    meta = check_metadata_argument(metadata)
     if not isinstance(target, str):
-        _save_to_file_object(obj, target, allow_pickle, progress)
+        _save_to_file_object(obj, target, allow_pickle, progress, meta)
         return
     check_target(final_target(target), target)  # before encoding or writing anything
     if incremental:
-        incremental_save(obj, target, allow_pickle=allow_pickle, progress=progress)
+        incremental_save(obj, target, allow_pickle=allow_pickle, progress=progress,
+                         metadata=meta)
         return
-    _write(obj, target, target, allow_pickle, progress)
+    _write(obj, target, target, allow_pickle, progress, meta)
 
 
 def _target(obj: Any, path: Any, incremental: bool) -> Any:
@@ -115,12 +125,13 @@ def _target(obj: Any, path: Any, incremental: bool) -> Any:
                     f"not {type(path).__name__}")
 
 
-def _save_to_file_object(obj: Any, out: Any, allow_pickle: bool, progress: bool) -> None:
+def _save_to_file_object(obj: Any, out: Any, allow_pickle: bool, progress: bool,
+                         metadata: dict[str, str]) -> None:
     """Write the checkpoint to a private temporary file, then copy it to ``out``."""
     shown = f"<{type(out).__name__} {getattr(out, 'name', 'object')}>"
     with tempfile.TemporaryDirectory(prefix="namedschema-save-") as directory:
         name = os.path.join(directory, "checkpoint.nsb")
-        _write(obj, name, shown, allow_pickle, progress)
+        _write(obj, name, shown, allow_pickle, progress, metadata)
         with open(name, "rb") as f:
             shutil.copyfileobj(f, out, 1 << 20)
     flush = getattr(out, "flush", None)
@@ -128,9 +139,10 @@ def _save_to_file_object(obj: Any, out: Any, allow_pickle: bool, progress: bool)
         flush()
 
 
-def _write(obj: Any, path: str, shown: str, allow_pickle: bool, progress: bool) -> None:
+def _write(obj: Any, path: str, shown: str, allow_pickle: bool, progress: bool,
+           metadata: dict[str, str]) -> None:
     """A full save of ``obj`` to the file ``path`` (``shown`` names it in messages)."""
-    graph = encode_graph(obj, shown, allow_pickle)
+    graph = encode_graph(obj, shown, allow_pickle, metadata)
     plan = layout.plan(graph.encoder.arrays.entries, graph.pickle_bytes)
     pickle_entry = None if graph.not_data is None else PickleEntry(len(plan.blocks) - 1,
                                                                    str(graph.not_data))
@@ -138,7 +150,7 @@ def _write(obj: Any, path: str, shown: str, allow_pickle: bool, progress: bool) 
         Description(blocks=plan.blocks, arrays=plan.arrays,
                     schemas=tuple(graph.encoder.schemas), structure=graph.structure,
                     pickle=pickle_entry, checkpoint_id=uuid.uuid4().hex,
-                    features=features_of(graph.encoder.schemas)),
+                    features=features_of(graph.encoder.schemas), metadata=metadata),
         plan.tensors, name=shown)
     # The data starts after the header, whose checksums are known only once
     # the data is written: reserve the header's room (its fixed-width fields

@@ -1,40 +1,39 @@
-"""Which bytes of a checkpoint's blocks changed, and memory made so the kernel can tell.
+"""Which bytes of a checkpoint's blocks changed since the last save, leaving memory alone.
 
-Finding what changed without reading everything:
+Nothing here maps anything onto the checkpoint file: the arrays a program
+holds stay ordinary memory of that program, whatever happens to the file.
+For each block held in memory, the pages that may have changed (candidates)
+come from, in order of preference:
 
-* Memory that is a private mapping of the checkpoint file at the offset of
-  its block (a buffer loaded with ``mmap_mode='c'``, or memory remapped by an
-  earlier save, below) is compared by the kernel: pages written since they
-  were read from the file are the process's own copies, listed in
-  ``/proc/self/pagemap`` (``pages.py``). Nothing a program can do to such a
-  page escapes this: numpy, torch, C extensions and other threads all write
-  through the same page tables.
-* After a save, large blocks whose memory namedschema allocated itself
-  (``buffer_from_example``) or that already were a private file mapping are
-  replaced, at the same addresses, by a private mapping of the file just
-  written; the written pages of tracked mappings are dropped once saved, so
-  they read the file again. From then on they are tracked as above.
-* Everything else (small blocks, the partial pages at both ends of a block,
-  shared memory that other processes write, sparse views) is compared with
-  the file byte for byte. That reads it, so it costs time, but it never
-  misses a change.
+* write protection (``writeprotect``: userfaultfd async + PAGEMAP_SCAN),
+  armed at the last save to this file, for private memory: the kernel lists
+  the pages written since, by any route through this process's page tables;
+* the per-page CRC-32s of the last save (``baselines``): the portable
+  fallback, also for shared memory that other processes write;
+* for a private map of this very file at the block's offset (a buffer loaded
+  with ``mmap_mode='c'``), the pages the process has its own copy of
+  (``pages.written_pages``): the others are the file;
+* otherwise every page.
+
+Candidates are then copied aside (a private snapshot: the bytes the save
+writes, whatever the program does meanwhile) and compared with the file; only
+the byte runs that differ are written. Baselines are trusted only while the
+file is as this process's last save left it, so another writer (a second
+process, ``cp``, a truncation) can only make a save compare more, never miss.
 
 others_map     whether memory outside the saved object maps the file's data
-congruence     the page offset a block should have in the file to be trackable
+congruence     the page offset a block should have in the file
 Scan           finds the changed byte ranges of the blocks of one save
-Change         one changed range: block, offset, the new bytes
+Change         one changed range: block, offset, a private copy of the new bytes
 TooMuch        raised by Scan when more changed than its budget
-FileWindow     views of a file through a bounded, moving map
 crc_updates    new block CRC-32s and the journal pieces for a list of changes
-write_in_place copy changed data into the file through a shared map
-track_after_full_save    remap large blocks onto a file just written in full
-track_after_incremental  drop saved copies, remap untracked large blocks
+write_in_place write changed data into the file
+arm_for_full_save  arm write protection before a full save reads memory
 """
 
 from __future__ import annotations
 
 import ctypes
-import mmap
 import os
 import zlib
 from dataclasses import dataclass
@@ -42,26 +41,43 @@ from typing import Any
 
 import numpy as np
 
-from .. import _owned_memory
 from ..errors import FormatError
-from . import pages
+from . import baselines, pages, writeprotect
 from .blocks import MemorySpan
 from .constants import ALIGN
 from .crc import updated_crc
 from .header import Header
 
 __all__ = ["others_map", "congruence", "Scan", "Change", "TooMuch", "crc_updates",
-           "track_after_full_save", "track_after_incremental", "write_in_place", "FileWindow",
-           "MIN_TRACKED"]
+           "write_in_place", "MIN_TRACKED", "arm_for_full_save", "mode"]
 
 PAGE = pages.PAGE
-#: Blocks at least this large are placed in the file at the page offset of their memory.
+#: Blocks at least this large are placed in the file at the page offset of their memory,
+#: and tracked by write protection or page checksums.
 MIN_TRACKED = 64 * 1024
 _PIECE = 4 * 2**20          # bytes compared, read or journalled at a time
 #: Budget cost of one changed range, in bytes, for files of 1 GiB and more (smaller
 #: files: 1/16384 of their data, at least a page): per-range work (checksums,
-#: journal entry, in-place write, page hand-back) makes scattered changes dearer.
+#: journal entry, in-place write) makes scattered changes dearer.
 RANGE_COST = 64 * 1024
+#: Differing runs closer than this are written as one range.
+MERGE_GAP = 512
+#: Bytes are compared with the file in grains of this many (a multiple of 8).
+GRAIN = 64
+
+
+def mode() -> str:
+    """The tracking in force: ``writeprotect``, ``checksums`` or ``compare``.
+
+    ``NAMEDSCHEMA_TRACKING=checksums`` turns write protection off,
+    ``=compare`` page checksums too (every save compares with the file).
+    """
+    forced = os.environ.get("NAMEDSCHEMA_TRACKING", "auto")
+    if forced == "compare":
+        return "compare"
+    if forced in ("auto", "") and writeprotect.available():
+        return "writeprotect"
+    return "checksums"
 
 
 def congruence(source: Any, nbytes: int) -> int | None:
@@ -71,61 +87,18 @@ def congruence(source: Any, nbytes: int) -> int | None:
     return source.lo % PAGE if source.lo % ALIGN == 0 else 0
 
 
-def _may_remap(maps: list[pages.Mapping], lo: int, hi: int) -> bool | None:
-    """Whether ``[lo, hi)`` may be remapped: None if not, else whether it is writable.
-
-    Memory namedschema allocated, or memory wholly covered by private file
-    mappings (whose owner only ever unmaps them), may be.
-    """
-    if _owned_memory.owns(lo, hi):
-        return True
-    covered = pages.overlapping(maps, lo, hi)
-    if not covered or not all(m.private for m in covered):
-        return None
-    position = lo
-    for m in covered:
-        if m.lo != position:
-            return None
-        position = m.hi
-    if position != hi:
-        return None
-    writable = {m.writable for m in covered}
-    return writable.pop() if len(writable) == 1 else None
-
-
-def track_after_full_save(path, written, data_start, blocks, sources) -> None:
-    """Remap large blocks onto the file just written, so the next save sees what changes."""
-    if not pages.available():
-        return
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-    except OSError:
-        return
-    try:
-        st = os.fstat(fd)
-        if (st.st_dev, st.st_ino) != (written.st_dev, written.st_ino):
-            return  # replaced by someone else meanwhile
-        maps = pages.file_mappings()
-        for block, source in zip(blocks, sources, strict=True):
-            if congruence(source, block.nbytes) is None:
-                continue
-            _remap_block(maps, fd, data_start + block.start, source.lo, block.nbytes)
-    finally:
-        os.close(fd)
-
-
-def _remap_block(maps, fd: int, file_start: int, lo: int, nbytes: int) -> None:
-    delta = file_start - lo
-    first, last = lo + (-lo % PAGE), (lo + nbytes) // PAGE * PAGE
-    if delta % PAGE or last <= first:
-        return
-    writable = _may_remap(maps, first, last)
-    if writable is None:
-        return
-    try:
-        pages.remap(first, last - first, fd, first + delta, writable)
-    except OSError:
-        pass  # stays untracked: compared byte for byte at the next save
+def arm_for_full_save(sources: Any, nbytes: list[int]) -> list[baselines.Block | None]:
+    """Arm write protection on the large private blocks a full save is about to write."""
+    out: list[baselines.Block | None] = []
+    armed = mode() == "writeprotect"
+    for source, n in zip(sources, nbytes, strict=True):
+        if not isinstance(source, MemorySpan) or n < MIN_TRACKED:
+            out.append(None)
+            continue
+        token = writeprotect.arm(source.lo, source.lo + n) if armed and pages.private(
+            source.lo, source.lo + n) else None
+        out.append(baselines.Block(source.lo, n, token))
+    return out
 
 
 class TooMuch(Exception):
@@ -136,8 +109,8 @@ class TooMuch(Exception):
 class Change:
     block: int
     start: int                  # offset in the block
-    data: Any                   # the new bytes (a view of the caller's memory, or a copy)
-    forget: bool                # pages of a tracked mapping: drop them once saved
+    data: np.ndarray            # a private copy of the new bytes (uint8)
+    old_crc: int                # CRC-32 of the bytes they replace in the file
 
 
 def others_map(maps: list[pages.Mapping], dev: int, ino: int, spans: list[tuple[int, int]],
@@ -182,152 +155,192 @@ def _page_runs(flags: np.ndarray) -> list[tuple[int, int]]:
     return list(zip(edges[::2].tolist(), edges[1::2].tolist(), strict=True))
 
 
-class Scan:
-    """Finds the changed byte ranges of every block of one save."""
+def _byte_runs(differ: np.ndarray) -> list[tuple[int, int]]:
+    """(start, stop) runs where ``differ`` is True, in GRAIN-byte grains, close runs joined."""
+    n = differ.size
+    if n % GRAIN:
+        differ = np.concatenate((differ, np.zeros(-n % GRAIN, bool)))
+    grains = differ.view(np.uint64).reshape(-1, GRAIN // 8).any(axis=1)
+    edges = np.flatnonzero(np.diff(grains.view(np.int8), prepend=np.int8(0),
+                                   append=np.int8(0)))
+    starts, stops = edges[::2], edges[1::2]
+    if starts.size > 1:
+        keep = starts[1:] - stops[:-1] >= MERGE_GAP // GRAIN
+        starts = np.concatenate((starts[:1], starts[1:][keep]))
+        stops = np.concatenate((stops[:-1][keep], stops[-1:]))
+    return [(a * GRAIN, min(b * GRAIN, n))
+            for a, b in zip(starts.tolist(), stops.tolist(), strict=True)]
 
-    def __init__(self, fd: int, st: os.stat_result, old: Header, budget: int):
+
+class Scan:
+    """Finds the changed byte ranges of every block of one save.
+
+    ``blocks`` is the baseline the save leaves (``baselines.record`` it once
+    the save succeeded; a failed save must ``baselines.forget`` the file,
+    since write protection was re-armed here).
+    """
+
+    def __init__(self, fd: int, st: os.stat_result, old: Header, budget: int,
+                 real_path: str):
         self.fd, self.old = fd, old
         self.dev, self.ino = st.st_dev, st.st_ino
-        # Only the checkpoint's own mappings matter for tracking (a fast parse).
+        self.base = baselines.lookup(real_path, st, old)
+        self.mode = mode()
+        # This file's own mappings (a buffer loaded with mmap_mode='c'), by a fast parse.
         self.maps = pages.file_mappings(self.dev, self.ino) if pages.available() else []
         self.budget = budget
         self.changed = 0
         self.cost = 0               # estimated work, in bytes, against the budget
         # small files: a range costs less than a 64 KiB write (a full save is cheap too)
         self.range_cost = min(RANGE_COST, max(PAGE, old.data_bytes // 16384))
-        self.tracked = 0
+        self.tracked = 0            # bytes whose candidates came from the kernel
         self.changes: list[Change] = []
-        self._scratch = np.empty(_PIECE, np.uint8)
+        self.blocks: list[baselines.Block | None] = [None] * len(old.blocks)
+        self._old = np.empty(_PIECE, np.uint8)
+        self._new = np.empty(_PIECE, np.uint8)
 
     def _add(self, change: Change) -> None:
-        self.changed += memoryview(change.data).nbytes
-        self.cost += 2 * memoryview(change.data).nbytes + self.range_cost
+        self.changed += change.data.nbytes
+        self.cost += 2 * change.data.nbytes + self.range_cost
         if self.cost > self.budget:
             raise TooMuch
         self.changes.append(change)
 
-    def memory(self, index: int, lo: int, nbytes: int) -> list[tuple[int, int]]:
-        """Scan a block held in memory at ``lo``; return its untracked byte ranges."""
+    def memory(self, index: int, lo: int, nbytes: int) -> None:
+        """Scan block ``index``, held in memory at ``[lo, lo + nbytes)``."""
+        hi, phase = lo + nbytes, lo % PAGE
+        npages = (phase + nbytes + PAGE - 1) // PAGE
+        known = self.base.block(index, lo, nbytes) if self.base is not None else None
+        trackable = nbytes >= MIN_TRACKED and self.mode != "compare"
+        private = trackable and pages.private(lo, hi)
+        token = None
+        candidates: list[tuple[int, int]] | None = None     # page runs, block pages
+        if private and self.mode == "writeprotect":
+            runs = (writeprotect.scan(lo, hi, known.token)
+                    if known is not None and known.token is not None else None)
+            if runs is not None:
+                token = writeprotect.token(lo, hi)
+                base = lo - phase
+                candidates = [((a - base) // PAGE, (b - base) // PAGE) for a, b in runs]
+                self.tracked += sum(b - a for a, b in runs)
+                candidates = [(0, 1), *candidates, (npages - 1, npages)]  # partial pages
+            else:
+                token = writeprotect.arm(lo, hi)  # before reading: later writes are seen
         block = _raw(lo, nbytes)
-        file_start = self.old.block_file_start(index)
-        delta = file_start - lo
-        untracked, position = [], lo
-        for m in pages.overlapping(self.maps, lo, lo + nbytes):
-            if not (m.private and (m.dev, m.ino) == (self.dev, self.ino)
-                    and m.delta == delta):
+        digests = None
+        if token is None and trackable:
+            if known is not None and known.digests is not None:
+                digests = known.digests.copy()
+                if candidates is None:
+                    fresh = baselines.page_crcs(block, phase)
+                    candidates = _page_runs(fresh != digests)
+            elif candidates is None:
+                digests = np.zeros(npages, np.uint32)   # all pages are compared below
+        if candidates is None:
+            candidates = self._own_copies(index, lo, nbytes)
+            if digests is not None and candidates != [(0, npages)]:
+                digests = None  # pages left out are not read: no checksums for them
+        trim = token is not None and known is not None and known.token is not None
+        for a, b in _merge(candidates):
+            s, e = max(a * PAGE - phase, 0), min(b * PAGE - phase, nbytes)
+            for p in range(s, e, _PIECE):
+                q = min(p + _PIECE, e)
+                self._compare(index, p, block[p:q], phase, digests, trim)
+        self.blocks[index] = baselines.Block(lo, nbytes, token, digests)
+
+    def _own_copies(self, index: int, lo: int, nbytes: int) -> list[tuple[int, int]]:
+        """Page runs of a block that may differ from the file: all but pages still mapping it."""
+        phase, hi = lo % PAGE, lo + nbytes
+        npages = (phase + nbytes + PAGE - 1) // PAGE
+        delta = self.old.block_file_start(index) - lo
+        runs, position = [], 0
+        for m in pages.overlapping(self.maps, lo, hi):
+            if not (m.private and (m.dev, m.ino) == (self.dev, self.ino) and m.delta == delta):
                 continue
             first, last = m.lo + (-m.lo % PAGE), m.hi // PAGE * PAGE
             if last <= first:
                 continue
-            if first > position:
-                untracked.append((position - lo, first - lo))
-            position = last
+            fp, lp = (first - lo + phase) // PAGE, (last - lo + phase) // PAGE
+            if fp > position:
+                runs.append((position, fp))
             self.tracked += last - first
-            flags = pages.written_pages(first, (last - first) // PAGE)
-            for a, b in _page_runs(flags):
-                for s in range(first + a * PAGE, first + b * PAGE, _PIECE):
-                    e = min(s + _PIECE, first + b * PAGE)
-                    self._add(Change(index, s - lo, block[s - lo:e - lo], True))
-        if position < lo + nbytes:
-            untracked.append((position - lo, nbytes))
-        for s, e in untracked:
-            self._compare(index, s, e, lambda a, b: block[a:b], lo % PAGE, False)
-        return untracked
+            flags = pages.written_pages(first, lp - fp)
+            runs += [(fp + a, fp + b) for a, b in _page_runs(flags)]
+            position = lp
+        if position < npages:
+            runs.append((position, npages))
+        return runs
 
     def compact(self, index: int, source: Any) -> None:
         """Scan a block stored as a compact copy of a sparse view."""
         position = 0
         for chunk, _copy in source.chunks():
             data = np.frombuffer(chunk, np.uint8)
-            self._compare(index, position, position + data.nbytes,
-                          lambda a, b, data=data, p=position: data[a - p:b - p], 0, True)
+            for p in range(0, data.size, _PIECE):
+                self._compare(index, position + p, data[p:p + _PIECE], 0, None)
             position += data.nbytes
 
-    def _compare(self, index: int, start: int, stop: int, get, phase: int,
-                 copy: bool) -> None:
-        """Compare block bytes ``[start, stop)`` with the file, page by page.
+    def _compare(self, index: int, start: int, data: np.ndarray, phase: int,
+                 digests: np.ndarray | None, trim: bool = False) -> None:
+        """Snapshot ``data`` (block bytes from ``start``), compare it with the file, keep changes.
 
-        ``get(a, b)`` gives block bytes ``[a, b)``; ``phase`` is the page offset
-        of block byte 0 in memory; ``copy`` keeps a copy of changed bytes (for
-        buffers that ``get`` makes) rather than a view of the caller's memory.
+        ``phase`` is the page offset of block byte 0 in memory; ``digests``
+        (if given) receive the CRC-32 of each memory page the snapshot covers.
+        ``trim``: the kernel says every page of ``data`` was written; only its
+        first and last page are compared (to trim what did not change), the
+        rest is kept whole.
         """
-        file_start = self.old.block_file_start(index)
-        for s in range(start, stop, _PIECE):
-            e = min(s + _PIECE, stop)
-            new = get(s, e)
-            old: Any = self._scratch[:e - s]
-            if os.preadv(self.fd, [memoryview(old)], file_start + s) != e - s:
-                raise FormatError(f"{self.old.name!r}: file shrank during an incremental save")
-            differ = np.not_equal(new, old)
-            if not differ.any():
-                continue
-            # Page-granular runs, in memory pages.
-            lead = (phase + s) % PAGE
-            padded = np.zeros(lead + differ.size + (-(lead + differ.size) % PAGE), bool)
-            padded[lead:lead + differ.size] = differ
-            pages_differ: Any = padded.reshape(-1, PAGE).any(axis=1)
-            for a, b in _page_runs(pages_differ):
-                cs, ce = max(a * PAGE - lead, 0), min(b * PAGE - lead, e - s)
-                piece = new[cs:ce]
-                self._add(Change(index, s + cs, piece.copy() if copy else piece, False))
+        n = data.size
+        new, old = self._new[:n], self._old[:n]
+        np.copyto(new, data)          # what this save writes, whatever happens meanwhile
+        if os.preadv(self.fd, [old.data], self.old.block_file_start(index) + start) != n:
+            raise FormatError(f"{self.old.name!r}: file shrank during an incremental save")
+        if digests is not None:
+            first = (phase + start) // PAGE
+            crcs = baselines.page_crcs(new, (phase + start) % PAGE)
+            digests[first:first + crcs.size] = crcs
+        if trim:
+            k = min(PAGE, n)
+            head = np.flatnonzero(new[:k] != old[:k])
+            tail = np.flatnonzero(new[n - k:] != old[n - k:])
+            if not head.size and not tail.size and n <= 2 * PAGE:
+                return  # written, but back to what the file holds
+            a = int(head[0]) // GRAIN * GRAIN if head.size else k
+            b = n - k + int(tail[-1]) + 1 if tail.size else n - k
+            self._add(Change(index, start + a, new[a:b].copy(), zlib.crc32(old[a:b].data)))
+            return
+        differ = np.not_equal(new, old)
+        if not differ.any():
+            return
+        for a, b in _byte_runs(differ):
+            self._add(Change(index, start + a, new[a:b].copy(), zlib.crc32(old[a:b].data)))
 
 
-class FileWindow:
-    """Views of a file's bytes through a map of at most WINDOW bytes at a time.
-
-    Ranges must come in increasing order. Only one window is mapped at once,
-    so the pages it touches stay within a bound (they count as the process's
-    resident memory while mapped).
-    """
-
-    WINDOW = 32 * 2**20
-
-    def __init__(self, fd: int, size: int, writable: bool):
-        self.fd, self.size = fd, size
-        self.access = mmap.ACCESS_WRITE if writable else mmap.ACCESS_READ
-        self.mapped: mmap.mmap | None = None
-        self.start = self.stop = 0
-
-    def view(self, offset: int, n: int) -> memoryview:
-        """A view of file bytes ``[offset, offset + n)`` (released before the next call)."""
-        if self.mapped is None or offset < self.start or offset + n > self.stop:
-            self.close()
-            start = offset // mmap.ALLOCATIONGRANULARITY * mmap.ALLOCATIONGRANULARITY
-            length = min(max(self.WINDOW, offset + n - start), self.size - start)
-            self.mapped = mmap.mmap(self.fd, length, access=self.access, offset=start)
-            self.start, self.stop = start, start + length
-        return memoryview(self.mapped)[offset - self.start:offset - self.start + n]
-
-    def close(self) -> None:
-        if self.mapped is not None:
-            self.mapped.close()
-            self.mapped = None
+def _merge(runs: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Sorted, overlapping or touching page runs joined."""
+    out: list[tuple[int, int]] = []
+    for a, b in sorted(r for r in runs if r[1] > r[0]):
+        if out and a <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], b))
+        else:
+            out.append((a, b))
+    return out
 
 
-def crc_updates(fd: int, old: Header, changes: list[Change]) -> tuple[dict[int, int], list]:
+def crc_updates(old: Header, changes: list[Change]) -> tuple[dict[int, int], list]:
     """New CRC-32 per changed data block, and the journal pieces (file offset, bytes, crc).
 
-    The old bytes are read through a map of the file (no system call per range).
+    Each change carries the CRC-32 of the bytes it replaces (read by the scan),
+    so nothing is read here.
     """
     by_block: dict[int, list[tuple[int, int]]] = {}
     pieces = []
     starts = [old.block_file_start(i) for i in range(len(old.blocks))]
-    if os.fstat(fd).st_size < old.file_size:
-        raise FormatError(f"{old.name!r}: file shrank during an incremental save")
-    window = FileWindow(fd, old.file_size, writable=False)
-    try:
-        for c in changes:
-            data = memoryview(c.data).cast("B")
-            n = data.nbytes
-            file_off = starts[c.block] + c.start
-            new_crc = zlib.crc32(data)
-            before = window.view(file_off, n)
-            delta = zlib.crc32(before) ^ new_crc
-            before.release()
-            by_block.setdefault(c.block, []).append((c.start + n, delta))
-            pieces.append((file_off, data, new_crc))
-    finally:
-        window.close()
+    for c in changes:
+        data = c.data.data
+        new_crc = zlib.crc32(data)
+        by_block.setdefault(c.block, []).append((c.start + data.nbytes, c.old_crc ^ new_crc))
+        pieces.append((starts[c.block] + c.start, data, new_crc))
     crcs = {i: updated_crc(old.blocks[i].crc32, old.blocks[i].nbytes, sorted(ch))
             for i, ch in by_block.items()}
     return crcs, pieces
@@ -346,34 +359,3 @@ def write_in_place(fd: int, size: int, pieces: list) -> None:
         done = 0
         while done < view.nbytes:
             done += os.pwrite(fd, view[done:], offset + done)
-
-
-def track_after_incremental(scan: Scan, sources, fd: int, old: Header) -> None:
-    """Saved pages read the file again; untracked large blocks are remapped onto it."""
-    for c in scan.changes:
-        if c.forget:
-            lo = sources[c.block].lo + c.start
-            try:
-                pages.forget_pages(lo, memoryview(c.data).nbytes)
-            except OSError:
-                pass  # they stay the process's copies: saved again next time
-    # Only memory namedschema allocated can have become trackable since the last save.
-    untracked = [i for i, source in enumerate(sources)
-                 if congruence(source, old.blocks[i].nbytes) is not None
-                 and _owned_memory.owns(source.lo, source.lo + source.nbytes)
-                 and not any(m.ino == scan.ino and m.dev == scan.dev for m in
-                             pages.overlapping(scan.maps, source.lo,
-                                               source.lo + source.nbytes))]
-    if not untracked or not pages.available():
-        return
-    # A descriptor of its own: a map keeps its file open, and the save's one is locked.
-    own = os.open(f"/proc/self/fd/{fd}", os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-    maps = pages.file_mappings()
-    try:
-        for i in untracked:
-            _remap_block(maps, own, old.block_file_start(i), sources[i].lo,
-                         sources[i].nbytes)
-    finally:
-        os.close(own)
-
-

@@ -42,7 +42,7 @@ def _env_capture(env, ctx):
 
 
 def _env_restore(env, state, ctx):
-    if not state["picklable"]:
+    if not state["picklable"] or getattr(ctx, "new_envs", False):
         ctx.fresh_envs.append(env)
         return
     # Into the existing object: whoever holds the env keeps holding it.

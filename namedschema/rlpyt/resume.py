@@ -34,11 +34,11 @@ resumable      the one call
 from __future__ import annotations
 
 import contextlib
-import inspect
 import os
 import warnings
 
 from ..errors import NamedSchemaError
+from . import _resume_arguments as _arguments
 from . import state as _state
 from . import workers as _workers  # (also registers the parallel-sampler handler)
 
@@ -46,6 +46,8 @@ __all__ = ["resumable", "ResumeError", "ResumeWarning", "CHECKPOINT_KIND"]
 
 CHECKPOINT_KIND = "namedschema.rlpyt.resume"
 CHECKPOINT_VERSION = 1
+# Plain data in the file's header, checked before anything in the file is unpickled.
+_MARKER = {"kind": CHECKPOINT_KIND, "version": str(CHECKPOINT_VERSION)}
 
 # Runner classes resumable() drives, by rlpyt class name (subclasses included).
 _MINIBATCH = ("rlpyt.runners.minibatch_rl.MinibatchRl",
@@ -98,6 +100,7 @@ class _Context:
     def __init__(self, resume):
         self._resume = resume
         self.fresh_envs: list = []
+        self.new_envs = False   # accepted new env arguments: envs are not restored
 
     @property
     def traj_info_cls(self):
@@ -137,16 +140,25 @@ class _Gates:
 
 def _save_checkpoint(obj, path):
     import namedschema
-    kwargs = {}
-    if "allow_pickle" in inspect.signature(namedschema.save).parameters:
-        kwargs["allow_pickle"] = True
-    namedschema.save(obj, path, **kwargs)
+    namedschema.save(obj, path, allow_pickle=True, metadata=_MARKER)
 
 
 def _load_checkpoint(path):
+    """The resume state in ``path``, unpickled only once its header says it is one."""
     import namedschema
+    from namedschema.errors import UnexpectedKindError
     try:
-        data = namedschema.load(path, allow_pickle=True, mmap_mode="r")
+        data = namedschema.load(path, allow_pickle=True, mmap_mode="r",
+                                expect_metadata=_MARKER)
+    except UnexpectedKindError as exc:
+        if exc.metadata.get("kind") == CHECKPOINT_KIND:
+            raise ResumeError(f"resumable: {path} has resume-state version "
+                              f"{exc.metadata.get('version')!r}; this namedschema reads "
+                              f"{CHECKPOINT_VERSION} (nothing in it was loaded)") from exc
+        raise ResumeError(f"resumable: {path} is a namedschema checkpoint but not one "
+                          "written by namedschema.rlpyt.resumable (its header does not "
+                          "say so; nothing in it was loaded or unpickled); refusing to "
+                          "load or overwrite it (pass another path)") from exc
     except ModuleNotFoundError as exc:
         raise ResumeError(f"resumable: {path} needs module {exc.name!r} to load, which "
                           "cannot be imported here") from exc
@@ -162,8 +174,9 @@ def _load_checkpoint(path):
 
 
 class _Resume:
-    def __init__(self, runner, path, every_itrs, every_steps, checkpoint):
+    def __init__(self, runner, path, every_itrs, every_steps, checkpoint, accept=()):
         self.runner = runner
+        self.accept = accept
         self.path = os.fspath(path)
         self.every_itrs = every_itrs
         self.every_steps = every_steps
@@ -177,6 +190,8 @@ class _Resume:
         self.saves = 0
         self._originals = {name: getattr(runner, name)
                            for name in ("startup", "train", "shutdown")}
+        # The constructors' arguments, before rlpyt's startup changes anything.
+        self.arguments = _arguments.snapshot(self.components())
 
     # -- set-up -------------------------------------------------------------------
 
@@ -201,7 +216,8 @@ class _Resume:
         names = {k: _class_names(v)[0] for k, v in self.components().items()}
         spec = r.sampler.batch_spec
         return {"classes": names, "batch_T": int(spec.T), "batch_B": int(spec.B),
-                "world_size": int(getattr(r, "world_size", 1)), "n_itr": int(self.n_itr or 0)}
+                "world_size": int(getattr(r, "world_size", 1)), "n_itr": int(self.n_itr or 0),
+                "arguments": self.arguments}
 
     def _prepare(self):
         """Before rlpyt's startup (before sampler workers fork)."""
@@ -277,14 +293,28 @@ class _Resume:
                       f"run had {saved['n_itr']}: from iteration {self.start} on it "
                       "follows the new length")
         ctx = _Context(self)
+        reapply = self._changed_arguments(saved.get("arguments"), now["arguments"], ctx)
         try:
             for what, obj in self.components().items():
                 _state.restore(obj, checkpoint["state"][what], ctx, what)
         except _state.StateMismatchError as exc:
             raise ResumeError(f"resumable: {self.path} does not fit this run: {exc}") from exc
+        if reapply is not None:
+            reapply.apply()
         _state.set_rng_state(checkpoint["rng"])
         if self.start > 0:
             self._gate()
+
+    def _changed_arguments(self, saved, now, ctx):
+        """Refuse arguments that differ from the checkpoint's run, unless accepted."""
+        refusal, notes, reapply = _arguments.compare(saved, now, self.accept, self.path,
+                                                      self.components())
+        if refusal:
+            raise ResumeError(refusal)
+        for note in notes:
+            self.note(note)
+        ctx.new_envs = reapply is not None and reapply.new_envs
+        return reapply
 
     def _gate(self):
         r, g = self.runner, self.gates
@@ -495,7 +525,7 @@ def _started(runner) -> str | None:
     return None
 
 
-def resumable(runner, path, *, every_itrs=None, every_steps=None):
+def resumable(runner, path, *, every_itrs=None, every_steps=None, accept_changes=()):
     """Make an rlpyt runner resume from ``path``, and checkpoint to it as it trains.
 
     Call it on a runner that is built but not started, then call
@@ -517,6 +547,11 @@ def resumable(runner, path, *, every_itrs=None, every_steps=None):
     ``every_steps`` environment steps (rounded down to whole iterations,
     at least one), by default at every log interval, and at the end.
 
+    Resuming unpickles the checkpoint (models, optimizers and envs are
+    pickled): only resume from files you trust. A file is unpickled only
+    after its header (plain data) says it is a resume checkpoint of this
+    version; any other file at ``path`` is refused without being loaded.
+
     The resumed process must build the run the same way (same classes,
     sizes and arguments; the seed is taken from the checkpoint if the
     runner's is None). What cannot be restored exactly (envs that cannot be
@@ -530,6 +565,16 @@ def resumable(runner, path, *, every_itrs=None, every_steps=None):
         path: the checkpoint file; read if it exists, replaced at each save.
         every_itrs: checkpoint every this many iterations.
         every_steps: checkpoint every this many environment steps.
+        accept_changes: arguments that may differ from the checkpoint's run,
+            by name as the refusal lists them (``"algo.learning_rate"``,
+            ``"sampler.env_kwargs.lives"``; a name also covers what is below
+            it), or ``True`` for all. By default any difference in the
+            agent's, algorithm's or sampler's arguments is refused when
+            ``train()`` starts, naming each; an accepted one takes effect (a
+            new learning rate reaches the optimizer's parameter groups, new
+            env arguments build new envs that start new episodes) and is said
+            as a ResumeWarning. Arguments that shape the saved state
+            (``replay_size``, model arguments, classes) are always refused.
 
     Returns:
         ``runner`` itself, ready for ``train()``.
@@ -553,8 +598,12 @@ def resumable(runner, path, *, every_itrs=None, every_steps=None):
     if started:
         raise ResumeError(f"resumable: {type(runner).__name__} must not be started yet "
                           f"({started}); call resumable() before train()")
-    checkpoint = _load_checkpoint(path) if os.path.exists(path) else None
+    accept = _arguments.accepted(accept_changes)
+    if accept is None:
+        raise ResumeError("resumable: accept_changes must be True or names of arguments "
+                          f"such as 'algo.learning_rate', not {accept_changes!r:.100}")
+    checkpoint = _load_checkpoint(path) if os.path.lexists(path) else None
     cls = _AsyncResume if kind == "async" else _Resume
-    cls(runner, path, every_itrs, every_steps, checkpoint).install()
+    cls(runner, path, every_itrs, every_steps, checkpoint, accept).install()
     return runner
 

@@ -34,7 +34,7 @@ assert_type(namedschema.namedarraytuple_like(step), type[Step])
 assert_type(namedschema.__version__, str)
 
 # Instances are instances of the base classes and of tuple.
-nt: namedschema.NamedTuple = step
+nt: tuple[object, ...] = step  # namedschema.NamedTuple is typing.NamedTuple to checkers
 nat: namedschema.NamedArrayTuple = step
 pair_tuple: tuple[object, ...] = Pair(1, 2)
 

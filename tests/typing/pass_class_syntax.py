@@ -80,9 +80,12 @@ assert_type(Config._field_defaults, dict[str, Any])
 assert_type(Config._make([0.1, "x"]), Config)
 assert_type(c._asdict(), dict[str, Any])
 
-# Instances are tuples and schema instances; the classes are schemas.
+# Instances are tuples and schema instances; the classes are schemas. To checkers,
+# namedschema.NamedTuple is typing.NamedTuple (records unpack and index with their
+# fields' types), so an array tuple is a NamedArrayTuple and a tuple, not a NamedTuple.
 t: tuple[Any, ...] = c
-base: namedschema.NamedTuple = s
+record: namedschema.NamedTuple = c
+base: tuple[Any, ...] = s
 array_base: NamedArrayTuple = s
 
 

@@ -1,0 +1,87 @@
+"""``state_dict()`` results as checkpoint data, and back.
+
+torch's state dicts are almost data: ``OrderedDict`` s (a dict subclass), an
+optimizer's ``state`` keyed by parameter number (int keys), tuples, tensors,
+maybe on a GPU. :func:`to_data` turns them into what a checkpoint stores without
+pickle (str-keyed dicts, lists, tuples, numbers, arrays, CPU tensors), and
+:func:`from_data` turns that back into what ``load_state_dict`` expects, the
+tensors and arrays copied out of the loaded file. Values that are not data (a
+scheduler's function, say) raise :class:`NotDataValue` naming where they are,
+or, when pickling is allowed, are kept as they are.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import numpy as np
+
+__all__ = ["to_data", "from_data", "NotDataValue"]
+
+_KEYED = "namedschema.keyed"   # a dict whose keys are not all str: [[key, value], ...]
+_BIG_INT = "namedschema.int"   # an int beyond 64 bits, as decimal text
+_SCALARS = (bool, float, str, type(None), np.generic)
+
+
+class NotDataValue(TypeError):
+    """A value a checkpoint can only store by pickling; ``path`` says where it is."""
+
+    def __init__(self, path: str, value: Any):
+        self.path = path
+        super().__init__(f"{path} is a {type(value).__module__}.{type(value).__qualname__}, "
+                         "which is not data")
+
+
+def _torch() -> Any:
+    return sys.modules.get("torch")
+
+
+def to_data(value: Any, path: str, allow_pickle: bool = False) -> Any:
+    """``value`` as checkpoint data (see the module docstring)."""
+    torch = _torch()
+    if isinstance(value, _SCALARS) or isinstance(value, np.ndarray):
+        return value
+    if isinstance(value, int):
+        return value if -(1 << 63) <= value < 1 << 63 else {_BIG_INT: str(value)}
+    if torch is not None and isinstance(value, torch.Tensor):
+        return value.detach() if value.device.type == "cpu" else value.detach().cpu()
+    if isinstance(value, dict):
+        if all(isinstance(k, str) for k in value):
+            return {k: to_data(v, f"{path}[{k!r}]", allow_pickle) for k, v in value.items()}
+        return {_KEYED: [[to_data(k, f"{path} key", allow_pickle),
+                          to_data(v, f"{path}[{k!r}]", allow_pickle)]
+                         for k, v in value.items()]}
+    if isinstance(value, tuple) and not hasattr(value, "_fields"):
+        return tuple(to_data(v, f"{path}[{i}]", allow_pickle) for i, v in enumerate(value))
+    if isinstance(value, tuple):   # schema instances and named tuples are data as they are
+        return value
+    if isinstance(value, list):
+        return [to_data(v, f"{path}[{i}]", allow_pickle) for i, v in enumerate(value)]
+    if allow_pickle:
+        return value
+    raise NotDataValue(path, value)
+
+
+def from_data(value: Any) -> Any:
+    """What :func:`to_data` gave, back as state-dict values (arrays and tensors copied)."""
+    torch = _torch()
+    if isinstance(value, np.ndarray):
+        return np.array(value, copy=True)
+    if torch is not None and isinstance(value, torch.Tensor):
+        return value.clone()
+    if isinstance(value, dict):
+        if set(value) == {_KEYED}:
+            return {_key(from_data(k)): from_data(v) for k, v in value[_KEYED]}
+        if set(value) == {_BIG_INT}:
+            return int(value[_BIG_INT])
+        return {k: from_data(v) for k, v in value.items()}
+    if isinstance(value, tuple) and not hasattr(value, "_fields"):
+        return tuple(from_data(v) for v in value)
+    if isinstance(value, list):
+        return [from_data(v) for v in value]
+    return value
+
+
+def _key(key: Any) -> Any:
+    return tuple(key) if isinstance(key, list) else key
