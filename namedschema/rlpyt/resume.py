@@ -275,7 +275,12 @@ class _Resume:
             self.note(f"not exact: {reason}")
 
     def _verify_config(self):
-        self._verify_config_of(self.checkpoint["config"], self.config())
+        """Refuse a checkpoint of a run built differently, before anything is restored."""
+        saved, now = self.checkpoint["config"], self.config()
+        self._verify_config_of(saved, now)
+        self._reapply = self._changed_arguments(saved.get("arguments"), now["arguments"])
+        if self._reapply is not None and self._reapply.new_envs:
+            _workers.skip_env_states(self.runner.sampler)
 
     def _verify_config_of(self, saved, now):
         for key in ("classes", "batch_T", "batch_B", "world_size"):
@@ -293,7 +298,8 @@ class _Resume:
                       f"run had {saved['n_itr']}: from iteration {self.start} on it "
                       "follows the new length")
         ctx = _Context(self)
-        reapply = self._changed_arguments(saved.get("arguments"), now["arguments"], ctx)
+        reapply = self._reapply          # (from _verify_config)
+        ctx.new_envs = reapply is not None and reapply.new_envs
         try:
             for what, obj in self.components().items():
                 _state.restore(obj, checkpoint["state"][what], ctx, what)
@@ -305,7 +311,7 @@ class _Resume:
         if self.start > 0:
             self._gate()
 
-    def _changed_arguments(self, saved, now, ctx):
+    def _changed_arguments(self, saved, now):
         """Refuse arguments that differ from the checkpoint's run, unless accepted."""
         refusal, notes, reapply = _arguments.compare(saved, now, self.accept, self.path,
                                                       self.components())
@@ -313,7 +319,6 @@ class _Resume:
             raise ResumeError(refusal)
         for note in notes:
             self.note(note)
-        ctx.new_envs = reapply is not None and reapply.new_envs
         return reapply
 
     def _gate(self):
@@ -473,6 +478,7 @@ class _AsyncResume(_Resume):
         self._check()
         if self.checkpoint is not None:
             with _replay_write_lock(r.algo):
+                self._verify_config()
                 self._restore()
             r.algo.optimize_agent = _Offset(r.algo.optimize_agent, {0: self.itr_offset},
                                             {"sampler_itr": self.sampler_offset})

@@ -29,6 +29,7 @@ WorkerChannel           the queues and flag shared with the workers
 install                 give a sampler the resumable collector classes
 capture_workers         run a capture round, return every worker's state
 check_workers           run the check round: why the workers' envs are not exact
+skip_env_states         the workers' envs start anew (a resume with new env arguments)
 finish                  after training: stop watching (and stop workers left waiting)
 """
 
@@ -46,7 +47,7 @@ from . import state as _state
 from ._worker_guard import SamplerWorkerError, Watch, die_with_parent, report
 
 __all__ = ["WorkerChannel", "install", "capture_workers", "check_workers", "finish",
-           "SamplerWorkerError"]
+           "skip_env_states", "SamplerWorkerError"]
 
 _AGENT_MODELS = "rlpyt.agents.base.BaseAgent"   # models are shared, saved by the main
 _CAPTURE, _CHECK = 1, 2
@@ -63,6 +64,7 @@ class WorkerChannel:
         self.queue: Any = mp.Queue()         # worker -> main: states, check results
         self.errors: Any = mp.Queue()        # worker -> main: failures
         self.round = mp.RawValue("b", 0)     # _CAPTURE or _CHECK while a round runs
+        self.new_envs = mp.RawValue("b", 0)  # set: envs start anew (new env arguments)
         self.restore_states: dict = {}       # rank -> state; inherited by fork
         self.parent_pid = os.getpid()
         self.fork_thread_is_main = threading.current_thread() is threading.main_thread()
@@ -73,6 +75,7 @@ class _WorkerContext:
     def __init__(self, traj_info_cls):
         self.traj_info_cls = traj_info_cls
         self.fresh_envs: list = []
+        self.new_envs = False
 
     def note_once(self, message):
         print(f"namedschema.rlpyt: {message}", file=sys.stderr)
@@ -112,8 +115,9 @@ def _worker_check(collector):
     return reasons
 
 
-def _apply_worker_state(collector, saved, agent_inputs, traj_infos):
+def _apply_worker_state(collector, saved, agent_inputs, traj_infos, new_envs=False):
     ctx = _WorkerContext(collector.TrajInfoCls)
+    ctx.new_envs = new_envs
     envs_saved = next((v["envs"] for v in saved["collector"].values() if "envs" in v), None)
     if envs_saved is None or len(envs_saved) != len(collector.envs):
         ctx.note_once(f"sampler worker {collector.rank}: the checkpoint's worker had "
@@ -163,8 +167,8 @@ def resumable_collector_class(cls, channel):
         pending = channel.restore_states.pop(self.rank, None)
         if pending is not None:
             with _reported(channel, self.rank, "the resume (restoring its state)"):
-                agent_inputs, traj_infos = _apply_worker_state(self, pending, agent_inputs,
-                                                               traj_infos)
+                agent_inputs, traj_infos = _apply_worker_state(
+                    self, pending, agent_inputs, traj_infos, bool(channel.new_envs.value))
         mode = channel.round.value
         if mode == _CAPTURE:
             with _reported(channel, self.rank, "a capture round"):
@@ -219,6 +223,14 @@ def install(sampler, saved_workers=None) -> WorkerChannel:
                                                                    channel)
     sampler._namedschema_channel = channel
     return channel
+
+
+def skip_env_states(sampler) -> None:
+    """The workers' envs start anew instead of taking their saved states (the run was
+    resumed with new env arguments); before the workers' first round."""
+    channel = getattr(sampler, "_namedschema_channel", None)
+    if channel is not None:
+        channel.new_envs.value = 1
 
 
 def _workers_running(sampler) -> bool:
