@@ -136,6 +136,7 @@ def build(config):
     from tests.rlpyt_resume.envs import AtariLike, ContinuousLike, NoopAtariLike
     base, kind = split_config(config)
     n_steps, runner_cls, sampler_cls = 480, "MinibatchRl", SerialSampler
+    log_interval_steps = 64
     sampler_kwargs = dict(batch_T=4, batch_B=2, max_decorrelation_steps=10)
     runner_kwargs = {}
     parallel = kind in ("_cpu", "_gpu", "_alt")
@@ -228,6 +229,8 @@ def build(config):
                                   eval_max_steps=320 if parallel else 100,
                                   eval_max_trajectories=None if parallel else 2,
                                   eval_env_kwargs={})
+            if parallel:
+                log_interval_steps = 320   # an evaluation (of 320 steps) every 40 itrs
     else:
         raise SystemExit(f"unknown config {config}")
     if "eval_env_kwargs" in sampler_kwargs:
@@ -237,7 +240,7 @@ def build(config):
     module = async_rl if runner_cls.startswith("Async") else minibatch_rl
     runner = getattr(module, runner_cls)(
         algo=algo, agent=agent, sampler=sampler, n_steps=n_steps,
-        log_interval_steps=64, seed=7, **runner_kwargs)
+        log_interval_steps=log_interval_steps, seed=7, **runner_kwargs)
     return runner
 
 
@@ -352,6 +355,9 @@ def strip_times(what, state):
 
 
 def components_state(runner):
+    # Every run sees the same handlers, the parallel samplers' (registered by
+    # namedschema.rlpyt.workers, which resumable imports) included.
+    import namedschema.rlpyt.workers  # noqa: F401
     ctx = type("Ctx", (), {"fresh_envs": [], "traj_info_cls": runner.sampler.TrajInfoCls,
                            "note_once": lambda self, m: None})()
     return {what: strip_times(what, rstate.capture(
@@ -386,6 +392,20 @@ def views_intact(buffer):
     if tree is not None:
         pairs.append((tree.priorities, tree.tree))
     return [bool(np.shares_memory(a, b)) for a, b in pairs]
+
+
+def write_pids_after_startup(runner, path):
+    """The main and worker pids, written as soon as rlpyt's startup forked the workers
+    (before anything of a resume, which may fail)."""
+    startup = runner.startup
+
+    def startup_():
+        n_itr = startup()
+        with open(path, "w") as f:
+            json.dump({"main": os.getpid(),
+                       "workers": [w.pid for w in getattr(runner.sampler, "workers", [])]}, f)
+        return n_itr
+    runner.startup = startup_
 
 
 def inject_worker_failure(where):
@@ -455,6 +475,8 @@ def main(argv=None):
     if args.unpicklable_env:
         from tests.rlpyt_resume.envs import UnpicklableAtariLike
         runner.sampler.EnvCls = UnpicklableAtariLike
+    if args.pids_file:
+        write_pids_after_startup(runner, args.pids_file)
     resume = None
     if args.ckpt:
         from namedschema.rlpyt import resumable
@@ -472,12 +494,8 @@ def main(argv=None):
             roundtrip.update({k: digest(now[k]) == digest(strip_times(k, saved["state"][k]))
                               for k in now})
         rec.hook_components(runner)
-        workers = getattr(runner.sampler, "workers", [])
-        if args.pids_file:
-            with open(args.pids_file, "w") as f:
-                json.dump({"main": os.getpid(), "workers": [w.pid for w in workers]}, f)
         if args.kill_worker_at_itr is not None:
-            rec.kill_worker = (args.kill_worker_at_itr, workers[1].pid)
+            rec.kill_worker = (args.kill_worker_at_itr, runner.sampler.workers[1].pid)
         return n_itr
     runner.startup = startup_
     runner.train()
