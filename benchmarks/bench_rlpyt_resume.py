@@ -1,25 +1,33 @@
 #!/usr/bin/env python3
 """Cost of a ``namedschema.rlpyt.resumable`` checkpoint of an Atari-sized replay buffer.
 
-Builds rlpyt's ``PrioritizedReplayFrameBuffer`` (4-frame 84x84 uint8
-observations, the DQN/example_5 setting) of ``--steps`` steps (default 1e6:
-7.1 GB of frames) over ``--envs`` environments, fills it, and measures, each
-side in its own process:
+Builds rlpyt's ``PrioritizedReplayFrameBuffer`` (4-frame uint8 observations of
+``--frame`` pixels, default 104x80 as in the seed's run; 84x84 is the DQN
+paper's) of ``--steps`` steps (default 1e6: 8.3 GB of 104x80 frames) over
+``--envs`` environments, fills it, and measures, each side in its own process:
 
 save    capturing the buffer's state (what ``resumable`` does at a checkpoint)
         and ``namedschema.save`` of it, against the reference: writing the same
         arrays raw to one file with ``os.write`` and one ``fsync``
 resume  a fresh process that built the same empty buffer: ``namedschema.load``
-        (memory-mapped) of the checkpoint and the in-place restore, against
-        the reference: another fresh process's ``readinto`` of the raw file
-        straight into the arrays of its freshly built buffer
+        (memory-mapped, as ``resumable`` loads) of the checkpoint and the
+        in-place restore, against the reference: another fresh process's
+        ``readinto`` of the raw file straight into the arrays of its freshly
+        built buffer. Both read from disk: the files are dropped from the page
+        cache first (``posix_fadvise``; ``--warm`` keeps them). Peak resident
+        set (VmHWM) of both, against the buffer's bytes B: a resume must hold
+        the buffer once (issue 19: at most B + 10%).
 
-Save timings are best of ``--rounds``, resume timings one cold round; ratios are against the reference measured
-in the same run. Needs RLPYT_SRC (rlpyt's source tree) and about twice the
-buffer size in free disk and 1.2 times it in free memory.
+Save timings are best of ``--rounds``; resume and raw-read timings best of
+``--read-rounds`` fresh processes, alternated (each writes into a freshly built
+buffer once); ratios are against the reference measured
+in the same run. Needs RLPYT_SRC (rlpyt's source tree), about twice the buffer
+size in free disk and 1.2 times it in free memory. On a shared machine run it
+under ``flock /tmp/namedschema-bigmem.lock``.
 
     RLPYT_SRC=/path/to/rlpyt python benchmarks/bench_rlpyt_resume.py [--steps N]
-        [--envs B] [--rounds R] [--dir DIR] [--json FILE]
+        [--envs B] [--frame HxW] [--rounds R] [--read-rounds R] [--warm] [--dir DIR]
+        [--json FILE]
 """
 
 from __future__ import annotations
@@ -32,8 +40,10 @@ import sys
 import tempfile
 import textwrap
 
+from namedschema.bench.harness import rotated
+
 CHILD = r"""
-import json, os, resource, sys, time
+import json, os, sys, time
 sys.path.append(os.environ["RLPYT_SRC"])
 import numpy as np
 import namedschema
@@ -41,13 +51,15 @@ namedschema.patch_rlpyt()
 from rlpyt.replays.non_sequence.frame import PrioritizedReplayFrameBuffer
 from rlpyt.utils.collections import namedarraytuple
 from namedschema.rlpyt import state
+from namedschema.bench.harness import peak_rss
 
 steps, envs, directory, mode, rounds = (int(sys.argv[1]), int(sys.argv[2]), sys.argv[3],
                                         sys.argv[4], int(sys.argv[5]))
+H, W = (int(n) for n in sys.argv[6].split("x"))
 S = namedarraytuple("SamplesToBuffer", ["observation", "action", "reward", "done"])
 
 def build():
-    example = S(np.zeros((4, 84, 84), np.uint8), np.int64(0), np.float32(0), False)
+    example = S(np.zeros((4, H, W), np.uint8), np.int64(0), np.float32(0), False)
     return PrioritizedReplayFrameBuffer(example=example, size=steps, B=envs, discount=0.99,
                                         n_step_return=3, alpha=0.6, beta=0.4)
 
@@ -64,20 +76,26 @@ def arrays(obj):
                 walk(v)
     for v in vars(obj).values():
         walk(v)
-    # Views are written once (their base holds them).
+    # Views are written once, through the array owning their memory (the last
+    # array in the chain of bases: a buffer's memory may be a map under it).
     bases, seen = [], set()
     for a in out:
-        base = a if a.base is None else a.base
-        while isinstance(base, np.ndarray) and base.base is not None:
-            base = base.base
-        base = base if isinstance(base, np.ndarray) else a
-        if id(base) not in seen:
-            seen.add(id(base))
-            bases.append(base)
+        while isinstance(a.base, np.ndarray):
+            a = a.base
+        if id(a) not in seen:
+            seen.add(id(a))
+            bases.append(a)
     return bases
 
 def rss_mib():
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return peak_rss() / 2**20
+
+def resident_mib():
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
 
 ckpt = os.path.join(directory, "resume.nsc")
 raw = os.path.join(directory, "raw.bin")
@@ -88,7 +106,7 @@ result = {"build_s": built}
 if mode == "save":
     T = 1000
     rng = np.random.RandomState(0)
-    block = rng.randint(0, 255, (T, envs, 4, 84, 84), dtype=np.uint8)
+    block = rng.randint(0, 255, (T, envs, 4, H, W), dtype=np.uint8)
     t0 = time.perf_counter()
     for i in range(steps // (T * envs)):
         block[0, :, -1, 0, 0] = i % 251        # frames differ between batches
@@ -120,29 +138,46 @@ if mode == "save":
                   file_bytes=os.path.getsize(ckpt), peak_rss_mib=rss_mib())
 elif mode == "resume":
     # One round: a resume writes into a freshly built (untouched) buffer once.
+    before = resident_mib()
     t0 = time.perf_counter()
-    loaded = namedschema.load(ckpt, mmap_mode="r")
+    loaded = namedschema.load(ckpt, allow_pickle=True, mmap_mode="r")
     state.restore(buf, loaded["replay"], None, "replay")
     del loaded
     result.update(resume_s=time.perf_counter() - t0, peak_rss_mib=rss_mib(),
+                  rss_before_mib=before,
                   views=[bool(np.shares_memory(buf.samples_new_frames, buf.samples_frames)),
                          bool(np.shares_memory(buf.priority_tree.priorities,
                                                buf.priority_tree.tree))])
 else:
+    before = resident_mib()
     t0 = time.perf_counter()
     with open(raw, "rb", buffering=0) as f:
         for a in arrays(buf):
             view = memoryview(a).cast("B")
             while view:
                 view = view[f.readinto(view):]
-    result.update(raw_read_s=time.perf_counter() - t0, peak_rss_mib=rss_mib())
+    result.update(raw_read_s=time.perf_counter() - t0, peak_rss_mib=rss_mib(),
+                  rss_before_mib=before)
 print(json.dumps(result))
 """
 
 
+def _evict(directory):
+    """Drop the checkpoint and the raw file from the page cache: the reads hit the disk."""
+    for name in ("resume.nsc", "raw.bin"):
+        fd = os.open(os.path.join(directory, name), os.O_RDONLY)
+        try:
+            os.fdatasync(fd)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+
+
 def _child(mode, args, directory):
+    if mode != "save" and not args.warm:
+        _evict(directory)
     proc = subprocess.run([sys.executable, "-c", textwrap.dedent(CHILD), str(args.steps),
-                           str(args.envs), directory, mode, str(args.rounds)],
+                           str(args.envs), directory, mode, str(args.rounds), args.frame],
                           capture_output=True, check=False)
     if proc.returncode != 0:
         raise SystemExit(f"{mode} child failed:\n{proc.stderr.decode(errors='replace')}")
@@ -153,7 +188,12 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=1_000_000)
     parser.add_argument("--envs", type=int, default=8)
+    parser.add_argument("--frame", default="104x80", help="frame pixels, HxW")
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--read-rounds", type=int, default=1,
+                        help="resume and raw-read rounds, alternated (best of each)")
+    parser.add_argument("--warm", action="store_true",
+                        help="read the files from the page cache (default: from disk)")
     parser.add_argument("--dir", default=None, help="where to write (default: a temp dir)")
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
@@ -161,21 +201,39 @@ def main(argv=None):
         raise SystemExit("set RLPYT_SRC to rlpyt's source tree (the directory holding rlpyt/)")
     with tempfile.TemporaryDirectory(dir=args.dir) as directory:
         save = _child("save", args, directory)
-        resume = _child("resume", args, directory)
-        resume.update(raw_read_s=_child("raw-read", args, directory)["raw_read_s"])
+        runs: dict = {"resume": [], "raw-read": []}
+        for n in range(args.read_rounds):
+            for mode in rotated(runs, n):
+                runs[mode].append(_child(mode, args, directory))
+        resume = min(runs["resume"], key=lambda r: r["resume_s"])
+        raw = min(runs["raw-read"], key=lambda r: r["raw_read_s"])
+        resume.update(raw_read_s=raw["raw_read_s"], raw_peak_rss_mib=raw["peak_rss_mib"],
+                      raw_rss_before_mib=raw["rss_before_mib"],
+                      resume_all_s=[r["resume_s"] for r in runs["resume"]],
+                      raw_read_all_s=[r["raw_read_s"] for r in runs["raw-read"]],
+                      peak_rss_all_mib=[r["peak_rss_mib"] for r in runs["resume"]])
     gib = save["buffer_bytes"] / 2**30
-    print(f"PrioritizedReplayFrameBuffer, {args.steps:,} steps x 4x84x84 uint8 frames "
+    print(f"PrioritizedReplayFrameBuffer, {args.steps:,} steps x 4x{args.frame} uint8 frames "
           f"over {args.envs} envs: {gib:.2f} GiB of arrays, checkpoint file "
           f"{save['file_bytes'] / 2**30:.2f} GiB")
     print(f"checkpoint (capture + namedschema.save, synced): {save['save_s']:.2f} s "
           f"(capture {save['capture_s'] * 1e3:.1f} ms); raw write + fsync "
           f"{save['raw_write_s']:.2f} s; ratio {save['save_s'] / save['raw_write_s']:.2f}x")
-    print(f"resume (namedschema.load mmap + in-place restore): {resume['resume_s']:.2f} s; "
-          f"raw readinto {resume['raw_read_s']:.2f} s; "
+    cache = "page cache" if args.warm else "disk"
+    print(f"resume from {cache} (namedschema.load mmap + in-place restore): "
+          f"{resume['resume_s']:.2f} s; raw readinto {resume['raw_read_s']:.2f} s; "
           f"ratio {resume['resume_s'] / resume['raw_read_s']:.2f}x; views kept: "
           f"{resume['views']}")
-    print(f"peak RSS: saver {save['peak_rss_mib']:.0f} MiB, resumer "
-          f"{resume['peak_rss_mib']:.0f} MiB (buffer {save['buffer_bytes'] / 2**20:.0f} MiB)")
+    if args.read_rounds > 1:
+        print(f"  all rounds: resume {[round(t, 1) for t in resume['resume_all_s']]} s, raw "
+              f"{[round(t, 1) for t in resume['raw_read_all_s']]} s")
+    b = save["buffer_bytes"] / 2**20
+    print(f"peak RSS (VmHWM), buffer B = {b:.0f} MiB: saver {save['peak_rss_mib']:.0f} MiB; "
+          f"resumer {resume['peak_rss_mib']:.0f} MiB = {resume['peak_rss_mib'] / b:.3f} B "
+          f"(growth during the resume {resume['peak_rss_mib'] - resume['rss_before_mib']:.0f}"
+          f" MiB = {(resume['peak_rss_mib'] - resume['rss_before_mib']) / b:.3f} B); raw "
+          f"reader {resume['raw_peak_rss_mib']:.0f} MiB = "
+          f"{resume['raw_peak_rss_mib'] / b:.3f} B")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"save": save, "resume": resume, "args": vars(args)}, f, indent=1)

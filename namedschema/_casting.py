@@ -13,11 +13,13 @@ cast_checked     the cast array and that index (the cast done once, chunk by chu
 value_problem    why writing one value into a dtype would change it, or None
 describe_change  "70000 becomes 4464" for a message
 quiet_cast       a context without numpy's cast warnings (overflow, ComplexWarning)
+limits           (lowest, highest) value of an integer or float dtype
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import warnings
 from collections.abc import Iterator
@@ -25,7 +27,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["changed_at", "cast_checked", "value_problem", "describe_change", "quiet_cast"]
+__all__ = ["changed_at", "cast_checked", "value_problem", "describe_change", "quiet_cast",
+           "limits"]
 
 _CHUNK_ELEMENTS = 1 << 20   # checked a chunk at a time: bounded extra memory
 
@@ -103,37 +106,46 @@ def describe_change(src: Any, dtype: Any, index: tuple) -> str:
     return f"{value!r}{where} becomes {new!r}"
 
 
+@functools.lru_cache(maxsize=256)
+def limits(dtype: np.dtype) -> tuple:
+    """``(lowest, highest)`` value of an integer dtype; ``(-max, max)`` of a float one."""
+    if dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        return int(info.min), int(info.max)
+    top = float(np.finfo(dtype).max)
+    return -top, top
+
+
 def value_problem(value: Any, dtype: np.dtype) -> str | None:
     """Why writing the Python number ``value`` into ``dtype`` would change it, or None.
 
     Python numbers carry no dtype, so they are checked by value: an int must
     be held exactly (range, and 0/1 for bool), a float written into an
     integer or bool field must be a whole number in range, and one written
-    into a float field must not overflow; a complex needs a complex field
-    unless its imaginary part is 0.
+    into a float field must not overflow; a complex needs a complex field.
     """
     kind = dtype.kind
-    if isinstance(value, bool) or kind == "c":
+    if isinstance(value, bool):
         return None
+    if isinstance(value, complex):
+        if kind != "c":
+            return f"{value} is complex"
+        return value_problem(value.real, dtype) or value_problem(value.imag, dtype)
     if isinstance(value, int):
         if kind == "b":
             return None if value in (0, 1) else f"{value} is not 0 or 1"
         if kind in "iu":
-            info = np.iinfo(dtype)
-            return None if info.min <= value <= info.max else \
-                f"{value} is out of range [{info.min}, {info.max}]"
-        if kind == "f":
-            return None if abs(value) <= np.finfo(dtype).max else f"{value} overflows"
+            low, high = limits(dtype)
+            return None if low <= value <= high else \
+                f"{value} is out of range [{low}, {high}]"
+        if kind in "fc":
+            return None if abs(value) <= limits(dtype)[1] else f"{value} overflows"
         return None
-    if isinstance(value, complex):
-        if value.imag != 0:
-            return f"{value} has an imaginary part"
-        value = value.real
     if isinstance(value, float):
         if kind in "iub":
             if not math.isfinite(value) or value != int(value):
                 return f"{value} is not a whole number"
             return value_problem(int(value), dtype)
-        if kind == "f" and math.isfinite(value) and abs(value) > np.finfo(dtype).max:
+        if kind in "fc" and math.isfinite(value) and abs(value) > limits(dtype)[1]:
             return f"{value} overflows to inf"
     return None

@@ -23,6 +23,7 @@ from __future__ import annotations
 import linecache
 
 from ._instance import raise_read_error, raise_write_error
+from ._write_check import SCALAR_RULES, check_write
 
 __all__ = ["accessors_for", "compile_source", "MAX_UNROLLED_FIELDS"]
 
@@ -36,6 +37,12 @@ def _source(n: int) -> str:
     unpack = (", ".join(names) + ("," if n == 1 else "")) if n else "()"
     unpack_values = (", ".join(values) + ("," if n == 1 else "")) if n else "()"
     reads = "".join(f"None if {f} is None else {f}[loc], " for f in names)
+    # Writes field by field check first that every value's dtype is its
+    # field's very dtype (one identity test each); anything else (other
+    # dtypes, Python numbers, None, nested tuples) goes through _check_write,
+    # which refuses what would change a value before any field is written.
+    same = " and ".join(f"{v}.dtype is {f}.dtype" for f, v in zip(names, values, strict=True))
+    dtypes = "".join(f"{f}.dtype, " for f in names)
     lines = [
         "def __getitem__(self, loc):",
         f"    {unpack} = self",
@@ -47,17 +54,47 @@ def _source(n: int) -> str:
         "def __setitem__(self, loc, value):",
         f"    {unpack} = self",
         "    j = 0",
-        "    try:",
-        "        if isinstance(value, tuple) and (value.__class__ is self.__class__"
+        "    if isinstance(value, tuple) and (value.__class__ is self.__class__"
         " or getattr(value, '_fields', None) == self._fields):",
-        f"            {unpack_values} = value",
+        f"        {unpack_values} = value",
+        "        try:",
+        f"            same = {same or 'True'}",
+        "        except AttributeError:",
+        "            same = False",
+        "        if same:",  # no None field or value, all dtypes matching: just write
+        "            try:",
+    ]
+    for i, (f, v) in enumerate(zip(names, values, strict=True)):
+        lines += [f"                j = {i}"] * (i > 0) + [f"                {f}[loc] = {v}"]
+    lines += [
+        "                return",
+        "            except Exception as exc:",
+        "                _raise_write_error(self, j, loc, value, exc)",
+        "        _check_write(self, loc, value, True)",
+        "        try:",
     ]
     # ``j`` tracks the field being written, for the error message; it starts at 0.
     for i, (f, v) in enumerate(zip(names, values, strict=True)):
         lines += [f"            j = {i}"] * (i > 0) + [
                   f"            if {f} is not None or {v} is not None:",
                   f"                {f}[loc] = {v}"]
-    lines.append("            return")
+    lines += ["            return",
+              "        except Exception as exc:",
+              "            _raise_write_error(self, j, loc, value, exc)",
+              # A Python number broadcast within bounds that hold it in every
+              # field (remembered per number type and field dtypes) is not checked.
+              # 0 and 1 (also 0.0, 1.0, False, True) fit every dtype.
+              "    kind = value.__class__",
+              "    if not ((kind is _int or kind is _float or kind is _bool)"
+              " and (value == 0 or value == 1)):",
+              "        try:",
+              f"            low, high, whole = _rules[(kind, {dtypes})]",
+              "            fits = low <= value <= high and (not whole or value == int(value))",
+              "        except Exception:",
+              "            fits = False",
+              "        if not fits:",
+              "            _check_write(self, loc, value, False)",
+              "    try:"] + ["        pass"] * (n == 0)
     for i, f in enumerate(names):
         lines += [f"        j = {i}"] * (i > 0) + [
                   f"        if {f} is not None:",
@@ -82,7 +119,8 @@ def accessors_for(n_fields: int):
     pair = _cache.get(n_fields)
     if pair is None:
         namespace = {"_tuple_new": tuple.__new__, "_raise_read_error": raise_read_error,
-                     "_raise_write_error": raise_write_error}
+                     "_raise_write_error": raise_write_error, "_check_write": check_write,
+                     "_rules": SCALAR_RULES, "_int": int, "_float": float, "_bool": bool}
         code = compile_source(_source(n_fields),
                               f"<namedschema accessors for {n_fields} fields>")
         exec(code, namespace)

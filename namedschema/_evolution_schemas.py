@@ -152,7 +152,7 @@ class KeptField:
 
 @dataclass(frozen=True)
 class UpgradeReport:
-    """What :func:`upgrade` did; ``str()`` gives one line per saved schema.
+    """What :func:`namedschema.upgrade` did; ``str()`` gives one line per saved schema.
 
     ``kept_fields(path)`` returns the fields kept aside from the instance at
     ``path`` as a dict by name.

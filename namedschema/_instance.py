@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from types import GenericAlias
 from typing import TYPE_CHECKING, Any, NoReturn, Self, SupportsIndex, dataclass_transform
 
+from ._write_check import check_write
 from .errors import FieldError, field_error_class
 
 __all__ = ["NamedTuple", "NamedArrayTuple", "SchemaBaseMeta"]
@@ -147,6 +148,10 @@ class NamedArrayTuple(NamedTuple):
     same schema (``None`` fields stay ``None``; nested array tuples recurse).
     ``x[loc] = value`` writes field by field when ``value`` has the same
     fields, and otherwise writes ``value`` into every non-``None`` field.
+    A write casts at most by numpy's ``same_kind`` rule and never changes a
+    value (an int64 ``300`` into a uint8 field, ``0.7`` into an int field);
+    every field is checked before the first is written, so a refused write
+    leaves ``x`` untouched, and a named tuple of other fields is refused.
     ``x.get(i)`` is plain tuple indexing, ``x.items()`` yields
     ``(name, value)`` pairs and ``'name' in x`` tests field names.
     """
@@ -164,8 +169,12 @@ class NamedArrayTuple(NamedTuple):
 
     def __setitem__(self, loc: Any, value: Any) -> None:
         index = 0  # the loops below set it; the except clause reads it (B007 noqa)
+        same_fields = isinstance(value, tuple) and \
+            getattr(value, "_fields", None) == self._fields
+        # Every field is checked before the first is written (see _write_check).
+        check_write(self, loc, value, same_fields)
         try:
-            if isinstance(value, tuple) and getattr(value, "_fields", None) == self._fields:
+            if same_fields:
                 for index, (s, v) in enumerate(zip(self, value, strict=True)):  # noqa: B007
                     if s is not None or v is not None:
                         s[loc] = v

@@ -42,36 +42,33 @@ def leaves(tree: np.ndarray, capacity: int) -> np.ndarray:
     return tree[first:first + capacity]
 
 
-def _parents(tree: np.ndarray, index: np.ndarray, values: np.ndarray) -> np.ndarray:
-    """Set leaves ``index`` to ``values`` and return their distinct parents."""
-    nodes = index + tree.shape[0] // 2
-    tree[nodes] = values
-    return np.unique(nodes >> 1)
-
-
 def update_sum(tree: np.ndarray, index: np.ndarray, values: np.ndarray) -> None:
     """Set leaves ``index`` (of a sum tree) to ``values`` and update their ancestors.
 
     With repeated indices the last value wins, as for numpy assignment.
+    Ancestors shared by several leaves are recomputed once per leaf, from the
+    same children, so repeats cost time but never change the result.
     """
-    nodes = _parents(tree, index, values)
-    while nodes[0] >= 1:
+    half = tree.shape[0] // 2
+    nodes = index + half
+    tree[nodes] = values
+    while half > 1:
+        nodes = nodes >> 1
         left = nodes << 1
         tree[nodes] = tree[left] + tree[left + 1]
-        if nodes[0] == 1:
-            break
-        nodes = np.unique(nodes >> 1)
+        half >>= 1
 
 
 def update_min(tree: np.ndarray, index: np.ndarray, values: np.ndarray) -> None:
     """Set leaves ``index`` (of a min tree) to ``values`` and update their ancestors."""
-    nodes = _parents(tree, index, values)
-    while nodes[0] >= 1:
+    half = tree.shape[0] // 2
+    nodes = index + half
+    tree[nodes] = values
+    while half > 1:
+        nodes = nodes >> 1
         left = nodes << 1
         tree[nodes] = np.minimum(tree[left], tree[left + 1])
-        if nodes[0] == 1:
-            break
-        nodes = np.unique(nodes >> 1)
+        half >>= 1
 
 
 def find_prefix_sums(tree: np.ndarray, targets: np.ndarray) -> np.ndarray:

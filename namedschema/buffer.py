@@ -30,6 +30,7 @@ from typing import Any, TypeVar, overload
 import numpy as np
 
 from . import _owned_memory, _shared_memory
+from ._extras import extra_hint
 from ._factories import is_namedarraytuple, is_namedtuple, namedarraytuple_like
 from ._instance import NamedArrayTuple
 from .errors import BufferShapeError, StructureMismatchError, short_repr
@@ -43,7 +44,6 @@ __all__ = [
     "buffer_method", "buffer_func", "get_leading_dims",
 ]
 
-_TORCH_HINT = "install the torch extra: pip install namedschema[torch]"
 
 # Example class -> the array schema made for it, so buffers built from one
 # example type share one schema. Entries go when the example class does.
@@ -357,7 +357,7 @@ def _import_torch(func_name: str):
     except ImportError as exc:
         raise ModuleNotFoundError(
             f"namedschema.buffer.{func_name} needs PyTorch, which is not "
-            f"installed; {_TORCH_HINT}", name="torch") from exc
+            f"installed; {extra_hint('torch')}", name="torch") from exc
     return torch
 
 

@@ -1,4 +1,4 @@
-"""The ``namedschema`` command line: ``demo``, ``inspect`` and ``bench``.
+"""The ``namedschema`` command line: ``demo``, ``inspect``, ``verify`` and ``bench``.
 
 Also run as ``python -m namedschema``. User mistakes (a missing file, a file
 that is not a namedschema checkpoint, a bad option) print one line on stderr
@@ -95,27 +95,48 @@ def _run_inspect(args) -> int:
     return 0
 
 
+def _run_verify(args) -> int:
+    from .checkpoint.verifier import verify
+    from .errors import FormatError
+    try:
+        info = verify(args.path, progress=args.progress and sys.stderr.isatty())
+    except (FormatError, OSError) as exc:
+        if isinstance(exc, OSError) and exc.strerror:
+            message = f"{args.path}: {exc.strerror}"
+        else:
+            message = str(exc) if str(args.path) in str(exc) else f"{args.path}: {exc}"
+        print(f"namedschema verify: FAILED: {printable(message)}", file=sys.stderr)
+        return 1
+    print(f"{printable(str(args.path))}: ok, {info.data_bytes:,} bytes of data in "
+          f"{len(info.fields)} arrays match their checksums")
+    return 0
+
+
 def _run_bench(args) -> int:
     from .bench import run_bench
     try:
         return run_bench(args)
-    except ImportError as exc:  # --plot without matplotlib
+    except ImportError as exc:  # --plot without matplotlib (checked before the run)
         return _fail("namedschema bench", str(exc))
+    except OSError as exc:  # an output path that cannot be written (checked before the run)
+        return _fail("namedschema bench", printable(str(exc)))
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The parser of the ``namedschema`` command, with its three subcommands.
+    """The parser of the ``namedschema`` command, with its four subcommands.
 
     Each subcommand's parser stores its handler in ``func``.
     """
+    from .bench import TOPICS
     raw = argparse.RawDescriptionHelpFormatter
     parser = argparse.ArgumentParser(
         prog="namedschema", formatter_class=raw,
         description="Named tuples and named array tuples that pickle by value: "
-                    "a demo, a checkpoint inspector and the benchmarks.",
+                    "a demo, a checkpoint inspector and verifier, and the benchmarks.",
         epilog="examples:\n"
                "  namedschema demo                 # the resume scenario, 64 MB\n"
                "  namedschema inspect buffer.nsb   # what is inside a checkpoint\n"
+               "  namedschema verify buffer.nsb    # check every byte against its checksum\n"
                "  namedschema bench --quick        # every benchmark, tiny sizes\n\n"
                "'namedschema COMMAND --help' describes each command.")
     parser.add_argument("--version", action="version", version=f"namedschema {__version__}")
@@ -162,9 +183,25 @@ def build_parser() -> argparse.ArgumentParser:
     inspect.add_argument("path", metavar="PATH", help="file written by namedschema.save")
     inspect.set_defaults(func=_run_inspect)
 
+    verify = sub.add_parser(
+        "verify", formatter_class=raw, help="check every byte of a saved file against its "
+                                           "checksums",
+        description="Read every data block of a file written by namedschema.save and check "
+                    "it against its stored CRC-32 (inspect reads only the header, so it "
+                    "cannot see damaged data). Never unpickles anything, so it is safe on "
+                    "files you do not trust. Exit status 0 if the file is intact, 1 if it "
+                    "is damaged, truncated or not a namedschema file, 2 for usage errors.",
+        epilog="examples:\n"
+               "  namedschema verify replay.nsb\n"
+               "  namedschema verify run.nsc && cp run.nsc /backup/")
+    verify.add_argument("path", metavar="PATH", help="file written by namedschema.save")
+    verify.add_argument("--no-progress", dest="progress", action="store_false",
+                        help="no progress bar (none is shown when stderr is not a terminal)")
+    verify.set_defaults(func=_run_verify)
+
     bench = sub.add_parser(
         "bench", formatter_class=raw, help="run the benchmarks and print ratio tables",
-        description="Run every benchmark topic (core, pickling, buffer, checkpoint; each in "
+        description=f"Run every benchmark topic ({', '.join(TOPICS)}; each in "
                     "its own subprocess) and print tables of ratios against references "
                     "measured in the same run: stdlib namedtuple, pickle, np.save, joblib, "
                     "raw writes, and rlpyt's own types when RLPYT_SRC points at an rlpyt "
@@ -178,9 +215,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--json", metavar="FILE", help="write all results to FILE as JSON")
     bench.add_argument("--plot", metavar="FILE.png",
                        help="draw the ratios as bar charts (needs matplotlib: "
-                            "pip install 'namedschema[plot]')")
+                            "the plot extra)")
     bench.add_argument("--topics", metavar="NAME,...", type=_topic_list,
-                       help="run only these topics")
+                       help=f"run only these topics (of {', '.join(TOPICS)})")
     bench.add_argument("-v", "--verbose", action="store_true",
                        help="also show each topic's own output as it finishes")
     bench.set_defaults(func=_run_bench)

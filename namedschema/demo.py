@@ -166,13 +166,13 @@ def _resume_and_sample(replay, seed: int) -> str:
 def _child_load(method: str, path: str, seed: int) -> dict:
     """Run in the fresh interpreter: load, describe, hash, resume; return a report."""
     from . import _pickle
+    from .checkpoint import load  # imported before the clock starts: "load" is the load
     report: dict[str, Any] = {"schemas_before_load": _pickle.registered_schema_count()}
     start = time.perf_counter()
     if method == "pickle":
         with open(path, "rb") as f:
             state = pickle.load(f)
     else:
-        from .checkpoint import load
         state = load(path)
     report["load_s"] = time.perf_counter() - start
     report["peak_rss"] = peak_rss()
@@ -309,12 +309,16 @@ def _dump_then_load(dump_script: str, path: str, sys_path: str | None = None) ->
 
 
 class _Progress:
-    """A one-line progress bar on stderr (plain start/end lines when not a terminal)."""
+    """A one-line progress bar on stderr (plain start/end lines when not a terminal).
 
-    def __init__(self, label: str, total: int, enabled: bool):
+    ``bar=False`` shows only the final line: for a step that draws its own bar
+    (``namedschema.save(progress=True)``), so that one bar is on screen at a time.
+    """
+
+    def __init__(self, label: str, total: int, enabled: bool, bar: bool = True):
         self.label, self.total, self.done = label, max(int(total), 1), 0
         self.enabled = enabled
-        self.tty = enabled and sys.stderr.isatty()
+        self.tty = enabled and sys.stderr.isatty() and bar
         self.start = time.perf_counter()
         self._shown = -1
         if enabled and not self.tty:
@@ -335,9 +339,8 @@ class _Progress:
     def close(self) -> None:
         if self.enabled:
             elapsed = time.perf_counter() - self.start
-            end = "\r" if self.tty else ""
             if self.tty:
-                print(end, end="", file=sys.stderr)
+                print("\r", end="", file=sys.stderr)
             pad = " " * 30 if self.tty else ""  # overwrite the rest of the bar
             print(f"  {self.label:<34} done in {elapsed:.2f} s{pad}", file=sys.stderr,
                   flush=True)
@@ -438,11 +441,12 @@ def _scenario(capacity, workdir, seed, progress, out) -> int:
     # namedschema.save runs first: peak RSS only rises, so the later pickle's
     # extra copy cannot hide namedschema's (it would, the other way round).
     path = os.path.join(workdir, "replay.nsb")
-    bar = _Progress("save with namedschema.save", 1, progress)
+    own_bar = progress and sys.stderr.isatty()   # namedschema.save draws the bar itself
+    bar = _Progress("save with namedschema.save", 1, progress, bar=not own_bar)
     before = peak_rss()
     start = time.perf_counter()
     try:
-        ns_save(state, path, progress=progress and sys.stderr.isatty())
+        ns_save(state, path, progress=own_bar)
     except Exception as exc:  # noqa: BLE001 - reported as a failed check below
         save_error = f"{type(exc).__name__}: {exc}"
     elapsed = time.perf_counter() - start

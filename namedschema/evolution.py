@@ -131,7 +131,7 @@ def upgrade(obj, schemas, *, extra="error", casting="no", defaults=None, report=
             tensor in the structure views is never cast.
         defaults: extra defaults for fields the saved data lacks, as
             ``{"Typename.field": value}``; they win over the schema's own.
-        report: also return an :class:`UpgradeReport`.
+        report: also return an :class:`~namedschema.evolution.UpgradeReport`.
 
     Returns:
         The upgraded structure (the same object for lists, dicts and other

@@ -62,6 +62,25 @@ def _leaves(x: Any) -> list:
     return [] if x is None else [x]
 
 
+def _adoptable(array: Any) -> bool:
+    """Whether a loaded array can become a buffer's own: in memory, writable, C order.
+
+    Arrays that view a file map are copied instead: a later save to that file
+    could show through the pages the buffer has not written yet.
+    """
+    import mmap
+    if not (isinstance(array, np.ndarray) and array.flags.writeable
+            and array.flags.c_contiguous):
+        return False
+    base = array.base
+    while base is not None:
+        if isinstance(base, mmap.mmap):
+            return False
+        base = getattr(base, "base", None) if isinstance(base, np.ndarray) else \
+            getattr(base, "obj", None) if isinstance(base, memoryview) else None
+    return True
+
+
 def _count(value: Any, name: str, what: str, minimum: int) -> int:
     try:
         n = operator.index(value)
@@ -110,13 +129,18 @@ class ReplayBuffer:
 
     # -- writing ---------------------------------------------------------------------
 
-    def _length(self, batch: Any) -> int:
-        """The leading dimension shared by every array of ``batch``, checked."""
+    def _arrays(self, batch: Any) -> tuple[list, int]:
+        """The arrays of ``batch`` and their shared leading dimension, all checked.
+
+        Shapes must match the stored steps' and dtypes must cast to theirs
+        within their kind (numpy's ``same_kind``: no float into an int field),
+        so a bad batch is refused before anything is written.
+        """
         if not (isinstance(batch, tuple) and hasattr(batch, "_fields")):
             raise StructureMismatchError(f"{self._name}.extend(batch)", "a schema instance "
                                          "with a leading batch dimension",
                                          type(batch).__name__)
-        given = _leaves(batch)
+        given = [np.asarray(x) for x in _leaves(batch)]
         if len(given) != len(self._stored):
             raise StructureMismatchError(
                 f"{self._name}.extend(batch)", f"{len(self._stored)} arrays (fields "
@@ -124,36 +148,43 @@ class ReplayBuffer:
                 f"{type(batch).__name__} with {len(given)}")
         n = None
         for stored, value in zip(self._stored, given, strict=True):
-            shape = np.shape(value)
-            if len(shape) != stored.ndim or tuple(shape[1:]) != stored.shape[1:]:
+            shape = value.shape
+            if len(shape) != stored.ndim or shape[1:] != stored.shape[1:]:
                 raise BufferShapeError(
                     f"{self._name}.extend: an array of {type(batch).__name__} has shape "
                     f"{tuple(shape)}, expected (n, *{stored.shape[1:]}) (fields "
                     f"{type(batch)._fields})")
+            if not np.can_cast(value.dtype, stored.dtype, "same_kind"):
+                raise StructureMismatchError(
+                    f"{self._name}.extend(batch)", f"arrays castable to {stored.dtype}",
+                    f"{value.dtype} (fields {type(batch)._fields})")
             if n is None:
                 n = shape[0]
             elif shape[0] != n:
                 raise BufferShapeError(
                     f"{self._name}.extend: the arrays of {type(batch).__name__} have "
                     f"different leading dimensions ({n} and {shape[0]})")
-        return 0 if n is None else int(n)
+        return given, 0 if n is None else int(n)
 
-    def _write(self, batch: Any) -> np.ndarray:
-        """Write a batch at the cursor (wrapping); the positions written, in order."""
-        n = self._length(batch)
-        cap, start = self.capacity, self._cursor
+    def _write(self, batch: Any) -> tuple[int, int]:
+        """Write a batch at the cursor (wrapping); ``(start, n)`` of what was written.
+
+        The positions written are ``(start + arange(n)) % capacity``.
+        """
+        given, n = self._arrays(batch)
+        cap, start, skip = self.capacity, self._cursor, 0
         if n > cap:  # only the last ``capacity`` steps survive
-            batch = batch[n - cap:]
-            start = (start + n - cap) % cap
+            skip = n - cap
+            start = (start + skip) % cap
             n = cap
         first = min(n, cap - start)
-        if first:
-            self.storage[start:start + first] = batch[:first] if first < n else batch
-        if first < n:
-            self.storage[:n - first] = batch[first:]
+        for stored, value in zip(self._stored, given, strict=True):
+            stored[start:start + first] = value[skip:skip + first]
+            if first < n:
+                stored[:n - first] = value[skip + first:skip + n]
         self._cursor = (start + n) % cap
         self._size = min(cap, self._size + n)
-        return (start + np.arange(n)) % cap
+        return start, n
 
     def extend(self, batch: Any) -> None:
         """Append a batch of steps (a schema instance with a leading batch dimension)."""
@@ -203,6 +234,40 @@ class ReplayBuffer:
         """
         return {"storage": self.storage, "cursor": self._cursor, "size": self._size,
                 "rng": _rng_to_array(self._rng)}
+
+    @classmethod
+    def from_state_dict(cls, state: dict) -> Any:
+        """A new buffer holding ``state`` (from :meth:`state_dict`, maybe loaded from a file).
+
+        The example and capacity are read from the saved storage, so a process
+        that never defined the step's schema can continue the buffer. Arrays
+        loaded into memory (``namedschema.load`` without ``mmap_mode``) become the
+        buffer's own, without a copy; others (memory-mapped, read-only) are copied.
+        """
+        try:
+            storage = state["storage"]
+            leaves = _leaves(storage)
+            capacity = len(leaves[0])
+        except (KeyError, TypeError, IndexError) as exc:
+            raise ValueError(f"{cls.__name__}.from_state_dict: not a buffer state ({exc!r})") \
+                from None
+        if all(_adoptable(a) for a in leaves):
+            buffer = cls.__new__(cls)
+            buffer.capacity = _count(capacity, cls.__name__, "capacity", 1)
+            buffer.storage = storage
+            buffer._adopt(state)
+        else:
+            buffer = cls(storage[0], capacity, **cls._options(state))
+        buffer.load_state_dict(state)
+        return buffer
+
+    def _adopt(self, state: dict) -> None:
+        """Finish a buffer whose ``storage`` is loaded arrays (``from_state_dict``)."""
+        self._init_common(None)
+
+    @classmethod
+    def _options(cls, state: dict) -> dict:
+        return {}
 
     def load_state_dict(self, state: dict) -> None:
         """Put back what :meth:`state_dict` gave, writing into this buffer's arrays."""
@@ -280,9 +345,10 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         _sum_tree.update_min(self._min, index, values)
 
     def extend(self, batch: Any) -> None:
-        positions = self._write(batch)
-        if positions.size:
-            self._set(positions, np.full(positions.size, self._max_priority ** self.alpha))
+        start, n = self._write(batch)
+        if n:
+            positions = (start + np.arange(n)) % self.capacity
+            self._set(positions, np.full(n, self._max_priority ** self.alpha))
 
     def _added(self, position: int) -> None:
         self._set(np.array([position]), np.array([self._max_priority ** self.alpha]))
@@ -330,6 +396,23 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         state.update(sum_tree=self._sum, min_tree=self._min,
                      max_priority=self._max_priority, alpha=self.alpha, beta=self.beta)
         return state
+
+    @classmethod
+    def _options(cls, state: dict) -> dict:
+        return {"alpha": state.get("alpha", 0.6), "beta": state.get("beta", 0.4)}
+
+    def _adopt(self, state: dict) -> None:
+        super()._adopt(state)
+        self.alpha = self._exponent(state.get("alpha", 0.6), "alpha")
+        self.beta = self._exponent(state.get("beta", 0.4), "beta")
+        size = _sum_tree.tree_size(self.capacity)
+        trees: list[Any] = [state.get("sum_tree"), state.get("min_tree")]
+        self._sum, self._min = (
+            tree if _adoptable(tree) and tree.dtype == np.float64 and tree.shape == (size,)
+            else make(self.capacity)
+            for tree, make in zip(trees, (_sum_tree.new_sum_tree, _sum_tree.new_min_tree),
+                                  strict=True))
+        self._max_priority = 1.0
 
     def load_state_dict(self, state: dict) -> None:
         where = f"{self._name}.load_state_dict"

@@ -206,7 +206,7 @@ class RunCheckpoint:
 
         ``loop`` holds the loop's own variables that the next iteration needs
         (the current observation, say): after :meth:`restore` they are in
-        :attr:`loop`.
+        ``ckpt.loop``.
         """
         import namedschema
         kwargs: dict[str, Any] = {"incremental": self.incremental}
@@ -239,9 +239,9 @@ class RunCheckpoint:
 
         The names and kinds of what the run tracks are checked against the file
         before anything is written; a part that does not fit (other shapes)
-        raises :class:`RunCheckpointError` naming it. Envs that were not
-        captured are left as they are and listed in :attr:`restarted` (with a
-        :class:`RunCheckpointWarning`): reset them.
+        raises :class:`~namedschema.run_checkpoint.RunCheckpointError` naming it. Envs that were not
+        captured are left as they are and listed in ``ckpt.restarted`` (with a
+        :class:`~namedschema.run_checkpoint.RunCheckpointWarning`): reset them.
         """
         import namedschema
         if not os.path.exists(self.path):

@@ -35,8 +35,10 @@ import sys
 import tempfile
 import time
 import timeit
+import uuid
 from collections.abc import Sequence
 
+from .._extras import extra_hint
 from .harness import run_python
 
 __all__ = [
@@ -45,7 +47,7 @@ __all__ = [
 ]
 
 # Topics run in this order (each is a module of this package).
-TOPICS = ("core", "pickling", "buffer", "checkpoint", "incremental")
+TOPICS = ("core", "pickling", "buffer", "checkpoint", "incremental", "replay")
 
 RATIO_NOTE = ("ratio = value / reference value measured in the same run; "
               "for every metric here lower is better")
@@ -330,7 +332,10 @@ def write_json(path: str, topic: str, quick: bool, results: list, *,
 
 def _write_json_atomic(path: str, doc: dict) -> None:
     directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".bench-", suffix=".json", dir=directory)
+    # Created as open() creates files (0o666 less the umask), not mkstemp's private 0o600.
+    tmp = os.path.join(directory, f".bench-{os.getpid()}-{uuid.uuid4().hex}.json")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0),
+                 0o666)
     try:
         with os.fdopen(fd, "w") as f:
             json.dump(doc, f, indent=1)
@@ -455,12 +460,9 @@ def plot_results(documents: list, path: str) -> None:
         path: PNG file to write.
 
     Raises:
-        ImportError: matplotlib is not installed (``pip install namedschema[plot]``).
+        ImportError: matplotlib is not installed (the message says how to get it).
     """
-    try:
-        import matplotlib
-    except ImportError as exc:
-        raise ImportError("--plot needs matplotlib: pip install 'namedschema[plot]'") from exc
+    matplotlib = _import_matplotlib()
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter
@@ -507,8 +509,40 @@ def plot_results(documents: list, path: str) -> None:
     plt.close(fig)
 
 
+def _import_matplotlib():
+    try:
+        import matplotlib
+    except ImportError as exc:
+        raise ImportError("--plot needs matplotlib, which is not installed: "
+                          + extra_hint("plot")) from exc
+    return matplotlib
+
+
+def check_outputs(args) -> None:
+    """Refuse, before any benchmark runs, output paths that could not be written at the end.
+
+    Raises:
+        OSError: the folder of ``--json`` / ``--plot`` is missing or not writable, or
+            the path is a folder (the message names the option and the path).
+        ImportError: ``--plot`` is given and matplotlib cannot be imported.
+    """
+    for option, path in (("--json", args.json), ("--plot", args.plot)):
+        if not path:
+            continue
+        folder = os.path.dirname(os.path.abspath(path))
+        if os.path.isdir(path):
+            raise OSError(f"{option} {path}: is a folder; give a file name")
+        if not os.path.isdir(folder):
+            raise OSError(f"{option} {path}: the folder {folder} does not exist")
+        if not os.access(folder, os.W_OK | os.X_OK):
+            raise OSError(f"{option} {path}: the folder {folder} is not writable")
+    if args.plot:
+        _import_matplotlib()
+
+
 def run_bench(args) -> int:
     """Carry out ``namedschema bench`` for parsed arguments (see ``namedschema.cli``)."""
+    check_outputs(args)
     topics = args.topics or TOPICS
     documents, notes, ok = run_topics(topics, quick=args.quick, verbose=args.verbose)
     for doc in documents:

@@ -42,7 +42,7 @@ __all__ = ["CASES", "main"]
 
 CASES = ("save", "load")
 
-SAVERS = ("raw", "namedschema", "np.save", "pickle4", "pickle5", "np.savez", "joblib")
+SAVERS = ("raw", "namedschema", "namedschema incremental", "np.save", "pickle4", "pickle5", "np.savez", "joblib")
 LOADERS = ("np.load", "raw", "namedschema", "namedschema mmap", "np.load mmap",
            "pickle4", "pickle5", "np.savez", "joblib")
 # Contenders that need a package numpy and the standard library do not provide.
@@ -51,8 +51,9 @@ ROW_BYTES = ATARI_BYTES_PER_TRANSITION
 RAW_CHUNK = 16 * 2**20
 MIB = 2**20
 
-# Goals from the checkpoint issue: 0.8x of raw/np.load throughput, i.e. time
-# ratio at most 1.25; namedschema's extra memory under 64 MiB.
+# Goals: saves at 0.9x of raw throughput (time ratio at most 1.11; issue 20),
+# loads at 0.8x of np.load's (at most 1.25); namedschema's extra memory under 64 MiB.
+SAVE_TARGET = "<= 1.11"
 TIME_TARGET = "<= 1.25"
 MEMORY_LIMIT_MIB = 64
 
@@ -97,6 +98,14 @@ def _save(contender, samples, path):
     elif contender == "namedschema":
         import namedschema
         namedschema.save(samples, path)
+        return
+    elif contender == "namedschema incremental":  # the first, full save of incremental ones
+        import namedschema
+        from namedschema.checkpoint import incremental
+        if os.path.exists(path):
+            os.unlink(path)  # an earlier round's: this one must be a full save
+        namedschema.save(samples, path, incremental=True)
+        incremental.wait(path)
         return
     elif contender == "np.save":
         os.makedirs(path, exist_ok=True)
@@ -197,7 +206,7 @@ def _run_child(spec) -> dict:
 def _file_for(directory, contender):
     name = {"namedschema mmap": "namedschema", "np.load": "np.save",
             "np.load mmap": "np.save"}.get(contender, contender)
-    return os.path.join(directory, name.replace(".", "_") + ".bin")
+    return os.path.join(directory, name.replace(".", "_").replace(" ", "_") + ".bin")
 
 
 def _importable(module):
@@ -261,7 +270,8 @@ def main(argv=None) -> int:
                 is_ref = contender == "raw"
                 results.append(result("save", contender, "time", out["seconds"], "s",
                                       reference=None if is_ref else "raw", reference_value=ref,
-                                      target=TIME_TARGET if contender == "namedschema" else None))
+                                      target=SAVE_TARGET if contender.startswith("namedschema")
+                                      else None))
                 results.append(result("save", contender, "peak_extra_rss",
                                       max(out["rss_growth"], 0) / MIB, "MiB",
                                       reference=None if is_ref else "raw",

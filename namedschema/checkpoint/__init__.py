@@ -19,6 +19,9 @@ The package, one module per concern (each imports only those listed before it):
 * ``nodes``: the node kinds, each with encode, parse, decode and describe
 * ``pickled``: the pickle path for graphs that are not data
 * ``graph``: a graph encoded as nodes, or pickled when allowed (both ways of saving)
+* ``mapped``: arrays copied out of a read-only map holding at most a piece of it
+  (read from the file, or its pages released behind each piece): a resume
+  holds a buffer once, not once more as mapped file
 * ``blocks``: block I/O: chunked writes with CRC-32 and fdatasync, reads, maps
 * ``layout``: arrays grouped into blocks and placed in the file
 * ``atomic``: the atomic file writer (mode kept, symlinks followed) and the
@@ -198,6 +201,7 @@ from .constants import FORMAT_NAME, FORMAT_VERSION
 from .inspector import CheckpointInfo, FieldInfo, inspect
 from .loader import load
 from .saver import save
+from .verifier import verify
 
-__all__ = ["save", "load", "inspect", "CheckpointInfo", "FieldInfo",
+__all__ = ["save", "load", "inspect", "verify", "CheckpointInfo", "FieldInfo",
            "FORMAT_NAME", "FORMAT_VERSION"]

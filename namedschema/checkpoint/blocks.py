@@ -29,6 +29,7 @@ import numpy as np
 from .arrays import aligned_empty
 from .constants import ALIGN, CHUNK
 from .header import Header, fail
+from .mapped import remember_file
 
 # Every this many bytes a background fdatasync starts the disk writing what is
 # already in the page cache while later chunks are still being copied, so that
@@ -235,16 +236,20 @@ def check_crc(header: Header, index: int, value: int) -> None:
              f"{value:08x} does not match the stored {stored:08x}")
 
 
-def verify(header: Header, blocks_data: list) -> None:
+def verify(header: Header, blocks_data: list, progress: Progress | None = None) -> None:
     """Check every block's CRC-32 against the header."""
     for index, data in enumerate(blocks_data):
         value = 0
         for start in range(0, len(data), CHUNK):
-            value = zlib.crc32(data[start:start + CHUNK], value)
+            chunk = data[start:start + CHUNK]
+            value = zlib.crc32(chunk, value)
+            if progress is not None:
+                progress.advance(len(chunk))
         check_crc(header, index, value)
 
 
-def read_blocks(f: BinaryIO, header: Header, verify: bool) -> list[np.ndarray]:
+def read_blocks(f: BinaryIO, header: Header, verify: bool,
+                progress: Progress | None = None) -> list[np.ndarray]:
     """Read every block into a new array; with ``verify``, check the checksums too.
 
     The checksums run in a worker thread behind the reads (they only read
@@ -266,6 +271,8 @@ def read_blocks(f: BinaryIO, header: Header, verify: bool) -> list[np.ndarray]:
                 if verify:
                     checks.append(pool.submit(crc.update, view[done:done + got]))
                 done += got
+                if progress is not None:
+                    progress.advance(got)
             crcs.append(crc)
             blocks_data.append(block)
         for check in checks:
@@ -283,6 +290,8 @@ def map_blocks(f: BinaryIO, header: Header, mode: str) -> list[np.ndarray]:
     mapped = mmap.mmap(f.fileno(), 0, access=MMAP_ACCESS[mode])
     if len(mapped) < header.file_size:
         fail(header.name, "is truncated: the file shrank while it was being mapped")
+    if mode == "r":
+        remember_file(mapped, f.fileno())   # copies out of it read the file directly
     tensor_blocks = {a.block for a in header.arrays if a.torch is not None}
     private = None
     if mode == "r" and tensor_blocks:

@@ -15,7 +15,7 @@ from .opening import file_errors, open_checkpoint
 
 @dataclass(frozen=True)
 class FieldInfo:
-    """One stored array as :func:`inspect` reports it.
+    """One stored array as :func:`namedschema.inspect` reports it.
 
     Attributes:
         path: dotted field path, such as ``Traj.obs.pos``.
@@ -38,7 +38,7 @@ class FieldInfo:
 
 @dataclass(frozen=True)
 class CheckpointInfo:
-    """What :func:`inspect` found in a checkpoint's header; ``str()`` is a tree.
+    """What :func:`namedschema.inspect` found in a checkpoint's header; ``str()`` is a tree.
 
     Attributes:
         path: the file inspected.
@@ -150,7 +150,7 @@ def inspect(path: str | os.PathLike[str]) -> CheckpointInfo:
         path: the checkpoint file.
 
     Returns:
-        A :class:`CheckpointInfo`; ``print`` it for a tree of the structure
+        A :class:`~namedschema.checkpoint.CheckpointInfo`; ``print`` it for a tree of the structure
         with every field's dtype, shape and size.
 
     Raises:

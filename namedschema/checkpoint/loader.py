@@ -17,7 +17,7 @@ from ..errors import (
 from ..evolution import upgrader
 from . import pickled
 from .arrays import make_arrays
-from .blocks import MMAP_ACCESS, map_blocks, read_blocks, verify
+from .blocks import MMAP_ACCESS, Progress, map_blocks, read_blocks, verify
 from .header import fail, read_header
 from .incremental import reading, recover
 from .metadata import check_metadata_argument
@@ -28,7 +28,7 @@ from .opening import file_errors, open_checkpoint
 def load(path: str | os.PathLike[str] | BinaryIO, *, mmap_mode: Literal["r", "r+", "c"] | None = None,
          allow_pickle: bool = False, verify: bool = False, schemas: Any = None,
          extra: str = "error", casting: str = "no", defaults: Any = None,
-         report: bool = False, expect_metadata: Any = None) -> Any:
+         report: bool = False, expect_metadata: Any = None, progress: bool = False) -> Any:
     """Load a checkpoint written by :func:`save`.
 
     Arrays that were views of one another come back as views of one block.
@@ -61,6 +61,8 @@ def load(path: str | os.PathLike[str] | BinaryIO, *, mmap_mode: Literal["r", "r+
             header, before any data is read or anything unpickled. Pass it
             with ``allow_pickle=True`` so that only files of the kind you
             wrote are ever unpickled.
+        progress: show a progress bar on stderr (counting the bytes read, or
+            checked with ``mmap_mode`` and ``verify``), as ``save`` does.
 
     Returns:
         The saved object graph; with ``report=True`` (and ``schemas``)
@@ -85,10 +87,11 @@ def load(path: str | os.PathLike[str] | BinaryIO, *, mmap_mode: Literal["r", "r+
     if schemas is None:
         if report:
             raise TypeError("load: report=True needs schemas=")
-        return _load(_source(path, mmap_mode), mmap_mode, allow_pickle, verify, expected)
+        return _load(_source(path, mmap_mode), mmap_mode, allow_pickle, verify, expected,
+                     progress)
     evolve = upgrader(schemas, extra=extra, casting=casting, defaults=defaults)
     source = _source(path, mmap_mode)
-    graph = _load(source, mmap_mode, allow_pickle, verify, expected)
+    graph = _load(source, mmap_mode, allow_pickle, verify, expected, progress)
     # New fields take their leading shape from the file: bounded by what it holds.
     size = source.size if isinstance(source, _Window) else os.stat(source).st_size
     try:
@@ -154,14 +157,14 @@ class _Window:
 
 
 def _load(source: Any, mmap_mode: str | None, allow_pickle: bool, check: bool,
-          expected: dict[str, str]) -> Any:
+          expected: dict[str, str], progress: bool = False) -> Any:
     if isinstance(source, _Window):
         name = source.shown
         with file_errors(name):
             window = cast(BinaryIO, source)  # reads and seeks as a file does
             header = read_header(window, name, source.size)
             _refuse(header, name, allow_pickle, expected)
-            blocks_data = read_blocks(window, header, check)
+            blocks_data = read_blocks(window, header, check, _bar(header, "loading", progress))
         source.seek(source.size)  # after the checkpoint, as np.load leaves a file
         return _rebuild(header, blocks_data, name)
     name = source
@@ -171,12 +174,16 @@ def _load(source: Any, mmap_mode: str | None, allow_pickle: bool, check: bool,
         header = read_header(f, name, os.fstat(f.fileno()).st_size)
         _refuse(header, name, allow_pickle, expected)
         if mmap_mode is None:
-            blocks_data = read_blocks(f, header, check)
+            blocks_data = read_blocks(f, header, check, _bar(header, "loading", progress))
         else:
             blocks_data = map_blocks(f, header, mmap_mode)
             if check:
-                verify(header, blocks_data)
+                verify(header, blocks_data, _bar(header, "verifying", progress))
     return _rebuild(header, blocks_data, name)
+
+
+def _bar(header: Any, label: str, enabled: bool) -> Progress:
+    return Progress(sum(int(b.nbytes) for b in header.blocks), label, enabled)
 
 
 def _refuse(header: Any, name: str, allow_pickle: bool, expected: dict[str, str]) -> None:

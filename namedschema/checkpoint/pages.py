@@ -14,6 +14,8 @@ Mapping        one file-backed mapping: addresses, file, offset, private or shar
 file_mappings  every file-backed mapping of this process
 overlapping    the mappings that cover parts of an address range, clipped to it
 written_pages  per-page flags: written since the page was last read from the file
+entries        raw pagemap entries of a page range
+own_copies     the same flags from entries read before and after write protection
 private        whether an address range lies wholly in private mappings
 PAGE           the page size
 
@@ -32,7 +34,7 @@ from functools import cache
 import numpy as np
 
 __all__ = ["available", "Mapping", "file_mappings", "overlapping", "written_pages",
-           "private", "PAGE"]
+           "entries", "own_copies", "private", "PAGE"]
 
 PAGE = mmap.PAGESIZE
 _PRESENT, _SWAPPED, _FILE = np.uint64(1 << 63), np.uint64(1 << 62), np.uint64(1 << 61)
@@ -113,19 +115,42 @@ def overlapping(maps: list[Mapping], lo: int, hi: int) -> list[Mapping]:
     return [m.clipped(lo, hi) for m in maps if m.lo < hi and m.hi > lo]
 
 
+def entries(lo: int, npages: int) -> np.ndarray:
+    """The raw pagemap entries of the ``npages`` pages from page-aligned ``lo``."""
+    with open("/proc/self/pagemap", "rb", buffering=0) as f:
+        raw = os.pread(f.fileno(), npages * 8, (lo // PAGE) * 8)
+    if len(raw) != npages * 8:
+        raise OSError(f"short read of /proc/self/pagemap at {lo:#x}")
+    return np.frombuffer(raw, np.uint64)
+
+
+def _own(e: np.ndarray) -> np.ndarray:
+    return (((e & _PRESENT) != 0) & ((e & _FILE) == 0)) | ((e & _SWAPPED) != 0)
+
+
 def written_pages(lo: int, npages: int) -> np.ndarray:
     """For the ``npages`` pages from page-aligned ``lo``: True where the process has its own copy.
 
     In a private file mapping that is exactly the pages written since they
     were last read from the file (swapped-out copies included).
     """
-    with open("/proc/self/pagemap", "rb", buffering=0) as f:
-        raw = os.pread(f.fileno(), npages * 8, (lo // PAGE) * 8)
-    if len(raw) != npages * 8:
-        raise OSError(f"short read of /proc/self/pagemap at {lo:#x}")
-    entries = np.frombuffer(raw, np.uint64)
-    present = (entries & _PRESENT) != 0
-    return (present & ((entries & _FILE) == 0)) | ((entries & _SWAPPED) != 0)
+    return _own(entries(lo, npages))
+
+
+def own_copies(before: np.ndarray, after: np.ndarray) -> np.ndarray:
+    """Own copies of a private file mapping from its entries before and after write-protecting.
+
+    Write protection turns untouched pages into markers that pagemap shows
+    as swapped, so after it only present anonymous pages are sure to be
+    copies; together with the copies seen before, a page written in between
+    is still caught (unless also swapped out in those microseconds and
+    untouched before: a page that was present before and shows swapped after
+    counts as a copy).
+    """
+    present_before = (before & _PRESENT) != 0
+    present_after = (after & _PRESENT) != 0
+    return _own(before) | (present_after & ((after & _FILE) == 0)) | (
+        present_before & ((after & _SWAPPED) != 0))
 
 
 def private(lo: int, hi: int) -> bool:

@@ -39,6 +39,15 @@ class _Pickler(pickle.Pickler):
         self._arrays = arrays
         self._names = names
 
+    def reducer_override(self, obj: Any) -> Any:
+        # Classes are pickled by name: refuse rlpyt's that no fresh process can
+        # find (rlpyt issue #111), rather than write a file that cannot load.
+        if isinstance(obj, type) and (getattr(obj, "__module__", None) or "").startswith(
+                "rlpyt"):
+            from ..rlpyt._lazy_globals import refuse_unloadable
+            refuse_unloadable(obj)
+        return NotImplemented
+
     def persistent_id(self, obj: Any) -> Any:
         if not is_storable(obj):
             return None

@@ -155,12 +155,17 @@ def _page_runs(flags: np.ndarray) -> list[tuple[int, int]]:
     return list(zip(edges[::2].tolist(), edges[1::2].tolist(), strict=True))
 
 
-def _byte_runs(differ: np.ndarray) -> list[tuple[int, int]]:
-    """(start, stop) runs where ``differ`` is True, in GRAIN-byte grains, close runs joined."""
-    n = differ.size
-    if n % GRAIN:
-        differ = np.concatenate((differ, np.zeros(-n % GRAIN, bool)))
-    grains = differ.view(np.uint64).reshape(-1, GRAIN // 8).any(axis=1)
+def _byte_runs(new: np.ndarray, old: np.ndarray) -> list[tuple[int, int]]:
+    """(start, stop) runs where ``new`` and ``old`` differ, in GRAIN-byte grains, runs
+    closer than MERGE_GAP joined. Compared as 64-bit words (both start 8-aligned)."""
+    n = new.size
+    whole = n // GRAIN * GRAIN
+    grains = np.not_equal(new[:whole].view(np.uint64), old[:whole].view(np.uint64)).reshape(
+        -1, GRAIN // 8).any(axis=1)
+    if whole < n:
+        grains = np.append(grains, bool(np.not_equal(new[whole:], old[whole:]).any()))
+    if not grains.any():
+        return []
     edges = np.flatnonzero(np.diff(grains.view(np.int8), prepend=np.int8(0),
                                    append=np.int8(0)))
     starts, stops = edges[::2], edges[1::2]
@@ -215,6 +220,7 @@ class Scan:
         private = trackable and pages.private(lo, hi)
         token = None
         candidates: list[tuple[int, int]] | None = None     # page runs, block pages
+        mapped = None
         if private and self.mode == "writeprotect":
             runs = (writeprotect.scan(lo, hi, known.token)
                     if known is not None and known.token is not None else None)
@@ -225,6 +231,7 @@ class Scan:
                 self.tracked += sum(b - a for a, b in runs)
                 candidates = [(0, 1), *candidates, (npages - 1, npages)]  # partial pages
             else:
+                mapped = self._mapped_pages(index, lo, nbytes)   # before arming (see pages)
                 token = writeprotect.arm(lo, hi)  # before reading: later writes are seen
         block = _raw(lo, nbytes)
         digests = None
@@ -237,34 +244,41 @@ class Scan:
             elif candidates is None:
                 digests = np.zeros(npages, np.uint32)   # all pages are compared below
         if candidates is None:
-            candidates = self._own_copies(index, lo, nbytes)
+            if mapped is None:
+                mapped = self._mapped_pages(index, lo, nbytes)
+            candidates = self._own_copies(npages, mapped)
             if digests is not None and candidates != [(0, npages)]:
                 digests = None  # pages left out are not read: no checksums for them
-        trim = token is not None and known is not None and known.token is not None
         for a, b in _merge(candidates):
             s, e = max(a * PAGE - phase, 0), min(b * PAGE - phase, nbytes)
             for p in range(s, e, _PIECE):
                 q = min(p + _PIECE, e)
-                self._compare(index, p, block[p:q], phase, digests, trim)
+                self._compare(index, p, block[p:q], phase, digests)
         self.blocks[index] = baselines.Block(lo, nbytes, token, digests)
 
-    def _own_copies(self, index: int, lo: int, nbytes: int) -> list[tuple[int, int]]:
-        """Page runs of a block that may differ from the file: all but pages still mapping it."""
+    def _mapped_pages(self, index: int, lo: int, nbytes: int) -> list:
+        """Where the block's memory privately maps this file at its offset (a load with
+        ``mmap_mode='c'``): ``(first page, stop page, address, pagemap entries)``."""
         phase, hi = lo % PAGE, lo + nbytes
-        npages = (phase + nbytes + PAGE - 1) // PAGE
         delta = self.old.block_file_start(index) - lo
-        runs, position = [], 0
+        out = []
         for m in pages.overlapping(self.maps, lo, hi):
             if not (m.private and (m.dev, m.ino) == (self.dev, self.ino) and m.delta == delta):
                 continue
             first, last = m.lo + (-m.lo % PAGE), m.hi // PAGE * PAGE
-            if last <= first:
-                continue
-            fp, lp = (first - lo + phase) // PAGE, (last - lo + phase) // PAGE
+            if last > first:
+                fp, lp = (first - lo + phase) // PAGE, (last - lo + phase) // PAGE
+                out.append((fp, lp, first, pages.entries(first, lp - fp)))
+        return out
+
+    def _own_copies(self, npages: int, mapped: list) -> list[tuple[int, int]]:
+        """Page runs that may differ from the file: all but pages still mapping it."""
+        runs, position = [], 0
+        for fp, lp, first, before in mapped:
             if fp > position:
                 runs.append((position, fp))
-            self.tracked += last - first
-            flags = pages.written_pages(first, lp - fp)
+            self.tracked += (lp - fp) * PAGE
+            flags = pages.own_copies(before, pages.entries(first, lp - fp))
             runs += [(fp + a, fp + b) for a, b in _page_runs(flags)]
             position = lp
         if position < npages:
@@ -281,14 +295,11 @@ class Scan:
             position += data.nbytes
 
     def _compare(self, index: int, start: int, data: np.ndarray, phase: int,
-                 digests: np.ndarray | None, trim: bool = False) -> None:
+                 digests: np.ndarray | None) -> None:
         """Snapshot ``data`` (block bytes from ``start``), compare it with the file, keep changes.
 
         ``phase`` is the page offset of block byte 0 in memory; ``digests``
         (if given) receive the CRC-32 of each memory page the snapshot covers.
-        ``trim``: the kernel says every page of ``data`` was written; only its
-        first and last page are compared (to trim what did not change), the
-        rest is kept whole.
         """
         n = data.size
         new, old = self._new[:n], self._old[:n]
@@ -299,20 +310,7 @@ class Scan:
             first = (phase + start) // PAGE
             crcs = baselines.page_crcs(new, (phase + start) % PAGE)
             digests[first:first + crcs.size] = crcs
-        if trim:
-            k = min(PAGE, n)
-            head = np.flatnonzero(new[:k] != old[:k])
-            tail = np.flatnonzero(new[n - k:] != old[n - k:])
-            if not head.size and not tail.size and n <= 2 * PAGE:
-                return  # written, but back to what the file holds
-            a = int(head[0]) // GRAIN * GRAIN if head.size else k
-            b = n - k + int(tail[-1]) + 1 if tail.size else n - k
-            self._add(Change(index, start + a, new[a:b].copy(), zlib.crc32(old[a:b].data)))
-            return
-        differ = np.not_equal(new, old)
-        if not differ.any():
-            return
-        for a, b in _byte_runs(differ):
+        for a, b in _byte_runs(new, old):
             self._add(Change(index, start + a, new[a:b].copy(), zlib.crc32(old[a:b].data)))
 
 

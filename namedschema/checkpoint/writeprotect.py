@@ -10,8 +10,13 @@ pages and marks them again in the same call, atomically, so a write can never
 fall between listing and re-arming. Memory stays ordinary memory of this
 process: nothing is mapped onto a file.
 
-What it cannot see: writes through another process's page tables (shared
-memory written by another process) -- callers track only private mappings.
+Pages dropped with ``madvise(MADV_DONTNEED)`` (they read zero again) are
+reported as written too (their entries are gone; a test covers it). What it
+cannot see: writes through another process's page tables (shared memory
+written by another process) -- callers track only private mappings.
+The userfaultfd is opened with ``UFFD_USER_MODE_ONLY`` (no handler ever runs,
+so kernel-mode faults need none), which Linux also grants to unprivileged
+processes when ``vm.unprivileged_userfaultfd`` is 0.
 A fork child loses the registration (no ``UFFD_FEATURE_EVENT_FORK``): its
 state here is dropped at fork.
 
@@ -90,6 +95,7 @@ def _drop_in_child() -> None:
                 pass
     _state = _State()
     _open.cache_clear()
+    _probe.cache_clear()  # the child may open a userfaultfd of its own
 
 
 os.register_at_fork(after_in_child=_drop_in_child)

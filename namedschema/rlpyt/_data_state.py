@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._rng_state import rng_state, set_rng_state
+from ..checkpoint.mapped import copy_from_map
 from ._registry import StateMismatchError
 
 __all__ = ["data_state", "restore_data_state", "copy_into", "fresh_copy", "is_tensor",
@@ -122,7 +123,9 @@ def copy_into(target, value, where):
         raise StateMismatchError(
             f"{where}: checkpoint has {src.dtype} {src.shape}, the built run "
             f"{target.dtype} {target.shape} (was it built with other sizes?)")
-    np.copyto(target, src, casting="no")
+    # In pieces, releasing a mapped checkpoint's pages behind them: a resume
+    # holds the buffer once, not once in memory and once as mapped file.
+    copy_from_map(target, src)
 
 
 def restore_data_state(obj, state: dict, where: str, _written=None) -> None:
@@ -194,7 +197,9 @@ def fresh_copy(value):
     if is_tensor(value):
         return value.clone()
     if isinstance(value, np.ndarray):
-        return np.array(value, copy=True)
+        out = np.empty_like(value)
+        copy_from_map(out, value)   # as copy_into: the mapped pages are released
+        return out
     return value
 
 

@@ -8,12 +8,14 @@ rlpyt's own classes live in ``_learner_handlers`` and ``_sampling_handlers``;
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 __all__ = ["Handler", "StateMismatchError", "handler_key", "register_handler",
-           "handlers_for", "capture", "restore", "prepare", "check"]
+           "handlers_for", "capture", "restore", "prepare", "check", "handlers_below",
+           "owned_attributes", "writable_copy"]
 
 class StateMismatchError(ValueError):
     """A checkpoint's state does not fit the freshly built component (config changed)."""
@@ -37,6 +39,12 @@ class Handler:
     restore: Callable[[Any, dict, Any], None]
     check: Callable[[Any, Any], list] | None = None
     prepare: Callable[[Any, Any], None] | None = None
+    # Instance attributes this handler captures and restores itself: the
+    # handlers of base classes leave them alone (an env's emulator, say).
+    attributes: tuple = ()
+    # Whether restore() gets writable copies of the state's arrays; False
+    # hands over the checkpoint's (read-only, mapped) arrays as they are.
+    writable: bool = True
 
 
 _HANDLERS: dict[str, Handler] = {}
@@ -47,14 +55,26 @@ def handler_key(cls) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"
 
 
-def register_handler(cls, capture, restore, check=None, prepare=None) -> None:
+def register_handler(cls, capture, restore, check=None, prepare=None, *,
+                     attributes=(), writable=False) -> None:
     """Handle the state that class ``cls`` (a class or ``"module.QualName"``) adds.
 
     Handlers of every class in a component's MRO run, base classes first, so
-    a handler covers only what its own class adds.
+    a handler covers only what its own class adds, and its ``restore`` has
+    the last word. ``attributes`` names instance attributes the handler
+    captures and restores itself: base-class handlers leave them alone (the
+    generic env handler neither pickles nor replaces them). ``restore`` gets
+    the captured dict as loaded (arrays of the checkpoint, read-only, no
+    copy), or with writable copies of its arrays if ``writable``: rlpyt's own
+    handlers copy into existing memory and need no copies; the public
+    ``namedschema.rlpyt.register_handler`` asks for them by default.
+    Registering a class again replaces its handler.
     """
     key = cls if isinstance(cls, str) else handler_key(cls)
-    _HANDLERS[key] = Handler(capture, restore, check, prepare)
+    if isinstance(attributes, str):
+        attributes = (attributes,)
+    _HANDLERS[key] = Handler(capture, restore, check, prepare, tuple(attributes),
+                             bool(writable))
 
 
 def handlers_for(obj) -> list[tuple[str, Handler]]:
@@ -65,6 +85,36 @@ def handlers_for(obj) -> list[tuple[str, Handler]]:
         if handler is not None:
             found.append((handler_key(cls), handler))
     return found
+
+
+def handlers_below(obj, key: str) -> list[tuple[str, Handler]]:
+    """The handlers of ``obj``'s classes more derived than the class of ``key``."""
+    found = handlers_for(obj)
+    keys = [k for k, _ in found]
+    return found[keys.index(key) + 1:] if key in keys else found
+
+
+def owned_attributes(obj, key: str) -> set:
+    """Attributes that handlers more derived than ``key``'s capture themselves."""
+    return {name for _, handler in handlers_below(obj, key) for name in handler.attributes}
+
+
+def writable_copy(value):
+    """``value`` with every array in its dicts, lists and tuples copied (writable)."""
+    import numpy as np
+    if isinstance(value, np.ndarray):
+        return np.array(value, copy=True)
+    if type(value) is dict:
+        return {k: writable_copy(v) for k, v in value.items()}
+    if type(value) is list:
+        return [writable_copy(v) for v in value]
+    if isinstance(value, tuple):
+        items = [writable_copy(v) for v in value]
+        return type(value)(*items) if hasattr(value, "_fields") else type(value)(items)
+    module = sys.modules.get("torch")
+    if module is not None and isinstance(value, module.Tensor):
+        return value.clone()
+    return value
 
 
 def capture(obj, ctx) -> dict:
@@ -90,7 +140,8 @@ def restore(obj, state: dict, ctx, what: str, partial: bool = False) -> None:
             raise StateMismatchError(
                 f"{what}: the checkpoint has no state for {key} (was the run built "
                 f"with a different {type(obj).__name__}?)")
-        handler.restore(obj, state[key], ctx)
+        handler.restore(obj, writable_copy(state[key]) if handler.writable else state[key],
+                        ctx)
 
 
 def prepare(obj, state: dict | None) -> None:

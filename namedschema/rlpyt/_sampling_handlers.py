@@ -9,6 +9,7 @@ import collections
 import copy
 import pickle
 
+from . import _registry
 from ._data_state import (
     copy_into,
     data_state,
@@ -17,6 +18,7 @@ from ._data_state import (
     restore_data_state,
     traj_infos_state,
 )
+from ._portable import retype
 from ._registry import StateMismatchError, capture, check, handler_key, register_handler, restore
 
 __all__ = ["install", "is_async_sampler"]
@@ -24,21 +26,52 @@ __all__ = ["install", "is_async_sampler"]
 
 # -- envs, collectors, samplers ----------------------------------------------------
 
-def _env_check(env, ctx):
+_ENV_KEY = "rlpyt.envs.base.Env"
+
+
+def _picklable(value) -> bool:
     try:
-        pickle.dumps(vars(env), protocol=pickle.HIGHEST_PROTOCOL)
+        pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception:
+        return False
+    return True
+
+
+def _env_attributes(env):
+    """``(attributes to pickle, names left to subclass handlers, why not picklable)``.
+
+    Attributes that handlers of subclasses take care of (their ``attributes``)
+    are left out. If the rest cannot be pickled and a subclass has a handler
+    that did not say which attributes it takes care of, the attributes that
+    fail are left to it; otherwise the env cannot be saved.
+    """
+    owned = _registry.owned_attributes(env, _ENV_KEY)
+    attrs = {k: v for k, v in vars(env).items() if k not in owned}
+    try:
+        pickle.dumps(attrs, protocol=pickle.HIGHEST_PROTOCOL)
+        return attrs, sorted(owned), None
     except Exception as exc:
+        why = f"{type(exc).__name__}: {exc}"
+    if not any(not h.attributes for _, h in _registry.handlers_below(env, _ENV_KEY)):
+        return None, sorted(owned), why
+    left = {k for k, v in attrs.items() if not _picklable(v)}
+    return ({k: v for k, v in attrs.items() if k not in left}, sorted(owned | left), None)
+
+
+def _env_check(env, ctx):
+    attrs, _, why = _env_attributes(env)
+    if attrs is None:
         return [f"env {type(env).__name__}: its attributes cannot be pickled "
-                f"({type(exc).__name__}: {exc}); on resume it starts a new episode"]
+                f"({why}); on resume it starts a new episode (register a handler "
+                "for its class: namedschema.rlpyt.register_handler)"]
     return []
 
 
 def _env_capture(env, ctx):
-    try:
-        pickle.dumps(vars(env), protocol=pickle.HIGHEST_PROTOCOL)
-    except Exception:
+    attrs, left, _ = _env_attributes(env)
+    if attrs is None:
         return {"picklable": False}
-    return {"picklable": True, "attributes": dict(vars(env))}
+    return {"picklable": True, "attributes": attrs, "left": left, "order": list(vars(env))}
 
 
 def _env_restore(env, state, ctx):
@@ -47,8 +80,15 @@ def _env_restore(env, state, ctx):
         return
     # Into the existing object: whoever holds the env keeps holding it.
     # Deep copies: nothing of the env stays backed by the loaded checkpoint.
+    # What subclass handlers restore stays as the freshly built env has it.
+    # The attributes in the saved order, as the env had them.
+    kept = {name: vars(env)[name] for name in state["left"] if name in vars(env)}
+    saved = copy.deepcopy(state["attributes"])
+    order = list(state["order"]) + [n for n in kept if n not in state["order"]]
+    attributes = {n: saved[n] if n in saved else kept[n] for n in order
+                  if n in saved or n in kept}
     vars(env).clear()
-    vars(env).update(copy.deepcopy(state["attributes"]))
+    vars(env).update(attributes)
 
 
 def _collector_capture(collector, ctx):
@@ -85,7 +125,8 @@ def _serial_sampler_capture(sampler, ctx):
 def _serial_sampler_restore(sampler, state, ctx):
     # Replaced, not written into: the collector makes new AgentInputs (with
     # the agent's action dtype) every batch, so nothing else holds them.
-    sampler.agent_inputs = fresh_copy(state["agent_inputs"])
+    # With rlpyt's own classes (the checkpoint holds schemas: see _portable).
+    sampler.agent_inputs = retype(fresh_copy(state["agent_inputs"]), sampler.agent_inputs)
     copy_into(sampler.samples_np, state["samples_np"], "sampler.samples_np")
     sampler.traj_infos = make_traj_infos(state["traj_infos"], sampler.TrajInfoCls)
     restore(sampler.collector, state["collector"], ctx, "sampler.collector")

@@ -31,6 +31,7 @@ from .._instance import NamedArrayTuple, NamedTuple
 from .._schema import NamedArrayTupleSchema, NamedTupleSchema, build_schema
 from ..errors import NamedSchemaError
 from . import pickling
+from ._lazy_globals import GLOBALS_KEY, assign_lazy_globals, used_lazy_globals
 
 __all__ = ["patch_rlpyt", "unpatch_rlpyt", "is_patched", "RlpytPatch",
            "RlpytImportError"]
@@ -51,42 +52,25 @@ _COLLECTIONS_NAMES = {
     "NamedArrayTuple": NamedArrayTuple,
 }
 
-# rlpyt globals that stay None until a buffer constructor assigns them. A
-# pickled buffer carries their schemas, so a process that only loads it (and
-# builds no buffer first) can append to it.
-_LAZY_GLOBALS = (("rlpyt.replays.frame", "BufferSamples"),
-                 ("rlpyt.replays.sequence.n_step", "SamplesToBuffer"))
-_GLOBALS_KEY = "_namedschema_rlpyt_globals"
-
-
 def _buffer_getstate(self):
-    """A replay buffer's attributes plus the lazily assigned sample types it uses."""
+    """A replay buffer's attributes plus the lazily assigned sample types it uses.
+
+    They ride under ``GLOBALS_KEY``, which pickling's reduction takes out
+    again and assigns on load (patched or not): see ``_lazy_globals``.
+    """
     state = dict(self.__dict__)
-    modules = {cls.__module__ for cls in type(self).__mro__}
-    used = {}
-    for module_name, name in _LAZY_GLOBALS:
-        value = getattr(sys.modules.get(module_name), name, None)
-        if module_name in modules and isinstance(value, NamedTupleSchema):
-            used[f"{module_name}:{name}"] = value
+    used = used_lazy_globals(type(self))
     if used:
-        state[_GLOBALS_KEY] = used
+        state[GLOBALS_KEY] = used
     return state
 
 
 def _buffer_setstate(self, state):
-    """Restore the attributes; assign rlpyt's lazy globals as the constructor does.
-
-    As in rlpyt, the buffer built (here: loaded) last sets them, so one
-    process can load buffers of different sample types one after the other.
-    """
+    """Restore the attributes; assign rlpyt's lazy globals as the constructor does."""
     state = dict(state)
-    used = state.pop(_GLOBALS_KEY, None) or {}
+    used = state.pop(GLOBALS_KEY, None) or {}
     self.__dict__.update(state)
-    for key, schema in used.items():
-        module = sys.modules.get(key.partition(":")[0])
-        name = key.partition(":")[2]
-        if module is not None and hasattr(module, name):
-            setattr(module, name, schema)
+    assign_lazy_globals(used)
 
 
 # Methods given to rlpyt classes (with their subclasses) so that plain pickle

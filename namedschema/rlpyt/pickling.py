@@ -36,6 +36,7 @@ handle, as rlpyt expects.
 reduce_keeping_views  ``__reduce_ex__`` for objects whose ``__dict__`` holds arrays
 reduce_fresh          ``__reduce_ex__`` for objects made only of locks: a new one on load
 restore_state         what the pickles call to rebuild a state (keep the name stable)
+restore_with_globals  the same for a buffer that carries rlpyt's lazy globals (stable name)
 """
 
 from __future__ import annotations
@@ -55,8 +56,9 @@ import numpy as np
 from .._strides import byte_span
 from ..buffer import is_shared_memory, np_mp_array
 from ..errors import UnpicklableError
+from ._lazy_globals import GLOBALS_KEY, assign_lazy_globals
 
-__all__ = ["reduce_keeping_views", "reduce_fresh", "restore_state"]
+__all__ = ["reduce_keeping_views", "reduce_fresh", "restore_state", "restore_with_globals"]
 
 # Containers nested deeper than this are left to pickle as they are.
 _MAX_DEPTH = 100
@@ -80,7 +82,7 @@ def _spawning() -> bool:
 # --------------------------------------------------------------------------
 
 def reduce_keeping_views(self, protocol):
-    """``__reduce_ex__`` that pickles the instance's state with :class:`_State`.
+    """``__reduce_ex__`` that pickles the instance's state with ``_State`` (a dict).
 
     A class further down that defines its own ``__reduce__`` or
     ``__getstate__`` is respected.
@@ -125,11 +127,17 @@ class _State(dict):
         self.owner = owner
 
     def __reduce_ex__(self, protocol):
-        if _spawning():
-            return dict, (dict(self),)
         state = dict(self)
+        # rlpyt's lazily assigned sample types, set when the pickle loads,
+        # patched or not (never left behind as an attribute).
+        used = state.pop(GLOBALS_KEY, None)
+        if _spawning():
+            return (dict, (state,)) if not used else (restore_with_globals,
+                                                      (state, None, used))
         skeleton, table = _pack(state)
         _probe(skeleton, table, self.owner, protocol)
+        if used:
+            return restore_with_globals, (skeleton, table or None, used)
         if not table:
             return dict, (skeleton,)
         return restore_state, (skeleton, table)
@@ -441,6 +449,13 @@ def restore_state(skeleton, table):
         return made[x.index] if type(x) is _Ref else x
 
     return _walk(skeleton, fill, {}, 0)
+
+
+def restore_with_globals(skeleton, table, used):
+    """:func:`restore_state` (or the plain dict) that also assigns rlpyt's lazy globals."""
+    state = skeleton if table is None else restore_state(skeleton, table)
+    assign_lazy_globals(used)
+    return state
 
 
 # --------------------------------------------------------------------------

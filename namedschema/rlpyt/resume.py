@@ -38,6 +38,7 @@ import os
 import warnings
 
 from ..errors import NamedSchemaError
+from . import _portable
 from . import _resume_arguments as _arguments
 from . import state as _state
 from . import workers as _workers  # (also registers the parallel-sampler handler)
@@ -273,6 +274,14 @@ class _Resume:
                 reasons.extend(_state.check(obj.replay_buffer, ctx))
         for reason in dict.fromkeys(reasons):
             self.note(f"not exact: {reason}")
+        # Refused now, not at the first checkpoint (no worker round trip for it).
+        why = _portable.unsavable({what: _state.capture(obj, ctx) for what, obj in
+                                   self.components().items() if hasattr(obj, "collector")
+                                   or what != "sampler"})
+        if why:
+            self._stop_sampler()
+            raise ResumeError(f"resumable: the run's state cannot be checkpointed ({why}): "
+                              "give its class a handler (namedschema.rlpyt.register_handler)")
 
     def _verify_config(self):
         """Refuse a checkpoint of a run built differently, before anything is restored."""
@@ -375,7 +384,9 @@ class _Resume:
         """Checkpoint the state between iterations ``itr - 1`` and ``itr``."""
         ctx = _Context(self)
         with _replay_write_lock(self.runner.algo):
-            state = {what: _state.capture(obj, ctx) for what, obj in self.components().items()}
+            # rlpyt's run-time sample types by value: loads without patch_rlpyt().
+            state = _portable.portable({what: _state.capture(obj, ctx)
+                                        for what, obj in self.components().items()})
             _save_checkpoint({"format": CHECKPOINT_KIND, "version": CHECKPOINT_VERSION,
                               "itr": int(itr), "config": self.config(),
                               "rng": _state.rng_state(), "state": state, **extra},

@@ -19,7 +19,8 @@ generic data state, trajectory infos and RNGs in ``_data_state``, the handlers
 of agents, algorithms and replay buffers in ``_learner_handlers``, those of
 envs, collectors, samplers and runners in ``_sampling_handlers``.
 
-register_handler   add or replace the handler of one class
+register_handler   add or replace the handler of one class (the public one: restore
+                   gets writable copies of the arrays)
 capture            the state of one component (a dict)
 restore            put a captured state back into a freshly built component
 check              why a component cannot be resumed exactly (list of strings)
@@ -30,7 +31,7 @@ rng_state / set_rng_state         the global RNGs (Python, numpy, torch)
 
 from __future__ import annotations
 
-from . import _learner_handlers, _sampling_handlers
+from . import _atari_state, _learner_handlers, _registry, _sampling_handlers
 from ._data_state import (
     data_state,
     fresh_copy,
@@ -47,7 +48,6 @@ from ._registry import (
     check,
     handlers_for,
     prepare,
-    register_handler,
     restore,
 )
 from ._sampling_handlers import is_async_sampler
@@ -57,5 +57,39 @@ __all__ = ["register_handler", "capture", "restore", "check", "prepare", "data_s
            "restore_data_state", "rng_state", "set_rng_state", "Handler",
            "StateMismatchError", "handlers_for"]
 
+
+
+def register_handler(cls, capture, restore, check=None, prepare=None, *,
+                     attributes=(), writable=True) -> None:
+    """Capture and restore the state that class ``cls`` adds to a component.
+
+    ``capture(obj, ctx) -> dict`` returns the state (data where it can be:
+    arrays, tensors, numbers, strings, lists and dicts of them; anything else
+    is pickled with the checkpoint); ``restore(obj, state, ctx)`` puts it
+    back into a freshly built ``obj``. The handlers of every class in an
+    object's MRO run, base classes first, so yours covers only what ``cls``
+    adds and its ``restore`` has the last word. ``check(obj, ctx)``, if
+    given, returns reasons (strings) why ``obj`` cannot be resumed exactly,
+    said once before training; ``prepare(obj, saved)`` runs before rlpyt's
+    startup with this handler's saved state (None on a fresh start).
+
+    Args:
+        cls: the class, or its ``"module.QualName"``; registering it again
+            replaces its handler (rlpyt's own ones included).
+        attributes: names of instance attributes ``capture``/``restore``
+            take care of: base-class handlers leave them alone. rlpyt's
+            ``Env`` handler pickles an env's other attributes and puts them
+            back; those it cannot pickle are left, as the freshly built env
+            has them, to the handlers of subclasses.
+        writable: ``restore`` gets the state as ``capture`` returned it, with
+            every array (in dicts, lists, tuples) a writable copy. With False
+            it gets the checkpoint's arrays themselves: read-only maps of the
+            file, no copy (for large arrays you copy into memory of your own).
+    """
+    _registry.register_handler(cls, capture, restore, check, prepare,
+                               attributes=attributes, writable=writable)
+
+
 _learner_handlers.install()
 _sampling_handlers.install()
+_atari_state.install()

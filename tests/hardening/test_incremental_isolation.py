@@ -285,3 +285,50 @@ def test_junk_at_the_journal_path_is_ignored(tmp_path):
     assert not namedschema.load(path, verify=True).obs[3].any()
     namedschema.save(buf, path, incremental=True)
     assert np.array_equal(namedschema.load(path, verify=True).obs, buf.obs)
+
+
+def test_finishing_a_journal_without_space_names_what_to_free(tmp_path, monkeypatch):
+    """Where a file system still refuses the journal's in-place writes, load says why."""
+    import errno
+
+    from namedschema.checkpoint import incremental
+    buf, path = _saved_twice(tmp_path)
+    monkeypatch.setattr(namedschema.checkpoint.tracking, "write_in_place",
+                        lambda *a: (_ for _ in ()).throw(KeyboardInterrupt))
+    with pytest.raises(KeyboardInterrupt):  # killed after the commit, before writing in place
+        namedschema.save(buf, path, incremental=True)
+    monkeypatch.undo()
+
+    def full(*a):
+        raise OSError(errno.ENOSPC, "No space left on device")
+    monkeypatch.setattr(journal, "replay", full)
+    with pytest.raises(namedschema.FormatError, match="free space on the file system of"):
+        namedschema.load(path)
+    monkeypatch.undo()
+    incremental.wait(path)
+    assert np.array_equal(namedschema.load(path, verify=True).obs, buf.obs)
+
+
+@pytest.mark.parametrize("tracking", TRACKING)
+def test_a_failed_save_loses_no_write(tmp_path, monkeypatch, tracking):
+    """A save that fails after its scan re-armed tracking: the next one still sees those writes."""
+    monkeypatch.setenv("NAMEDSCHEMA_TRACKING", tracking)
+    from namedschema.buffer import buffer_from_example
+    S = namedschema.NamedArrayTupleSchema("S", "obs reward")
+    buf = buffer_from_example(S(np.zeros((64, 64), np.uint8), np.float32(0)), 1000)
+    path = str(tmp_path / "ckpt.nsb")
+    namedschema.save(buf, path, incremental=True)
+    namedschema.save(buf, path, incremental=True)
+    buf.obs[10:20] = 5
+
+    def refuse(*a):
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(journal, "write", refuse)
+    with pytest.raises(OSError):
+        namedschema.save(buf, path, incremental=True)
+    monkeypatch.undo()
+    monkeypatch.setenv("NAMEDSCHEMA_TRACKING", tracking)
+    buf.obs[500] = 6
+    namedschema.save(buf, path, incremental=True)
+    assert namedschema.inspect(path).last_save.kind == "incremental"
+    assert np.array_equal(namedschema.load(path, verify=True).obs, buf.obs)

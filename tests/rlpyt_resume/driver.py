@@ -57,14 +57,26 @@ def install_atari_adapter(from_file):
     adapter.install()
 
 
+def load_env_class(spec):
+    """Class NAME of file FILE (``FILE:NAME``), the file imported as module ``env_module``."""
+    import importlib.util
+    path, _, name = spec.rpartition(":")
+    module_spec = importlib.util.spec_from_file_location("env_module", path)
+    module = importlib.util.module_from_spec(module_spec)
+    sys.modules["env_module"] = module
+    module_spec.loader.exec_module(module)
+    return getattr(module, name)
+
+
 def import_namedschema(patch):
     global namedschema, rstate
     import namedschema as ns
     namedschema = ns
     if patch:
         namedschema.patch_rlpyt()
-    from namedschema.rlpyt import state
+    from namedschema.rlpyt import resume, state  # resume: the parallel samplers' handler too
     rstate = state
+    del resume
 
 
 def import_rlpyt_logger():
@@ -116,7 +128,10 @@ def _feed(h, obj):
         h.update(type(obj).__qualname__.encode())
         _feed(h, vars(obj))
     else:
-        h.update(pickle.dumps(obj, protocol=4))
+        try:
+            h.update(pickle.dumps(obj, protocol=4))
+        except TypeError:                 # a lock, say: no state of its own to compare
+            h.update(f"<{type(obj).__qualname__}>".encode())
 
 
 _SAMPLERS = ("_cpu", "_gpu", "_alt", "_async")
@@ -136,7 +151,6 @@ def build(config):
     from tests.rlpyt_resume.envs import AtariLike, ContinuousLike, NoopAtariLike
     base, kind = split_config(config)
     n_steps, runner_cls, sampler_cls = 480, "MinibatchRl", SerialSampler
-    log_interval_steps = 64
     sampler_kwargs = dict(batch_T=4, batch_B=2, max_decorrelation_steps=10)
     runner_kwargs = {}
     parallel = kind in ("_cpu", "_gpu", "_alt")
@@ -224,23 +238,23 @@ def build(config):
         sampler_kwargs.update(TrajInfoCls=AtariTrajInfo, max_decorrelation_steps=30)
         if base == "pong_eval":
             runner_cls = "MinibatchRlEval"
-            # In parallel: one eval env per worker, each long enough for an episode.
-            sampler_kwargs.update(eval_n_envs=2 if parallel else 1,
-                                  eval_max_steps=320 if parallel else 100,
+            # In parallel: one eval env per worker (no eval_max_trajectories: above).
+            sampler_kwargs.update(eval_n_envs=2 if parallel else 1, eval_max_steps=120,
                                   eval_max_trajectories=None if parallel else 2,
                                   eval_env_kwargs={})
-            if parallel:
-                log_interval_steps = 320   # an evaluation (of 320 steps) every 40 itrs
     else:
         raise SystemExit(f"unknown config {config}")
     if "eval_env_kwargs" in sampler_kwargs:
         sampler_kwargs["eval_env_kwargs"] = env_kwargs
+        if base.startswith("pong"):        # evaluation episodes that end within the cap
+            sampler_kwargs["eval_env_kwargs"] = dict(env_kwargs, horizon=40)
     sampler = sampler_cls(EnvCls=env_cls, env_kwargs=env_kwargs, **sampler_kwargs)
     from rlpyt.runners import async_rl, minibatch_rl
     module = async_rl if runner_cls.startswith("Async") else minibatch_rl
     runner = getattr(module, runner_cls)(
         algo=algo, agent=agent, sampler=sampler, n_steps=n_steps,
-        log_interval_steps=log_interval_steps, seed=7, **runner_kwargs)
+        log_interval_steps=320 if base.startswith("pong") else 64, seed=7,
+        **runner_kwargs)
     return runner
 
 
@@ -355,9 +369,6 @@ def strip_times(what, state):
 
 
 def components_state(runner):
-    # Every run sees the same handlers, the parallel samplers' (registered by
-    # namedschema.rlpyt.workers, which resumable imports) included.
-    import namedschema.rlpyt.workers  # noqa: F401
     ctx = type("Ctx", (), {"fresh_envs": [], "traj_info_cls": runner.sampler.TrajInfoCls,
                            "note_once": lambda self, m: None})()
     return {what: strip_times(what, rstate.capture(
@@ -365,7 +376,22 @@ def components_state(runner):
         for what in ("agent", "algo", "sampler", "runner")}
 
 
+def emulators_without_rng():
+    """Final states compare emulators without their RNG: ALE seeds it from the clock.
+
+    (atari_py does the same.) With rlpyt's default repeat_action_probability
+    of 0 nothing draws from it, so two runs of rlpyt alone are equal but for
+    those bytes; test_atari_state checks that a resume restores it.
+    """
+    def capture(env, ctx):
+        return {"ale": np.frombuffer(env.ale.cloneState().serialize(), np.uint8)}
+    rstate.register_handler("rlpyt.envs.atari.atari_env.AtariEnv", capture,
+                            lambda env, state, ctx: None, attributes=("ale",))
+
+
 def final_state(runner):
+    if "rlpyt.envs.atari.atari_env" in sys.modules:
+        emulators_without_rng()
     out = {what: digest(state) for what, state in components_state(runner).items()}
     # Pieces named separately, so that a failure says which one differs.
     out["rng"] = digest(rstate.rng_state())
@@ -378,7 +404,8 @@ def final_state(runner):
     out["eps_sample"] = None if eps is None else np.asarray(eps, np.float64).tolist()
     out["beta"] = repr(getattr(runner.algo.replay_buffer, "beta", None))
     if hasattr(runner.sampler, "collector"):
-        out["envs"] = digest([vars(env) for env in runner.sampler.collector.envs])
+        out["envs"] = digest([{k: v for k, v in vars(env).items() if k != "ale"}
+                              for env in runner.sampler.collector.envs])
     out["views"] = views_intact(runner.algo.replay_buffer)
     return out
 
@@ -436,6 +463,9 @@ def main(argv=None):
     parser.add_argument("--disable-handler", action="append", default=[],
                         help="rlpyt class whose state handler is replaced by a no-op "
                              "(to show what goes wrong without it)")
+    parser.add_argument("--env-class", metavar="FILE:NAME",
+                        help="the env class NAME of the Python file FILE (run as module "
+                             "env_module), instead of the config's")
     parser.add_argument("--alone", action="store_true",
                         help="rlpyt alone: namedschema is imported only after training")
     parser.add_argument("--no-patch", action="store_true",
@@ -472,6 +502,8 @@ def main(argv=None):
     rec.hook_logger()
     rec.hook_saves()
     runner = build(args.config)
+    if args.env_class:
+        runner.sampler.EnvCls = load_env_class(args.env_class)
     if args.unpicklable_env:
         from tests.rlpyt_resume.envs import UnpicklableAtariLike
         runner.sampler.EnvCls = UnpicklableAtariLike

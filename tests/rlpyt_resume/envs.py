@@ -71,7 +71,8 @@ class AtariLike(Env):
         self.pos = int((self.pos + 1 + self.rng.randint(0, 3)) % (self.size - 3) ** 2)
         game_over = self.lives <= 0 or self.t >= self.max_steps
         obs = self._push(self._frame())
-        info = AtariLikeInfo(game_score=self.score, traj_done=game_over)
+        # A 0-d float32 array, as rlpyt's AtariEnv gives (its samples buffer is float32).
+        info = AtariLikeInfo(game_score=np.array(self.score, np.float32), traj_done=game_over)
         # Episodic lives: done at every life lost, traj_done only at game over.
         return EnvStep(obs, np.float32(reward), life_lost or game_over, info)
 

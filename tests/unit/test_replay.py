@@ -163,9 +163,12 @@ def test_errors_name_the_buffer_and_what_is_wrong():
     with pytest.raises(StructureMismatchError, match="schema instance"):
         rb.extend(np.zeros(3))
     with pytest.raises(BufferShapeError, match="leading dimensions"):
-        rb.extend(Step(np.zeros((2, 3), np.int32), np.zeros(3), np.zeros(2)))
+        rb.extend(Step(np.zeros((2, 3), np.int32), np.zeros(3, int), np.zeros(2)))
     with pytest.raises(BufferShapeError, match=r"expected \(n, \*\(3,\)\)"):
-        rb.extend(Step(np.zeros((2, 4), np.int32), np.zeros(2), np.zeros(2)))
+        rb.extend(Step(np.zeros((2, 4), np.int32), np.zeros(2, int), np.zeros(2)))
+    with pytest.raises(StructureMismatchError, match="castable to int64, got float64"):
+        rb.extend(Step(np.zeros((2, 3), np.int32), np.full(2, 1.5), np.zeros(2)))
+    assert len(rb) == 0   # nothing written by refused batches
     rb.extend(batch(0, 2))
     with pytest.raises(IndexError, match=r"\[0, 2\)"):
         rb.update_priorities(np.array([2]), np.array([1.0]))
@@ -185,3 +188,18 @@ def test_sum_tree_target_at_the_very_end_lands_on_a_positive_leaf():
     tree = _sum_tree.new_sum_tree(8)
     _sum_tree.update_sum(tree, np.arange(3), np.ones(3))
     assert _sum_tree.find_prefix_sums(tree, np.array([3.0, 2.9999999])).tolist() == [2, 2]
+
+
+@pytest.mark.parametrize("mmap_mode", [None, "r", "c"])
+def test_from_state_dict_adopts_loaded_memory_and_copies_file_maps(tmp_path, mmap_mode):
+    rb = PrioritizedReplayBuffer(step(0), 6, seed=2)
+    rb.extend(batch(0, 9))
+    namedschema.save(rb.state_dict(), tmp_path / "rb.nsb")
+    state = namedschema.load(tmp_path / "rb.nsb", mmap_mode=mmap_mode)
+    again = PrioritizedReplayBuffer.from_state_dict(state)
+    # loaded into memory: the buffer's own, no copy; a file map: copied (never written)
+    assert (again.storage.obs is state["storage"].obs) == (mmap_mode is None)
+    again.extend(batch(50, 3))
+    rb.extend(batch(50, 3))
+    np.testing.assert_array_equal(again.sample(20)[1], rb.sample(20)[1])
+    np.testing.assert_array_equal(again.storage.obs, rb.storage.obs)
