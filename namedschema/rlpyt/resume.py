@@ -38,6 +38,7 @@ import os
 import warnings
 
 from ..errors import NamedSchemaError
+from . import _async_offsets as _offsets
 from . import _portable
 from . import _resume_arguments as _arguments
 from . import state as _state
@@ -401,42 +402,6 @@ def _replay_write_lock(algo):
     return lock.write_lock if lock is not None else contextlib.nullcontext()
 
 
-class _Offset:
-    """Calls ``function`` with ``offset`` added to the chosen positional/keyword args."""
-
-    def __init__(self, function, offsets, keywords=None):
-        self.function = function
-        self.offsets = offsets            # {position: offset}
-        self.keywords = keywords or {}    # {name: offset}
-
-    def __call__(self, *args, **kwargs):
-        values = list(args)
-        for i, off in self.offsets.items():
-            if i < len(values):
-                values[i] = values[i] + off
-        for name, off in self.keywords.items():
-            if kwargs.get(name) is not None:
-                kwargs[name] = kwargs[name] + off
-        return self.function(*values, **kwargs)
-
-
-class _OffsetSampler:
-    """The async sampler as its process sees it: iteration ``i`` is ``i + offset``."""
-
-    def __init__(self, sampler, offset):
-        self._sampler = sampler
-        self._offset = offset
-
-    def obtain_samples(self, itr, *args, **kwargs):
-        return self._sampler.obtain_samples(itr + self._offset, *args, **kwargs)
-
-    def evaluate_agent(self, itr, *args, **kwargs):
-        return self._sampler.evaluate_agent(itr + self._offset, *args, **kwargs)
-
-    def __getattr__(self, name):
-        return getattr(self._sampler, name)
-
-
 class _AsyncResume(_Resume):
     """AsyncRl / AsyncRlEval: the loops run in local counts; offsets map them to the run's.
 
@@ -467,7 +432,7 @@ class _AsyncResume(_Resume):
     def launch_sampler(self, n_itr):
         r = self.runner
         real = r.sampler
-        r.sampler = _OffsetSampler(real, self.sampler_offset)
+        r.sampler = _offsets.OffsetSampler(real, self.sampler_offset)
         try:
             return self._originals["launch_sampler"](n_itr - self.sampler_offset)
         finally:
@@ -491,11 +456,11 @@ class _AsyncResume(_Resume):
             with _replay_write_lock(r.algo):
                 self._verify_config()
                 self._restore()
-            r.algo.optimize_agent = _Offset(r.algo.optimize_agent, {0: self.itr_offset},
+            r.algo.optimize_agent = _offsets.Offset(r.algo.optimize_agent, {0: self.itr_offset},
                                             {"sampler_itr": self.sampler_offset})
-            r.store_diagnostics = _Offset(r.store_diagnostics,
+            r.store_diagnostics = _offsets.Offset(r.store_diagnostics,
                                           {0: self.itr_offset, 1: self.sampler_offset})
-            r.log_diagnostics = _Offset(r.log_diagnostics,
+            r.log_diagnostics = _offsets.Offset(r.log_diagnostics,
                                         {0: self.itr_offset, 1: self.sampler_offset})
             # Learn from the first new batch on: the buffer is already filled.
             throttle_itr = 1
