@@ -42,8 +42,8 @@ def leaves(tree: np.ndarray, capacity: int) -> np.ndarray:
     return tree[first:first + capacity]
 
 
-def update_sum(tree: np.ndarray, index: np.ndarray, values: np.ndarray) -> None:
-    """Set leaves ``index`` (of a sum tree) to ``values`` and update their ancestors.
+def _update(tree: np.ndarray, index: np.ndarray, values: np.ndarray, combine) -> None:
+    """Set leaves ``index`` to ``values``; recompute their ancestors with ``combine``.
 
     With repeated indices the last value wins, as for numpy assignment.
     Ancestors shared by several leaves are recomputed once per leaf, from the
@@ -55,20 +55,18 @@ def update_sum(tree: np.ndarray, index: np.ndarray, values: np.ndarray) -> None:
     while half > 1:
         nodes = nodes >> 1
         left = nodes << 1
-        tree[nodes] = tree[left] + tree[left + 1]
+        tree[nodes] = combine(tree[left], tree[left + 1])
         half >>= 1
+
+
+def update_sum(tree: np.ndarray, index: np.ndarray, values: np.ndarray) -> None:
+    """Set leaves ``index`` (of a sum tree) to ``values`` and update their ancestors."""
+    _update(tree, index, values, np.add)
 
 
 def update_min(tree: np.ndarray, index: np.ndarray, values: np.ndarray) -> None:
     """Set leaves ``index`` (of a min tree) to ``values`` and update their ancestors."""
-    half = tree.shape[0] // 2
-    nodes = index + half
-    tree[nodes] = values
-    while half > 1:
-        nodes = nodes >> 1
-        left = nodes << 1
-        tree[nodes] = np.minimum(tree[left], tree[left + 1])
-        half >>= 1
+    _update(tree, index, values, np.minimum)
 
 
 def find_prefix_sums(tree: np.ndarray, targets: np.ndarray) -> np.ndarray:

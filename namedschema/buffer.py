@@ -23,6 +23,7 @@ get_leading_dims      the common leading dimensions of all leaves
 
 from __future__ import annotations
 
+import errno
 import sys
 import weakref
 from typing import Any, TypeVar, overload
@@ -33,7 +34,7 @@ from . import _owned_memory, _shared_memory
 from ._extras import extra_hint
 from ._factories import is_namedarraytuple, is_namedtuple, namedarraytuple_like
 from ._instance import NamedArrayTuple
-from .errors import BufferShapeError, StructureMismatchError, short_repr
+from .errors import BufferShapeError, BufferSizeError, StructureMismatchError, short_repr
 
 _ArrayTuple = TypeVar("_ArrayTuple", bound=NamedArrayTuple)
 _Dims = int | tuple[int, ...] | list[int]
@@ -128,8 +129,47 @@ def _assemble(skeleton, arrays):
     return schema._make([_assemble(c, arrays) for c in children])
 
 
+def _human_bytes(n: int) -> str:
+    size, unit = float(n), "B"
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"):
+        if size < 1024 or unit == "EiB":
+            break
+        size /= 1024
+    return f"{n:,} bytes ({size:.1f} {unit})"
+
+
+def _check_sizes(leaves, shapes) -> int:
+    """Total bytes of the arrays; BufferSizeError if one is more than numpy can address."""
+    limit = int(np.iinfo(np.intp).max)
+    total = 0
+    for (path, _s, _d), (shape, dtype) in zip(leaves, shapes, strict=True):
+        count = 1
+        for n in shape:
+            count *= n
+        nbytes = count * dtype.itemsize
+        if nbytes > limit or any(n > limit for n in shape):
+            raise BufferSizeError(f"{path}: shape {shape} of {dtype} would take "
+                                  f"{_human_bytes(nbytes)}, more than numpy can address; "
+                                  "check leading_dims")
+        total += nbytes
+    return total
+
+
 def _allocate(leaves, leading: tuple, share_memory: bool) -> list:
-    shapes = [(leading + shape, dtype) for _path, shape, dtype in leaves]
+    shapes = [(leading + shape, np.dtype(dtype)) for _path, shape, dtype in leaves]
+    total = _check_sizes(leaves, shapes)
+    try:
+        return _allocate_checked(leaves, shapes, share_memory)
+    except (MemoryError, OSError) as exc:
+        if isinstance(exc, OSError) and exc.errno != errno.ENOMEM:
+            raise
+        raise BufferSizeError(
+            f"{leaves[0][0] if len(leaves) == 1 else f'{len(leaves)} arrays'} with leading "
+            f"dims {leading}: allocating {_human_bytes(total)} failed "
+            f"({type(exc).__name__}: {exc}); check leading_dims") from exc
+
+
+def _allocate_checked(leaves, shapes, share_memory: bool) -> list:
     try:
         if share_memory:
             return _shared_memory.allocate_many(shapes)
@@ -192,6 +232,9 @@ def buffer_from_example(example: Any, leading_dims: _Dims, share_memory: bool = 
             as ``Samples.agent_info.prev_action``. Also for ``leading_dims``
             that are not ints.
         BufferShapeError: (a ValueError) a leading dimension is negative.
+        BufferSizeError: (a BufferShapeError and a MemoryError) an array would
+            take more bytes than numpy can address, or the allocation failed;
+            the message names the field, shape and bytes.
 
     >>> from collections import namedtuple
     >>> Step = namedtuple('Step', 'obs reward info')

@@ -34,6 +34,8 @@ from typing import Any
 
 import numpy as np
 
+from .errors import NamedSchemaError
+
 __all__ = ["capture_env", "restore_env", "EnvStateError"]
 
 # Wrapper bookkeeping and configuration: never state.
@@ -43,7 +45,7 @@ _CONFIG_NAMES = frozenset({
 })
 
 
-class EnvStateError(ValueError):
+class EnvStateError(NamedSchemaError, ValueError):
     """A captured env state does not fit the env it is restored into (built differently)."""
 
 

@@ -16,6 +16,7 @@ UnexpectedKindError     a valid checkpoint of another kind than load was told to
 NotRegularFileError     save refused a target that is not a regular file (an OSError)
 NotDataError            save met a value that is not data and allow_pickle was not given
 BufferShapeError        buffer arrays disagree in leading dimensions (ValueError)
+BufferSizeError         a buffer too large to allocate (a BufferShapeError and MemoryError)
 UnpicklableError        an attribute of an object being pickled cannot be (TypeError)
 MissingModuleError      unpickling needs a module this process cannot import (ModuleNotFoundError)
 MissingClassError       unpickling needs a name its module lacks here (AttributeError)
@@ -49,6 +50,7 @@ __all__ = [
     "UnexpectedKindError",
     "NotDataError",
     "BufferShapeError",
+    "BufferSizeError",
     "UnpicklableError",
     "MissingModuleError",
     "MissingClassError",
@@ -294,6 +296,13 @@ class NotDataError(NamedSchemaError, TypeError):
 
 class BufferShapeError(NamedSchemaError, ValueError):
     """Buffer arrays disagree in their leading dimensions, or a shape is invalid."""
+
+
+class BufferSizeError(BufferShapeError, MemoryError):
+    """A buffer too large to allocate: more bytes than numpy can address, or the machine gave.
+
+    Also a MemoryError. The message names the field, its shape and the bytes needed.
+    """
 
 
 class UnpicklableError(NamedSchemaError, TypeError):

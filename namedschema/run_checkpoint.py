@@ -1,7 +1,8 @@
 """``RunCheckpoint``: checkpoint and resume a whole training loop, exactly.
 
 RunCheckpoint         the checkpoint of one run: what it is made of, restore, save
-RunCheckpointError    a checkpoint that does not fit the run (raised before anything changes)
+RunCheckpointError    a checkpoint that does not fit the run (names, kinds and array shapes are
+                      checked before anything changes; see :meth:`RunCheckpoint.restore`)
 RunCheckpointWarning  part of the run that is restarted rather than resumed (said once)
 
 The user registers what the run is made of (:meth:`RunCheckpoint.track`): models,
@@ -42,7 +43,7 @@ VERSION = 1
 
 
 class RunCheckpointError(NamedSchemaError, ValueError):
-    """A checkpoint that does not fit the run (raised before anything is restored)."""
+    """A checkpoint that does not fit the run."""
 
 
 class RunCheckpointWarning(UserWarning):
@@ -98,7 +99,9 @@ class RunCheckpoint:
             :doc:`/incremental`); False writes a whole new file every time.
         allow_pickle: store values that are not data (a scheduler's function)
             by pickling; loading such a file runs code, so it is off by default
-            and such values are refused at the first save, named.
+            and such values are refused at the first save, named. With it,
+            :meth:`restore` unpickles the file, and only once its header
+            (plain data) says it is a RunCheckpoint.
 
     A loop, CleanRL style (``rb`` a :class:`~namedschema.ReplayBuffer`)::
 
@@ -209,7 +212,8 @@ class RunCheckpoint:
         ``ckpt.loop``.
         """
         import namedschema
-        kwargs: dict[str, Any] = {"incremental": self.incremental}
+        kwargs: dict[str, Any] = {"incremental": self.incremental,
+                                  "metadata": {"kind": FORMAT, "version": str(VERSION)}}
         if self.allow_pickle:
             kwargs["allow_pickle"] = True
         namedschema.save(self.state(step, **loop), self.path, **kwargs)
@@ -237,19 +241,33 @@ class RunCheckpoint:
     def restore(self) -> bool:
         """Restore the last checkpoint into the registered objects; whether there was one.
 
-        The names and kinds of what the run tracks are checked against the file
-        before anything is written; a part that does not fit (other shapes)
-        raises :class:`~namedschema.run_checkpoint.RunCheckpointError` naming it. Envs that were not
+        The names and kinds of what the run tracks, and the shapes and dtypes of
+        tracked arrays, are checked against the file before anything is written.
+        Other parts (a model, an optimizer, a replay buffer) check their own
+        state as they load it: one that does not fit raises
+        :class:`~namedschema.run_checkpoint.RunCheckpointError` naming it and the
+        parts already restored (rebuild those before going on). Envs that were not
         captured are left as they are and listed in ``ckpt.restarted`` (with a
         :class:`~namedschema.run_checkpoint.RunCheckpointWarning`): reset them.
         """
         import namedschema
         if not os.path.exists(self.path):
             return False
-        data = namedschema.load(self.path, mmap_mode="r", allow_pickle=self.allow_pickle)
+        from .errors import UnexpectedKindError
+        try:  # with allow_pickle, only a file whose header says it is ours is unpickled
+            data = namedschema.load(
+                self.path, mmap_mode="r", allow_pickle=self.allow_pickle,
+                expect_metadata={"kind": FORMAT} if self.allow_pickle else None)
+        except UnexpectedKindError as exc:
+            raise RunCheckpointError(
+                f"RunCheckpoint: {self.path!r} is not a RunCheckpoint file (its header does "
+                "not say so; nothing in it was unpickled); refusing to use or overwrite "
+                "it") from exc
         self._check(data)
+        done: list[str] = []
         for name, (kind, obj) in self._components.items():
-            self._restore_one(name, kind, obj, data["components"][name]["state"])
+            self._restore_one(name, kind, obj, data["components"][name]["state"], done)
+            done.append(name)
         if data["rng"] is not None:
             _rng_state.set_rng_state(_plain_state.from_data(data["rng"]))
         self.loop = _plain_state.from_data(data["loop"])
@@ -275,17 +293,26 @@ class RunCheckpoint:
                 raise RunCheckpointError(
                     f"RunCheckpoint: {name!r} was saved as {data['components'][name]['kind']}"
                     f", this run's is captured as {kind}")
+        for name, (kind, obj) in self._components.items():
+            saved = data["components"][name]["state"]
+            if kind == "array" and (np.shape(saved) != obj.shape or
+                                    getattr(saved, "dtype", None) != obj.dtype):
+                raise RunCheckpointError(
+                    f"RunCheckpoint: {name!r} was saved as an array of "
+                    f"{getattr(saved, 'dtype', type(saved).__name__)} {np.shape(saved)}, this "
+                    f"run's is {obj.dtype} {obj.shape}")
         if (data["rng"] is None) == self.global_rngs:
             raise RunCheckpointError(f"RunCheckpoint: {self.path!r} was saved with "
                                      f"global_rngs={data['rng'] is not None}, this run has "
                                      f"global_rngs={self.global_rngs}")
 
-    def _restore_one(self, name: str, kind: str, obj: Any, state: Any) -> None:
+    def _restore_one(self, name: str, kind: str, obj: Any, state: Any, done: list) -> None:
         try:
             self._apply(name, kind, obj, state)
         except (RunCheckpointError, KeyError, TypeError, ValueError, RuntimeError) as exc:
             raise RunCheckpointError(f"RunCheckpoint: {name!r} cannot be restored from "
-                                     f"{self.path!r}: {type(exc).__name__}: {exc}") from exc
+                                     f"{self.path!r}: {type(exc).__name__}: {exc} (already "
+                                     f"restored: {done})") from exc
 
     def _apply(self, name: str, kind: str, obj: Any, state: Any) -> None:
         torch = _torch()

@@ -53,6 +53,14 @@ def _tensor_view(tensor: Any, path: str) -> tuple[np.ndarray, str]:
     if name not in TORCH_DTYPES:
         raise StructureMismatchError(path or "<root>", "a tensor of a numeric or bool "
                                      "dtype numpy can view", f"dtype {name}")
+    for bit, what, how in (("is_conj", "a conjugate view (from .conj())", "resolve_conj"),
+                           ("is_neg", "a negative view (from a conjugate's .imag)",
+                            "resolve_neg")):
+        if getattr(tensor, bit, lambda: False)():
+            raise StructureMismatchError(
+                path or "<root>", "a tensor whose memory holds its values", what,
+                f"its memory holds other values than it shows; save tensor.{how}() "
+                "(a copy), or the tensor it is a view of")
     tensor = tensor.detach()
     if name in TORCH_VIA:
         tensor = tensor.view(getattr(torch, TORCH_VIA[name]))

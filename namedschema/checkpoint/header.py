@@ -56,6 +56,7 @@ from .constants import (
 )
 from .jsontext import parse_bounded
 from .metadata import metadata_problem
+from .sniff import looks_like
 
 _CRC_MARKER = b'"header_crc32":"'
 _CRC_TEXT = re.compile(r"[0-9a-f]{8}", re.ASCII)
@@ -448,14 +449,17 @@ def read_header(f: BinaryIO, name: str, file_size: int) -> Header:
     """Read and check the header of the open file ``f`` (``name`` for messages)."""
     if file_size < 8:
         fail(name, f"is not a namedschema file: {file_size} bytes, too short for a "
-             "safetensors header (incomplete write?)")
-    (length,) = struct.unpack("<Q", f.read(8))
+             f"safetensors header (incomplete write?){looks_like(f)}")
+    prefix = f.read(8)
+    (length,) = struct.unpack("<Q", prefix)
     if length > MAX_HEADER:
         fail(name, f"is not a namedschema file: header length {length} is "
-             f"implausible (limit {MAX_HEADER})")
+             f"implausible (limit {MAX_HEADER}){looks_like(f)}")
     if 8 + length > file_size:
+        start = f.read(2)  # a checkpoint's JSON header starts with '{"'
         fail(name, f"is truncated: header needs {length} bytes, file has "
-             f"{file_size - 8} after the length prefix (incomplete write?)")
+             f"{file_size - 8} after the length prefix (incomplete write?)"
+             + (looks_like(f) if start != b'{"' else ""))
     raw = f.read(length)
     if len(raw) != length:
         fail(name, "is truncated while reading the header (file changed?)")
@@ -464,9 +468,10 @@ def read_header(f: BinaryIO, name: str, file_size: int) -> Header:
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         if isinstance(exc, FormatError):
             raise
-        fail(name, f"is not a namedschema file: header is not valid JSON ({exc})", exc)
+        fail(name, f"is not a namedschema file: header is not valid JSON ({exc})"
+             f"{looks_like(f)}", exc)
     if not isinstance(doc, dict):
-        fail(name, "is not a namedschema file: header is not a JSON object")
+        fail(name, f"is not a namedschema file: header is not a JSON object{looks_like(f)}")
     meta = doc.get("__metadata__")
     meta, version = _check_metadata(name, meta, raw)
     desc = _parse_description(name, meta)

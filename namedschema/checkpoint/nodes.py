@@ -47,6 +47,17 @@ class NotData(Exception):
         super().__init__(f"{self.path}: {self.type_name}" + (f" ({why})" if why else ""))
 
 
+def _why_not_data(obj: Any) -> str:
+    """For arrays and numpy scalars: the dtype that keeps them off the data path."""
+    dtype = getattr(obj, "dtype", None)
+    if isinstance(obj, np.ndarray | np.generic) and isinstance(dtype, np.dtype):
+        if dtype.str not in ALLOWED_DTYPES:
+            return (f"dtype {dtype} is not one of the bool, integer, float and complex "
+                    "dtypes a checkpoint stores as data")
+        return f"a {type(obj).__qualname__}, not a plain numpy array"
+    return ""
+
+
 def path_join(path: str, key: int | str) -> str:
     """The path of item ``key`` of the value at ``path`` (``a.b``, ``a[0]``, ``a['x y']``)."""
     if isinstance(key, int):
@@ -84,7 +95,7 @@ class Encoder:
         if kind is None:
             kind = next((k for k in _ENCODE_BY_TEST if k.encodes(obj)), None)
             if kind is None:
-                raise NotData(path, obj)
+                raise NotData(path, obj, _why_not_data(obj))
         return kind.encode(self, obj, path)
 
     def schema(self, cls: type, path: str) -> int:

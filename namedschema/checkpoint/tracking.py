@@ -249,11 +249,19 @@ class Scan:
             candidates = self._own_copies(npages, mapped)
             if digests is not None and candidates != [(0, npages)]:
                 digests = None  # pages left out are not read: no checksums for them
+        group: list[tuple[int, int]] = []
+        size = 0
         for a, b in _merge(candidates):
             s, e = max(a * PAGE - phase, 0), min(b * PAGE - phase, nbytes)
             for p in range(s, e, _PIECE):
                 q = min(p + _PIECE, e)
-                self._compare(index, p, block[p:q], phase, digests)
+                if size + q - p > _PIECE:
+                    self._compare(index, group, block, phase, digests)
+                    group, size = [], 0
+                group.append((p, q))
+                size += q - p
+        if group:
+            self._compare(index, group, block, phase, digests)
         self.blocks[index] = baselines.Block(lo, nbytes, token, digests)
 
     def _mapped_pages(self, index: int, lo: int, nbytes: int) -> list:
@@ -291,27 +299,46 @@ class Scan:
         for chunk, _copy in source.chunks():
             data = np.frombuffer(chunk, np.uint8)
             for p in range(0, data.size, _PIECE):
-                self._compare(index, position + p, data[p:p + _PIECE], 0, None)
+                piece = data[p:p + _PIECE]
+                self._compare(index, [(position + p, position + p + piece.size)],
+                              piece, 0, None, -(position + p))
             position += data.nbytes
 
-    def _compare(self, index: int, start: int, data: np.ndarray, phase: int,
-                 digests: np.ndarray | None) -> None:
-        """Snapshot ``data`` (block bytes from ``start``), compare it with the file, keep changes.
+    def _compare(self, index: int, ranges: list[tuple[int, int]], source: np.ndarray,
+                 phase: int, digests: np.ndarray | None, shift: int = 0) -> None:
+        """Snapshot block bytes ``ranges`` (at most _PIECE in all), compare them with the file.
 
-        ``phase`` is the page offset of block byte 0 in memory; ``digests``
-        (if given) receive the CRC-32 of each memory page the snapshot covers.
+        The ranges' bytes are ``source[start + shift:stop + shift]``; they are
+        copied side by side (the snapshot: what this save writes, whatever
+        happens meanwhile), the file's bytes read beside them, and compared in
+        one go, so many small ranges cost little more than one. ``phase`` is
+        the page offset of block byte 0 in memory; ``digests`` (if given)
+        receive the CRC-32 of each memory page the snapshot covers.
         """
-        n = data.size
-        new, old = self._new[:n], self._old[:n]
-        np.copyto(new, data)          # what this save writes, whatever happens meanwhile
-        if os.preadv(self.fd, [old.data], self.old.block_file_start(index) + start) != n:
-            raise FormatError(f"{self.old.name!r}: file shrank during an incremental save")
-        if digests is not None:
-            first = (phase + start) // PAGE
-            crcs = baselines.page_crcs(new, (phase + start) % PAGE)
-            digests[first:first + crcs.size] = crcs
+        file_start = self.old.block_file_start(index)
+        bounds = [0]
+        for s, e in ranges:
+            lo, n = bounds[-1], e - s
+            np.copyto(self._new[lo:lo + n], source[s + shift:e + shift])
+            if os.preadv(self.fd, [self._old[lo:lo + n].data], file_start + s) != n:
+                raise FormatError(f"{self.old.name!r}: file shrank during an incremental save")
+            if digests is not None:
+                first = (phase + s) // PAGE
+                crcs = baselines.page_crcs(self._new[lo:lo + n], (phase + s) % PAGE)
+                digests[first:first + crcs.size] = crcs
+            bounds.append(lo + n)
+        new, old = self._new[:bounds[-1]], self._old[:bounds[-1]]
+        i = 0
         for a, b in _byte_runs(new, old):
-            self._add(Change(index, start + a, new[a:b].copy(), zlib.crc32(old[a:b].data)))
+            while bounds[i + 1] <= a:
+                i += 1
+            while a < b:  # split where the ranges meet (a run may span several)
+                end = min(b, bounds[i + 1])
+                start = ranges[i][0] + a - bounds[i]
+                self._add(Change(index, start, new[a:end].copy(), zlib.crc32(old[a:end].data)))
+                a = end
+                if a < b:
+                    i += 1
 
 
 def _merge(runs: list[tuple[int, int]]) -> list[tuple[int, int]]:

@@ -25,6 +25,18 @@ available   whether this process can track (probed once; ``NAMEDSCHEMA_TRACKING`
 arm         register and write-protect the pages inside ``[lo, hi)``; a token
 scan        written page runs of ``[lo, hi)`` since the token, re-armed; None if lost
 token       the current token of a range (None if not armed)
+
+Each re-arming of a range keeps the runs written in the interval it closes
+(the last ``HISTORY`` intervals), so a token armed a few savings ago stays
+good: ``scan`` gives the union of the runs since then. That is what lets a
+program save the same memory alternately to two files (a latest and a
+previous checkpoint, or the two slots of a sharded replay) and still write
+only what changed since each file's own last save.
+
+Ranges may overlap (an array saved to one file, a view of it to another):
+re-arming pages re-arms them for every range holding them, so the runs a
+scan (or an arming) of one range closes are handed to every armed range
+they touch (``pending``), and each range's next scan includes them.
 """
 
 from __future__ import annotations
@@ -58,6 +70,8 @@ _PM_SCAN_CHECK_WPASYNC = 2
 _PAGE_IS_WPALLOWED = 1
 _PAGE_IS_WRITTEN = 2
 _VEC = 4096                       # page regions per PAGEMAP_SCAN call
+HISTORY = 8                       # closed intervals kept per range, for older tokens
+_HISTORY_RUNS = 65536             # runs kept per range at most (else older tokens are lost)
 
 
 class _Region(ctypes.Structure):
@@ -77,6 +91,11 @@ class _State:
         self.uffd = -1
         self.pagemap = -1
         self.tokens: dict[tuple[int, int], int] = {}   # (lo, hi) -> token of its last arming
+        # (lo, hi) -> [(token, runs written from that arming to the next)], oldest first
+        self.history: dict[tuple[int, int], list[tuple[int, list[tuple[int, int]]]]] = {}
+        # (lo, hi) -> runs written in its current interval that another range's
+        # scan or arming has re-armed already (overlapping ranges)
+        self.pending: dict[tuple[int, int], list[tuple[int, int]]] = {}
         self.vec = (_Region * _VEC)()
 
 
@@ -227,6 +246,37 @@ def _scan(lo: int, hi: int) -> list[tuple[int, int]] | None:
     return _regions(lo, hi, _PM_SCAN_WP_MATCHING | _PM_SCAN_CHECK_WPASYNC, 0, _PAGE_IS_WRITTEN)
 
 
+def _drop(key: tuple[int, int]) -> None:
+    _state.tokens.pop(key, None)
+    _state.history.pop(key, None)
+    _state.pending.pop(key, None)
+
+
+def _collect(key: tuple[int, int]) -> bool:
+    """Re-arm the pages of armed range ``key``, handing the runs written since to every
+    armed range they touch (``key`` included); False (and ``key`` dropped) if lost."""
+    try:
+        runs = _scan(*key)
+    except OSError:
+        runs = None
+    if runs is None:
+        _drop(key)
+        return False
+    for other in _state.tokens:
+        clipped = [(max(a, other[0]), min(b, other[1])) for a, b in runs
+                   if a < other[1] and b > other[0]]
+        if clipped:
+            _state.pending.setdefault(other, []).extend(clipped)
+    return True
+
+
+def _collect_others(first: int, last: int) -> None:
+    """Before ``[first, last)`` is protected blindly: keep what overlapping ranges saw."""
+    for other in [k for k in _state.tokens
+                  if k != (first, last) and k[0] < last and k[1] > first]:
+        _collect(other)
+
+
 def _pages(lo: int, hi: int) -> tuple[int, int]:
     return lo + (-lo % PAGE), hi // PAGE * PAGE
 
@@ -239,12 +289,39 @@ def arm(lo: int, hi: int) -> int | None:
     first, last = _pages(lo, hi)
     if last <= first or not available():
         return None
+    key = (first, last)
     with _state.lock:
-        if (first, last) in _state.tokens and not _regions(first, last, 0, _PAGE_IS_WPALLOWED,
-                                                          _PAGE_IS_WPALLOWED):
-            return _protect(first, last)
-        _state.tokens.pop((first, last), None)
+        if key in _state.tokens and not _regions(first, last, 0, _PAGE_IS_WPALLOWED,
+                                                 _PAGE_IS_WPALLOWED):
+            # armed already: close the current interval (keeping its runs for older
+            # tokens) instead of protecting blindly, which would forget them
+            if _collect(key):
+                return _rearm(first, last, _union(_state.pending.pop(key, [])))
+        _drop(key)
+        _collect_others(first, last)
         return _register(first, last)
+
+
+def _rearm(first: int, last: int, runs: list[tuple[int, int]]) -> int:
+    """Record ``runs`` as the interval the current token closes; the new token."""
+    key = (first, last)
+    closed = _state.history.setdefault(key, [])
+    closed.append((_state.tokens[key], runs))
+    del closed[:max(0, len(closed) - HISTORY)]
+    while closed and sum(len(r) for _, r in closed) > _HISTORY_RUNS:
+        del closed[0]
+    _state.tokens[key] = next(_counter)
+    return _state.tokens[key]
+
+
+def _union(runs: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    out: list[tuple[int, int]] = []
+    for a, b in sorted(runs):
+        if out and a <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], b))
+        else:
+            out.append((a, b))
+    return out
 
 
 def token(lo: int, hi: int) -> int | None:
@@ -255,23 +332,30 @@ def token(lo: int, hi: int) -> int | None:
 def scan(lo: int, hi: int, since: int) -> list[tuple[int, int]] | None:
     """Page runs ``(start, stop)`` of ``[lo, hi)`` written since arming ``since``, re-armed.
 
-    None when that cannot be known (another arming since, the memory was
-    unmapped or remapped, the process forked): compare instead. On success
-    the range gets a new token (``token``).
+    ``since`` may be the current token or one of the last ``HISTORY`` before
+    it (the runs of the intervals between are kept). None when that cannot
+    be known (an older token, the memory was unmapped or remapped, the
+    process forked): compare instead. On success the range gets a new token
+    (``token``).
     """
     first, last = _pages(lo, hi)
     if not available():
         return None
     with _state.lock:
-        if _state.tokens.get((first, last)) != since:
+        key = (first, last)
+        current = _state.tokens.get(key)
+        if current is None:
             return None
-        del _state.tokens[(first, last)]
-        try:
-            runs = _scan(first, last)
-        except OSError:
+        earlier: list[tuple[int, int]] = []
+        if since != current:
+            closed = _state.history.get(key, [])
+            at = next((i for i, (t, _) in enumerate(closed) if t == since), None)
+            if at is None:
+                return None
+            for _, runs in closed[at:]:
+                earlier.extend(runs)
+        if not _collect(key):
             return None
-        if runs is None:
-            return None
-        _state.tokens[(first, last)] = next(_counter)
-        return runs
-
+        fresh = _union(_state.pending.pop(key, []))
+        _rearm(first, last, fresh)
+        return _union(earlier + fresh) if earlier else fresh

@@ -50,6 +50,11 @@ DESCRIPTIONS = {
     "concurrency.processes": "processes reading one memory-mapped checkpoint",
     "extreme.schemas": "extreme schemas exercised",
     "bad_input.calls": "calls with wrong types or mismatched structures",
+    "round3.nonregular_targets": "saves to FIFOs, sockets, devices, directories (behind 0-2 links)",
+    "round3.dtype_pair_cases": "evolution casts: dtype pairs x casting rules, random values",
+    "round3.write_value_cases": "buffer writes: values of every dtype into every dtype",
+    "round3.foreign_files_named": "non-checkpoint files (pickle, npy, zip, HDF5, text...) named",
+    "round3.hostile_resume_files": "hostile files at every path resumable reads (no code run)",
 }
 
 

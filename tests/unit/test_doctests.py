@@ -8,6 +8,7 @@ example printing a NumPy-2-only repr fails here.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -43,13 +44,16 @@ def test_numpy_1_reprs_really_change_what_doctests_see(tmp_path):
     assert _doctests(str(doc), legacy=True).returncode == 1
 
 
-def test_the_suite_collects_without_torch():
-    """torch is an optional extra: with it unimportable, collecting the whole suite
-    (doctests of namedschema/integrations/torch.py included) still works."""
+def test_the_suite_collects_without_torch_or_rlpyt():
+    """torch is an optional extra and rlpyt is not on PyPI: with torch unimportable and no
+    RLPYT_SRC (a new user's clone), collecting the whole suite (doctests of
+    namedschema/integrations/torch.py included) still works."""
     code = ("import sys; sys.modules['torch'] = None  # import torch -> ImportError\n"
             "import pytest\n"
             "sys.exit(pytest.main(['--collect-only', '-q', '-p', 'no:randomly']))\n")
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("RLPYT_SRC", "NAMEDSCHEMA_REQUIRE_RLPYT")}
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          cwd=REPO_ROOT, timeout=600)
+                          cwd=REPO_ROOT, timeout=600, env=env)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
     assert "tests collected" in proc.stdout.splitlines()[-1] and "ERROR" not in proc.stdout

@@ -203,3 +203,18 @@ def test_from_state_dict_adopts_loaded_memory_and_copies_file_maps(tmp_path, mma
     rb.extend(batch(50, 3))
     np.testing.assert_array_equal(again.sample(20)[1], rb.sample(20)[1])
     np.testing.assert_array_equal(again.storage.obs, rb.storage.obs)
+
+
+def test_pickled_buffer_continues_identically(tmp_path):
+    # pickle (Ray, multiprocessing) and save(..., allow_pickle=True) keep the whole state
+    import pickle
+    rb = PrioritizedReplayBuffer(step(0), 6, seed=4)
+    rb.extend(batch(0, 9))
+    copies = [pickle.loads(pickle.dumps(rb))]
+    namedschema.save(rb, tmp_path / "rb.nsb", allow_pickle=True)
+    copies.append(namedschema.load(tmp_path / "rb.nsb", allow_pickle=True))
+    expected = rb.sample(10)[1]
+    for other in copies:
+        np.testing.assert_array_equal(other.sample(10)[1], expected)
+        other.extend(batch(20, 1))   # writes reach the storage it samples from
+        assert other.storage.action[other.cursor - 1] == 20
