@@ -9,6 +9,7 @@ NamedTuple, NamedArrayTuple               base classes of every instance; subcla
                                           one to define a schema with class syntax
 namedtuple, namedarraytuple, ...          rlpyt-compatible functions (import swap)
 save, load, inspect                       checkpoints (namedschema.checkpoint, lazy)
+BackgroundSave                            what save(..., background=True) returns (lazy)
 upgrade                                   map saved schemas onto today's (namedschema.evolution, lazy)
 patch_rlpyt, unpatch_rlpyt                rlpyt drop-in (namedschema.rlpyt.patch, lazy)
 ReplayBuffer, PrioritizedReplayBuffer     replay buffers that resume exactly (namedschema.replay, lazy)
@@ -49,6 +50,7 @@ else:
     from ._instance import NamedTuple
 from ._schema import NamedArrayTupleSchema, NamedTupleSchema, same_definition
 from .errors import (
+    BackgroundSaveError,
     ExtraFieldError,
     FieldError,
     FieldMismatchError,
@@ -71,6 +73,7 @@ __version__ = "0.1.0"
 
 if _typing.TYPE_CHECKING:  # what the lazy names below are, for type checkers
     # ``x as x``: an explicit re-export (PEP 484), though not in __all__.
+    from .checkpoint import BackgroundSave as BackgroundSave
     from .checkpoint import inspect as inspect
     from .checkpoint import load as load
     from .checkpoint import save as save
@@ -84,6 +87,7 @@ if _typing.TYPE_CHECKING:  # what the lazy names below are, for type checkers
 # Heavier parts load on first use, so ``import namedschema`` costs only the core.
 _LAZY = {
     "save": "checkpoint",
+    "BackgroundSave": "checkpoint",
     "load": "checkpoint",
     "inspect": "checkpoint",
     "upgrade": "evolution",
@@ -112,6 +116,7 @@ def __dir__():
 
 __all__ = [
     "AttrDict",
+    "BackgroundSaveError",
     "ExtraFieldError",
     "FieldError",
     "FieldMismatchError",

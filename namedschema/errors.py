@@ -12,6 +12,7 @@ FieldError              reading or writing a field failed; names schema and fiel
 Field*Error             FieldError plus the builtin type of the failure (IndexError, ...)
 FormatError             a checkpoint file is not valid (ValueError)
 UnsafeLoadError         a checkpoint needs pickle and allow_pickle was not given
+BackgroundSaveError     a background save's writer died, or its error could not come back (OSError)
 UnexpectedKindError     a valid checkpoint of another kind than load was told to expect
 NotRegularFileError     save refused a target that is not a regular file (an OSError)
 NotDataError            save met a value that is not data and allow_pickle was not given
@@ -46,6 +47,7 @@ __all__ = [
     "FieldRuntimeError",
     "FormatError",
     "UnsafeLoadError",
+    "BackgroundSaveError",
     "NotRegularFileError",
     "UnexpectedKindError",
     "NotDataError",
@@ -273,6 +275,14 @@ class UnexpectedKindError(FormatError):
 
 class UnsafeLoadError(FormatError):
     """A checkpoint holds pickled objects and ``allow_pickle`` was not set."""
+
+
+class BackgroundSaveError(NamedSchemaError, OSError):
+    """A background save failed, and the error raised in its writer could not be carried back.
+
+    Also raised when the writer process died (killed by a signal, out of
+    memory) before it finished. The file holds the last complete checkpoint.
+    """
 
 
 class NotDataError(NamedSchemaError, TypeError):

@@ -251,6 +251,10 @@ class ReplayBuffer:
         except (KeyError, TypeError, IndexError) as exc:
             raise ValueError(f"{cls.__name__}.from_state_dict: not a buffer state ({exc!r})") \
                 from None
+        if not leaves or any(np.ndim(a) < 1 or len(a) != capacity for a in leaves):
+            raise BufferShapeError(
+                f"{cls.__name__}.from_state_dict: the saved storage's fields must all hold "
+                f"the same number of steps, got {[np.shape(a) for a in leaves]}")
         if all(_adoptable(a) for a in leaves):
             buffer = cls.__new__(cls)
             buffer.capacity = _count(capacity, cls.__name__, "capacity", 1)
@@ -423,14 +427,28 @@ class PrioritizedReplayBuffer(ReplayBuffer):
             raise ValueError(f"{where}: not a PrioritizedReplayBuffer state ({exc!r} "
                              "missing)") from None
         alpha, beta = self._exponent(alpha, "alpha"), self._exponent(beta, "beta")
-        for tree in trees:
+        try:
+            max_priority = float(max_priority)
+        except (TypeError, ValueError):
+            raise ValueError(f"{where}: max_priority must be a number, got "
+                             f"{type(max_priority).__name__}") from None
+        if not (math.isfinite(max_priority) and max_priority > 0):
+            raise ValueError(f"{where}: max_priority must be finite and > 0, got "
+                             f"{max_priority!r}")
+        for label, tree in zip(("sum_tree", "min_tree"), trees, strict=True):
             t = np.asarray(tree)
             if t.shape != self._sum.shape or t.dtype != np.float64:
-                raise BufferShapeError(f"{where}: saved tree is {t.dtype} {t.shape}, this "
+                raise BufferShapeError(f"{where}: saved {label} is {t.dtype} {t.shape}, this "
                                        f"buffer's float64 {self._sum.shape}")
+            # priorities are > 0 (empty leaves: 0 in the sum tree, inf in the min tree)
+            bad = ~(np.isfinite(t[1:]) & (t[1:] >= 0)) if label == "sum_tree" else \
+                np.isnan(t[1:]) | (t[1:] <= 0)
+            if bad.any():
+                raise ValueError(f"{where}: saved {label} holds invalid priorities (NaN, "
+                                 f"negative or infinite) at node {int(np.argmax(bad)) + 1}")
         super().load_state_dict(state)
         for target, tree in zip((self._sum, self._min), trees, strict=True):
             if target is not tree:
                 np.copyto(target, tree, casting="no")
-        self._max_priority = float(max_priority)
+        self._max_priority = max_priority
         self.alpha, self.beta = alpha, beta

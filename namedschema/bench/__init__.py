@@ -47,7 +47,7 @@ __all__ = [
 ]
 
 # Topics run in this order (each is a module of this package).
-TOPICS = ("core", "pickling", "buffer", "checkpoint", "incremental", "replay")
+TOPICS = ("core", "pickling", "buffer", "checkpoint", "incremental", "background", "replay")
 
 RATIO_NOTE = ("ratio = value / reference value measured in the same run; "
               "for every metric here lower is better")

@@ -1,6 +1,7 @@
 """Whole-buffer checkpoints: save any object graph with its arrays written raw, once.
 
 save            write an object graph to a checkpoint file, atomically
+BackgroundSave  what ``save(..., background=True)`` returns: ``wait()``, ``done()``
 load            read a checkpoint, fully or memory-mapped, refusing pickle by default
 inspect         describe a checkpoint from its header alone (a ``CheckpointInfo``)
 CheckpointInfo  what ``inspect`` returns: printable tree plus attributes
@@ -33,6 +34,8 @@ The package, one module per concern (each imports only those listed before it):
 * ``journal``: the redo journal of in-place incremental saves
 * ``tracking``: the changed ranges of each block; memory remapped onto the file
 * ``incremental``: ``save(..., incremental=True)``, journal recovery at load
+* ``background``: ``save(..., background=True)``: a fork snapshot, written by
+  the child while the caller goes on
 * ``saver``, ``loader``, ``inspector``: ``save``, ``load``, ``inspect``
 
 File format, version 1.0
@@ -197,11 +200,12 @@ requirement) is loaded as an aligned copy.
 
 from __future__ import annotations
 
+from .background import BackgroundSave
 from .constants import FORMAT_NAME, FORMAT_VERSION
 from .inspector import CheckpointInfo, FieldInfo, inspect
 from .loader import load
 from .saver import save
 from .verifier import verify
 
-__all__ = ["save", "load", "inspect", "verify", "CheckpointInfo", "FieldInfo",
-           "FORMAT_NAME", "FORMAT_VERSION"]
+__all__ = ["save", "load", "inspect", "verify", "BackgroundSave", "CheckpointInfo",
+           "FieldInfo", "FORMAT_NAME", "FORMAT_VERSION"]

@@ -27,12 +27,13 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import functools
 import os
 import struct
 import threading
 import uuid
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import Any
 
@@ -52,7 +53,8 @@ from .header import (
 )
 from .nodes import features_of
 
-__all__ = ["save", "recover", "reading", "wait"]
+__all__ = ["save", "save_encoded", "full_save", "recover", "reading", "wait",
+           "begin_background"]
 
 PAGE = pages.PAGE
 #: Above this fraction of changed data, a full save is done instead.
@@ -358,6 +360,12 @@ def save(obj: Any, path: str | os.PathLike[str], *, allow_pickle: bool = False,
     check_target(final_target(path), path)  # never open a FIFO or device read-write
     enc = encode_graph(obj, path, allow_pickle, metadata)
     plan = layout.plan(enc.encoder.arrays.entries, enc.pickle_bytes)
+    return save_encoded(enc, plan, path, progress)
+
+
+def save_encoded(enc: EncodedGraph, plan: layout.Layout, path: str,
+                 progress: bool) -> SaveRecord:
+    """``save`` of a graph already encoded and laid out (background saves encode first)."""
     wait(path)
     real = os.path.realpath(path)
     try:
@@ -391,6 +399,20 @@ def save(obj: Any, path: str | os.PathLike[str], *, allow_pickle: bool = False,
 
 def _incremental(enc: EncodedGraph, plan: layout.Layout, path: str, real: str, fd: int,
                  progress: bool) -> SaveRecord | None:
+    found = _scan(enc, plan, path, real, fd, defer=False)
+    saved = None if found is None else _write_changes(enc, plan, path, real, fd, *found,
+                                                      progress=progress)
+    if saved is not None:
+        _finish_later(path, fd, journal.journal_path(path))
+    return saved
+
+
+_Found = tuple[os.stat_result, Header, dict[str, TensorEntry], tracking.Scan]
+
+
+def _scan(enc: EncodedGraph, plan: layout.Layout, path: str, real: str, fd: int,
+          defer: bool) -> _Found | None:
+    """Find what changed (``defer``: copy the candidates aside, compared later); None: full."""
     st = os.fstat(fd)
     try:
         with open(fd, "rb", buffering=0, closefd=False) as f:
@@ -401,7 +423,7 @@ def _incremental(enc: EncodedGraph, plan: layout.Layout, path: str, real: str, f
     if table is None:
         return None
     data_bytes = plan.data_bytes
-    scan = tracking.Scan(fd, st, old, int(FULL_FRACTION * max(data_bytes, 1)), real)
+    scan = tracking.Scan(fd, st, old, int(FULL_FRACTION * max(data_bytes, 1)), real, defer)
     has_pickle = enc.pickle_bytes is not None
     n_data = len(plan.blocks) - has_pickle
     try:
@@ -417,8 +439,18 @@ def _incremental(enc: EncodedGraph, plan: layout.Layout, path: str, real: str, f
              if isinstance(src, MemorySpan)]
     data = [(old.block_file_start(i), old.block_file_start(i) + old.blocks[i].nbytes)
             for i in range(n_data)]
-    if scan.changes and tracking.others_map(scan.maps, scan.dev, scan.ino, spans, data):
+    if (scan.changes or scan.deferred) and tracking.others_map(scan.maps, scan.dev, scan.ino,
+                                                               spans, data):
         return None  # another map of this file would see the change: write a new file
+    return st, old, table, scan
+
+
+def _write_changes(enc: EncodedGraph, plan: layout.Layout, path: str, real: str, fd: int,
+                   st: os.stat_result, old: Header, table: dict[str, TensorEntry],
+                   scan: tracking.Scan, progress: bool) -> SaveRecord | None:
+    """Journal and write what ``_scan`` found; None (nothing written): a full save instead."""
+    scan.compare_deferred()
+    data_bytes = plan.data_bytes
     crcs, pieces = tracking.crc_updates(old, scan.changes)
     n_changes = len(pieces)
     blocks = [replace(b, crc32=crcs.get(i, b.crc32)) for i, b in enumerate(old.blocks)]
@@ -456,8 +488,74 @@ def _incremental(enc: EncodedGraph, plan: layout.Layout, path: str, real: str, f
         if offset:
             bar.advance(view.nbytes)
     baselines.record(real, os.fstat(fd), header.description.checkpoint_id, scan.blocks)
-    _finish_later(path, fd, jpath)
     return saved
+
+
+# Background saves (background.py runs them) -----------------------------------
+
+_outgrown: set[str] = set()      # real paths whose header outgrew its room in the background
+
+
+def begin_background(enc: EncodedGraph, plan: layout.Layout, path: str,
+                     progress: bool) -> Callable[[], SaveRecord] | None:
+    """The caller's half of a background incremental save: lock, scan, copy the changes aside.
+
+    Only with write protection (other tracking reads all memory: a fork is
+    cheaper). Returns the other half (compare the copies with the file,
+    journal, write in place, sync, unlock) for a thread, or None: a full save.
+    """
+    real = os.path.realpath(path)
+    if tracking.mode() != "writeprotect" or real in _outgrown:
+        _outgrown.discard(real)
+        return None
+    wait(path)
+    try:
+        fd = os.open(path, os.O_RDWR | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return None
+    found = None
+    try:
+        _lock(fd, fcntl.LOCK_EX)
+        if (os.stat(path).st_ino, os.stat(path).st_dev) != (os.fstat(fd).st_ino,
+                                                          os.fstat(fd).st_dev):
+            return None
+        _recover_locked(path, fd)
+        if journal.is_file(journal.journal_path(path)) is not False:  # junk: a full save
+            try:
+                found = _scan(enc, plan, path, real, fd, defer=True)
+            except BaseException:
+                baselines.forget(real)
+                raise
+    finally:
+        if found is None:
+            _close(fd)
+    return None if found is None else functools.partial(
+        _finish_background, enc, plan, path, real, fd, found, progress)
+
+
+def _finish_background(enc: EncodedGraph, plan: layout.Layout, path: str, real: str, fd: int,
+                       found: _Found, progress: bool) -> SaveRecord:
+    jpath = journal.journal_path(path)
+    try:
+        saved = _write_changes(enc, plan, path, real, fd, *found, progress=progress)
+        if saved is None:
+            _outgrown.add(real)
+            raise OSError(f"{path!r}: the incremental save did not fit the file's header room; "
+                          "nothing was written, the next save of it writes a full checkpoint")
+        os.fdatasync(fd) if hasattr(os, "fdatasync") else os.fsync(fd)
+        os.unlink(jpath)
+        fsync_dir(os.path.dirname(jpath))
+        return saved
+    except BaseException:
+        baselines.forget(real)
+        raise
+    finally:
+        _close(fd)
+
+
+def full_save(enc: EncodedGraph, plan: layout.Layout, path: str, progress: bool) -> SaveRecord:
+    """A full save laid out for incremental ones (a background save's child runs it)."""
+    return _full_save(enc, plan, path, progress)
 
 
 def _finish_later(path: str, fd: int, jpath: str) -> None:

@@ -7,23 +7,43 @@ import os
 import shutil
 import struct
 import tempfile
+import time
 import uuid
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal, overload
 
+from . import background as _background
+from . import incremental as _incremental
 from . import layout
 from .atomic import AtomicFile, check_target, final_target
+from .background import BackgroundSave
 from .blocks import Progress, write_all, write_blocks
-from .graph import encode_graph
+from .graph import EncodedGraph, encode_graph
 from .header import Description, Header, PickleEntry
-from .incremental import save as incremental_save
 from .metadata import check_metadata_argument
 from .nodes import features_of
+
+_Path = str | os.PathLike[str] | io.RawIOBase | io.BufferedIOBase
+
+
+@overload
+def save(obj: Any, path: _Path, *, allow_pickle: bool = ..., progress: bool = ...,
+         incremental: bool = ..., background: Literal[False] = ...,
+         metadata: Mapping[str, str] | None = ...) -> None: ...
+@overload
+def save(obj: Any, path: _Path, *, allow_pickle: bool = ..., progress: bool = ...,
+         incremental: bool = ..., background: Literal[True],
+         metadata: Mapping[str, str] | None = ...) -> BackgroundSave: ...
+@overload
+def save(obj: Any, path: _Path, *, allow_pickle: bool = ..., progress: bool = ...,
+         incremental: bool = ..., background: bool,
+         metadata: Mapping[str, str] | None = ...) -> BackgroundSave | None: ...
 
 
 def save(obj: Any, path: str | os.PathLike[str] | io.RawIOBase | io.BufferedIOBase, *,
          allow_pickle: bool = False, progress: bool = False,
-         incremental: bool = False, metadata: Mapping[str, str] | None = None) -> None:
+         incremental: bool = False, background: bool = False,
+         metadata: Mapping[str, str] | None = None) -> BackgroundSave | None:
     """Save an object graph, writing every array raw and once, atomically.
 
     Arrays (numpy, and torch CPU tensors) anywhere in ``obj`` are written
@@ -66,19 +86,30 @@ def save(obj: Any, path: str | os.PathLike[str] | io.RawIOBase | io.BufferedIOBa
             loaded by ``load(..., expect_metadata=)``: say there what a file
             is, so that a reader refuses a file of another kind before it
             unpickles anything.
+        background: return a :class:`~namedschema.BackgroundSave`
+            handle as soon as a snapshot of ``obj`` exists (a ``fork`` of this
+            process: later writes to the arrays do not reach the file); the
+            writing, checksums and fsync go on in a child process. Its error
+            is raised by ``handle.wait()``, or else by the next save of
+            ``path``, or else printed at exit. Saves of one path run in
+            order: each first waits for the background save before it.
 
     Raises:
         NotDataError: (a TypeError) ``obj`` holds a value that is not data and
             ``allow_pickle`` is false; the message names where it is.
         TypeError: ``path`` is neither a path nor a binary file object (the
             message says so when the two arguments look swapped, as in
-            ``np.save(path, arr)``), or a file object with ``incremental``.
+            ``np.save(path, arr)``), or a file object with ``incremental``
+            or ``background``.
         NotRegularFileError: (an OSError) ``path`` is a directory, FIFO,
             socket or device; nothing was written.
         StructureMismatchError: a tensor is not on the CPU or has a dtype
             numpy cannot view.
         OSError: the file cannot be written (the old file stays intact); the
             error names ``path`` as given, not the temporary file.
+        BackgroundSaveError: (an OSError) the previous background save of
+            ``path`` failed and its error was not raised yet (by ``wait()``),
+            or its writer process died.
 
     >>> import numpy as np, tempfile, os, namedschema
     >>> Step = namedschema.NamedArrayTupleSchema('Step', 'obs reward')
@@ -89,20 +120,37 @@ def save(obj: Any, path: str | os.PathLike[str] | io.RawIOBase | io.BufferedIOBa
     >>> float(back['buffer'].reward[3]), np.shares_memory(back['recent'], back['buffer'].obs)
     (3.0, True)
     """
-    target = _target(obj, path, incremental)
+    began = time.perf_counter()
+    target = _target(obj, path, incremental or background)
     meta = check_metadata_argument(metadata)
     if not isinstance(target, str):
         _save_to_file_object(obj, target, allow_pickle, progress, meta)
-        return
+        return None
     check_target(final_target(target), target)  # before encoding or writing anything
-    if incremental:
-        incremental_save(obj, target, allow_pickle=allow_pickle, progress=progress,
-                         metadata=meta)
-        return
-    _write(obj, target, target, allow_pickle, progress, meta)
+    with _background.serialized(target):
+        graph = encode_graph(obj, target, allow_pickle, meta)
+        plan = layout.plan(graph.encoder.arrays.entries, graph.pickle_bytes)
+        if not background:
+            if incremental:
+                _incremental.save_encoded(graph, plan, target, progress)
+            else:
+                _write_encoded(graph, plan, target, target, progress)
+            return None
+        plan = _background.replace_sources(plan, _background.freeze_shared(plan.sources))
+        if incremental:
+            rest = _incremental.begin_background(graph, plan, target, progress)
+            if rest is not None:       # the changes are copied aside: a thread writes them
+                return _background.start_thread(target, rest, began)
+            job, on_done = _background.incremental_job(graph, plan, target, progress)
+            return _background.start(target, job, began, on_done)
+
+        def job_full() -> tuple[None, None]:
+            _write_encoded(graph, plan, target, target, progress)
+            return None, None
+        return _background.start(target, job_full, began)
 
 
-def _target(obj: Any, path: Any, incremental: bool) -> Any:
+def _target(obj: Any, path: Any, in_place: bool) -> Any:
     """``path`` as a str, or the binary file object it is; TypeError with a hint otherwise."""
     if isinstance(path, str | os.PathLike):
         name = os.fspath(path)
@@ -113,9 +161,10 @@ def _target(obj: Any, path: Any, incremental: bool) -> Any:
         if isinstance(path, io.TextIOBase):
             raise TypeError("save: the file object is open in text mode; open it in "
                             "binary mode ('wb') or pass a path")
-        if incremental:
-            raise TypeError("save: incremental=True updates a file in place and needs a "
-                            f"path, not a {type(path).__name__}")
+        if in_place:
+            raise TypeError("save: incremental=True (which updates a file in place) or "
+                            "background=True needs a path, not a "
+                            f"{type(path).__name__}")
         return path
     if isinstance(obj, str | bytes | os.PathLike):
         raise TypeError(f"save(obj, path) takes the object first and the path second; got "
@@ -144,13 +193,19 @@ def _write(obj: Any, path: str, shown: str, allow_pickle: bool, progress: bool,
     """A full save of ``obj`` to the file ``path`` (``shown`` names it in messages)."""
     graph = encode_graph(obj, shown, allow_pickle, metadata)
     plan = layout.plan(graph.encoder.arrays.entries, graph.pickle_bytes)
+    _write_encoded(graph, plan, path, shown, progress)
+
+
+def _write_encoded(graph: EncodedGraph, plan: layout.Layout, path: str, shown: str,
+                   progress: bool) -> None:
+    """A full save of an encoded graph to the file ``path``, atomically."""
     pickle_entry = None if graph.not_data is None else PickleEntry(len(plan.blocks) - 1,
                                                                    str(graph.not_data))
     header = Header(
         Description(blocks=plan.blocks, arrays=plan.arrays,
                     schemas=tuple(graph.encoder.schemas), structure=graph.structure,
                     pickle=pickle_entry, checkpoint_id=uuid.uuid4().hex,
-                    features=features_of(graph.encoder.schemas), metadata=metadata),
+                    features=features_of(graph.encoder.schemas), metadata=graph.metadata),
         plan.tensors, name=shown)
     # The data starts after the header, whose checksums are known only once
     # the data is written: reserve the header's room (its fixed-width fields

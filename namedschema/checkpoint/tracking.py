@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import sys
 import zlib
 from dataclasses import dataclass
 from typing import Any
@@ -186,8 +187,13 @@ class Scan:
     """
 
     def __init__(self, fd: int, st: os.stat_result, old: Header, budget: int,
-                 real_path: str):
+                 real_path: str, defer: bool = False):
         self.fd, self.old = fd, old
+        # defer: keep copies of the candidate bytes (the snapshot) and compare them with
+        # the file later, in another thread (compare_deferred): a background save.
+        self.defer = defer
+        self.deferred: list[tuple] = []
+        self.deferred_bytes = 0
         self.dev, self.ino = st.st_dev, st.st_ino
         self.base = baselines.lookup(real_path, st, old)
         self.mode = mode()
@@ -315,6 +321,17 @@ class Scan:
         the page offset of block byte 0 in memory; ``digests`` (if given)
         receive the CRC-32 of each memory page the snapshot covers.
         """
+        if self.defer:   # the snapshot: the ranges' bytes side by side, compared later
+            snap = np.empty(sum(e - s for s, e in ranges), np.uint8)
+            at = 0
+            for s, e in ranges:
+                np.copyto(snap[at:at + e - s], source[s + shift:e + shift])
+                at += e - s
+            self.deferred.append((index, ranges, snap, phase, digests))
+            self.deferred_bytes += at
+            if self.deferred_bytes > self.budget:
+                raise TooMuch
+            return
         file_start = self.old.block_file_start(index)
         bounds = [0]
         for s, e in ranges:
@@ -339,6 +356,19 @@ class Scan:
                 a = end
                 if a < b:
                     i += 1
+
+    def compare_deferred(self) -> None:
+        """Compare the copies a deferring scan kept with the file; fills ``changes``.
+
+        Never raises TooMuch: the copies are all there is left to save from.
+        """
+        deferred, self.deferred, self.defer = self.deferred, [], False
+        self.budget = sys.maxsize
+        for index, ranges, snap, phase, digests in deferred:
+            at = 0
+            for s, e in ranges:
+                self._compare(index, [(s, e)], snap, phase, digests, at - s)
+                at += e - s
 
 
 def _merge(runs: list[tuple[int, int]]) -> list[tuple[int, int]]:

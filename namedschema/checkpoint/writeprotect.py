@@ -262,11 +262,16 @@ def _collect(key: tuple[int, int]) -> bool:
     if runs is None:
         _drop(key)
         return False
-    for other in _state.tokens:
+    for other in list(_state.tokens):
         clipped = [(max(a, other[0]), min(b, other[1])) for a, b in runs
                    if a < other[1] and b > other[0]]
         if clipped:
-            _state.pending.setdefault(other, []).extend(clipped)
+            pending = _state.pending.setdefault(other, [])
+            pending.extend(clipped)
+            if len(pending) > _HISTORY_RUNS:   # a range nobody scans any more: bounded
+                pending[:] = _union(pending)
+                if len(pending) > _HISTORY_RUNS and other != key:
+                    _drop(other)   # its next scan says None: compare instead
     return True
 
 

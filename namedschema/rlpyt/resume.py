@@ -43,6 +43,7 @@ from . import _portable
 from . import _resume_arguments as _arguments
 from . import state as _state
 from . import workers as _workers  # (also registers the parallel-sampler handler)
+from ._checkpoint_writer import CheckpointWriter
 
 __all__ = ["resumable", "ResumeError", "ResumeWarning", "CHECKPOINT_KIND"]
 
@@ -140,11 +141,6 @@ class _Gates:
         self._installed = []
 
 
-def _save_checkpoint(obj, path):
-    import namedschema
-    namedschema.save(obj, path, allow_pickle=True, metadata=_MARKER)
-
-
 def _load_checkpoint(path):
     """The resume state in ``path``, unpickled only once its header says it is one."""
     import namedschema
@@ -176,9 +172,9 @@ def _load_checkpoint(path):
 
 
 class _Resume:
-    def __init__(self, runner, path, every_itrs, every_steps, checkpoint, accept=()):
-        self.runner = runner
-        self.accept = accept
+    def __init__(self, runner, path, every_itrs, every_steps, checkpoint, accept=(),
+                 writer=None):
+        self.runner, self.accept, self.writer = runner, accept, writer
         self.path = os.fspath(path)
         self.every_itrs = every_itrs
         self.every_steps = every_steps
@@ -379,6 +375,7 @@ class _Resume:
         self.gates.remove()
         if self.n_itr is not None and self.last_saved != self.n_itr:
             self.save(self.n_itr)
+        self.writer.wait()
         return self._originals["shutdown"]()
 
     def save(self, itr, **extra):
@@ -388,10 +385,9 @@ class _Resume:
             # rlpyt's run-time sample types by value: loads without patch_rlpyt().
             state = _portable.portable({what: _state.capture(obj, ctx)
                                         for what, obj in self.components().items()})
-            _save_checkpoint({"format": CHECKPOINT_KIND, "version": CHECKPOINT_VERSION,
+            self.writer.save({"format": CHECKPOINT_KIND, "version": CHECKPOINT_VERSION,
                               "itr": int(itr), "config": self.config(),
-                              "rng": _state.rng_state(), "state": state, **extra},
-                             self.path)
+                              "rng": _state.rng_state(), "state": state, **extra})
         self.last_saved = itr
         self.saves += 1
 
@@ -495,6 +491,7 @@ class _AsyncResume(_Resume):
         result = self._originals["shutdown"]()
         if self.n_itr is not None:
             self.save_async(self.itr_offset + self.local_itr + 1, self.n_itr)
+        self.writer.wait()
         return result
 
 
@@ -507,7 +504,8 @@ def _started(runner) -> str | None:
     return None
 
 
-def resumable(runner, path, *, every_itrs=None, every_steps=None, accept_changes=()):
+def resumable(runner, path, *, every_itrs=None, every_steps=None, accept_changes=(),
+              incremental=True, background=True):
     """Make an rlpyt runner resume from ``path``, and checkpoint to it as it trains.
 
     Call it on a runner that is built but not started, then call
@@ -524,10 +522,10 @@ def resumable(runner, path, *, every_itrs=None, every_steps=None, accept_changes
     runner's diagnostics and the global RNGs (Python, numpy, torch) are put
     back into the freshly built objects, and the loop goes on at the
     iteration where the checkpoint was taken. Otherwise it starts from
-    scratch. Either way it writes a checkpoint (atomically, with
-    :func:`namedschema.save`) every ``every_itrs`` iterations, or every
-    ``every_steps`` environment steps (rounded down to whole iterations,
-    at least one), by default at every log interval, and at the end.
+    scratch. Either way it checkpoints every ``every_itrs`` iterations or
+    ``every_steps`` env steps (whole iterations, at least one; by default every
+    log interval) and at the end, incrementally and in the background: training
+    waits only for a snapshot; the next checkpoint or the end raises its error.
 
     Resuming unpickles the checkpoint (models, optimizers and envs are
     pickled): only resume from files you trust. A file is unpickled only
@@ -557,6 +555,7 @@ def resumable(runner, path, *, every_itrs=None, every_steps=None, accept_changes
             env arguments build new envs that start new episodes) and is said
             as a ResumeWarning. Arguments that shape the saved state
             (``replay_size``, model arguments, classes) are always refused.
+        incremental, background: as in :func:`namedschema.save`; False, False: as before.
 
     Returns:
         ``runner`` itself, ready for ``train()``.
@@ -586,6 +585,7 @@ def resumable(runner, path, *, every_itrs=None, every_steps=None, accept_changes
                           f"such as 'algo.learning_rate', not {accept_changes!r:.100}")
     checkpoint = _load_checkpoint(path) if os.path.lexists(path) else None
     cls = _AsyncResume if kind == "async" else _Resume
-    cls(runner, path, every_itrs, every_steps, checkpoint, accept).install()
+    cls(runner, path, every_itrs, every_steps, checkpoint, accept, CheckpointWriter(
+        os.fspath(path), _MARKER, incremental=incremental, background=background)).install()
     return runner
 

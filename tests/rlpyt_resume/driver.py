@@ -1,7 +1,8 @@
 """One training run of a resume twin test, in its own process.
 
     python -m tests.rlpyt_resume.driver CONFIG OUT.json [--ckpt PATH] [--every N]
-        [--kill-at-itr K] [--kill-in-loss K] [--kill-in-save N:write|N:replace]
+        [--kill-at-itr K] [--kill-in-loss K] [--kill-in-save N:write|N:replace|N:pwrite]
+        [--sync-full-saves]
         [--alone] [--no-patch] [--import-order rlpyt-first|namedschema-first]
 
 Builds a small real-rlpyt run (CONFIG: dqn_uniform, dqn_prioritized, dqn_eval,
@@ -14,7 +15,10 @@ to OUT.json every sampler batch, replay batch, loss and logged diagnostic
 (by iteration, as digests) and the digest of the final state. The kill
 options end the process with SIGKILL at a chosen moment: at the start of an
 iteration, inside the first loss computation of an iteration, or inside the N-th checkpoint
-(at its first write, or just before its rename).
+(at its first write, just before its rename, or at its first in-place write after the
+journal commit of an incremental save); in a background save's writer process, the
+training process is killed and then the writer. ``--sync-full-saves`` makes resumable
+write full checkpoints while training waits (``incremental=False, background=False``).
 
 ``--alone`` runs rlpyt without namedschema: nothing of namedschema is imported
 until training has ended (the final state is then read with its handlers); the
@@ -336,7 +340,14 @@ class Recorder:
         number, where = self.args.kill_in_save.split(":")
         number = int(number)
         save = namedschema.save
-        write, replace = os.write, os.replace
+        write, replace, pwrite = os.write, os.replace, os.pwrite
+        main_pid = os.getpid()
+
+        def kill():
+            # In a background writer (a fork) the training process dies first, as a kill
+            # of the run would do; the writer dies with it (and here, at once).
+            os.kill(main_pid, signal.SIGKILL)
+            os.kill(os.getpid(), signal.SIGKILL)
 
         @functools.wraps(save)
         def save_(*a, **k):
@@ -349,15 +360,20 @@ class Recorder:
 
         def write_(fd, data):
             if self.in_save and where == "write":
-                os.kill(os.getpid(), signal.SIGKILL)
+                kill()
             return write(fd, data)
 
         def replace_(src, dst, *a, **k):
             if self.in_save and where == "replace":
-                os.kill(os.getpid(), signal.SIGKILL)
+                kill()
             return replace(src, dst, *a, **k)
+
+        def pwrite_(fd, data, offset):
+            if self.in_save and where == "pwrite":
+                kill()
+            return pwrite(fd, data, offset)
         namedschema.save = save_
-        os.write, os.replace = write_, replace_
+        os.write, os.replace, os.pwrite = write_, replace_, pwrite_
 
 
 def strip_times(what, state):
@@ -458,6 +474,7 @@ def main(argv=None):
     parser.add_argument("--kill-in-loss", type=int, metavar="ITR",
                         help="SIGKILL inside the first loss computation of iteration ITR")
     parser.add_argument("--kill-in-save")
+    parser.add_argument("--sync-full-saves", action="store_true")
     parser.add_argument("--unpicklable-env", action="store_true",
                         help="envs hold a lambda, so their state cannot be saved")
     parser.add_argument("--disable-handler", action="append", default=[],
@@ -512,7 +529,8 @@ def main(argv=None):
     resume = None
     if args.ckpt:
         from namedschema.rlpyt import resumable
-        resumable(runner, args.ckpt, every_itrs=args.every)
+        mode = {"incremental": False, "background": False} if args.sync_full_saves else {}
+        resumable(runner, args.ckpt, every_itrs=args.every, **mode)
         resume = runner._namedschema_resume
     startup = runner.startup
 

@@ -110,15 +110,36 @@ def test_killed_mid_iteration_before_wrap_resumes_exactly(tmp_path, tmp_path_fac
     assert_same_from(twin(tmp_path_factory, config), resumed, 20)
 
 
+def test_killed_inside_a_background_checkpoint_resumes_exactly(tmp_path, tmp_path_factory):
+    """SIGKILL of the run while the third checkpoint (iteration 30) is written in the background.
+
+    Checkpoints are incremental and in the background (the default). These
+    runs change most of their small state between checkpoints, so each is a
+    full one, written by a snapshot child: killed at the child's first write,
+    the file holds iteration 20, the resume is exact, and no writer outlives
+    the run. (Kills inside in-place writes: tests/subprocess/test_background_kill.py.)
+    """
+    ckpt = tmp_path / "run.nsc"
+    drive(tmp_path, "killed", "dqn_prioritized", "--ckpt", ckpt, "--kill-in-save", "3:write",
+          expect_kill=True)
+    resumed = drive(tmp_path, "resumed", "dqn_prioritized", "--ckpt", ckpt)
+    assert_same_from(twin(tmp_path_factory, "dqn_prioritized"), resumed, 20)
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".run.nsc")) == []
+
+
 @pytest.mark.parametrize("where", ["write", "replace"])
 def test_killed_inside_a_checkpoint_uses_the_previous_one(tmp_path, tmp_path_factory, where):
-    """SIGKILL while the third checkpoint (iteration 30) is written: resume from 20, exact."""
+    """Full checkpoints while training waits (incremental=False, background=False).
+
+    SIGKILL while the third checkpoint (iteration 30) is written: resume from 20, exact.
+    """
     ckpt = tmp_path / "run.nsc"
     drive(tmp_path, "killed", "dqn_prioritized", "--ckpt", ckpt, "--kill-in-save",
-          f"3:{where}", expect_kill=True)
+          f"3:{where}", "--sync-full-saves", expect_kill=True)
     leftovers = [p.name for p in tmp_path.iterdir() if p.name.startswith(".run.nsc.tmp")]
     assert leftovers, "the kill should have left the interrupted save's temporary file"
-    resumed = drive(tmp_path, "resumed", "dqn_prioritized", "--ckpt", ckpt)
+    resumed = drive(tmp_path, "resumed", "dqn_prioritized", "--ckpt", ckpt,
+                    "--sync-full-saves")
     assert_same_from(twin(tmp_path_factory, "dqn_prioritized"), resumed, 20)
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".run.nsc.tmp")]
 

@@ -218,3 +218,25 @@ def test_pickled_buffer_continues_identically(tmp_path):
         np.testing.assert_array_equal(other.sample(10)[1], expected)
         other.extend(batch(20, 1))   # writes reach the storage it samples from
         assert other.storage.action[other.cursor - 1] == 20
+
+
+def test_a_loaded_state_that_does_not_hold_together_is_refused(tmp_path):
+    rb = ReplayBuffer(Step(np.zeros(2, np.float32), 0, 0.0), 10, seed=0)
+    rb.extend(Step(np.ones((5, 2), np.float32), np.arange(5), np.zeros(5)))
+    state = rb.state_dict()
+    storage = state["storage"]
+    ragged = dict(state, storage=Step(storage.obs, storage.action[:3], storage.reward))
+    namedschema.save(ragged, tmp_path / "ragged.nsc")
+    with pytest.raises(BufferShapeError, match=r"same number of steps.*\(10, 2\), \(3,\)"):
+        ReplayBuffer.from_state_dict(namedschema.load(tmp_path / "ragged.nsc"))
+    per = PrioritizedReplayBuffer(Step(np.zeros(2, np.float32), 0, 0.0), 10, seed=0)
+    per.extend(Step(np.ones((5, 2), np.float32), np.arange(5), np.zeros(5)))
+    fresh = PrioritizedReplayBuffer(Step(np.zeros(2, np.float32), 0, 0.0), 10, seed=0)
+    for bad in (float("nan"), 0.0, -1.0, float("inf")):
+        with pytest.raises(ValueError, match="max_priority must be finite and > 0"):
+            fresh.load_state_dict(dict(per.state_dict(), max_priority=bad))
+    tree = per.state_dict()["sum_tree"].copy()
+    tree[tree.shape[0] // 2 + 1] = np.nan
+    with pytest.raises(ValueError, match="saved sum_tree holds invalid priorities"):
+        fresh.load_state_dict(dict(per.state_dict(), sum_tree=tree))
+    assert len(fresh) == 0                      # nothing was taken

@@ -112,3 +112,20 @@ def test_saving_an_overlapping_view_elsewhere_keeps_incremental_saves_exact(tmp_
     a[600_000] = 5.0
     namedschema.save(a[4096:], second, incremental=True)
     np.testing.assert_array_equal(namedschema.load(second), a[4096:])
+
+
+def test_runs_kept_for_a_range_nobody_scans_are_bounded(monkeypatch):
+    monkeypatch.setattr(writeprotect, "_HISTORY_RUNS", 4)
+    region = mmap.mmap(-1, 64 * PAGE)
+    mem = np.frombuffer(region, np.uint8)
+    lo = mem.ctypes.data
+    mem[:] = 1
+    stale = writeprotect.arm(lo + 8 * PAGE, lo + 40 * PAGE)   # saved once, never again
+    token = writeprotect.arm(lo, lo + mem.nbytes)
+    for page in range(10, 40, 2):                               # scattered runs
+        mem[page * PAGE] = 2
+        token = writeprotect.scan(lo, lo + mem.nbytes, token) and \
+            writeprotect.token(lo, lo + mem.nbytes)
+    assert writeprotect.scan(lo + 8 * PAGE, lo + 40 * PAGE, stale) is None   # compare instead
+    del mem
+    region.close()
