@@ -32,8 +32,9 @@ from typing import Any
 import numpy as np
 
 from . import _plain_state, _rng_state
+from .checkpoint import load, save
 from .env_state import capture_env, restore_env
-from .errors import NamedSchemaError
+from .errors import NamedSchemaError, UnexpectedKindError
 from .replay import ReplayBuffer
 
 __all__ = ["RunCheckpoint", "RunCheckpointError", "RunCheckpointWarning"]
@@ -211,12 +212,11 @@ class RunCheckpoint:
         (the current observation, say): after :meth:`restore` they are in
         ``ckpt.loop``.
         """
-        import namedschema
         kwargs: dict[str, Any] = {"incremental": self.incremental,
                                   "metadata": {"kind": FORMAT, "version": str(VERSION)}}
         if self.allow_pickle:
             kwargs["allow_pickle"] = True
-        namedschema.save(self.state(step, **loop), self.path, **kwargs)
+        save(self.state(step, **loop), self.path, **kwargs)
         self._last_time = time.monotonic()
         self.step = int(step)
 
@@ -250,12 +250,10 @@ class RunCheckpoint:
         captured are left as they are and listed in ``ckpt.restarted`` (with a
         :class:`~namedschema.run_checkpoint.RunCheckpointWarning`): reset them.
         """
-        import namedschema
         if not os.path.exists(self.path):
             return False
-        from .errors import UnexpectedKindError
         try:  # with allow_pickle, only a file whose header says it is ours is unpickled
-            data = namedschema.load(
+            data = load(
                 self.path, mmap_mode="r", allow_pickle=self.allow_pickle,
                 expect_metadata={"kind": FORMAT} if self.allow_pickle else None)
         except UnexpectedKindError as exc:

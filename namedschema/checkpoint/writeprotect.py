@@ -24,6 +24,7 @@ available   whether this process can track (probed once; ``NAMEDSCHEMA_TRACKING`
             other than ``auto``/unset turns it off)
 arm         register and write-protect the pages inside ``[lo, hi)``; a token
 scan        written page runs of ``[lo, hi)`` since the token, re-armed; None if lost
+scan_and_token  the same and the new token, taken together (another thread may arm next)
 token       the current token of a range (None if not armed)
 
 Each re-arming of a range keeps the runs written in the interval it closes
@@ -51,7 +52,7 @@ from functools import cache
 
 import numpy as np
 
-__all__ = ["available", "arm", "scan", "token", "forced_off"]
+__all__ = ["available", "arm", "scan", "scan_and_token", "token", "forced_off"]
 
 PAGE = mmap.PAGESIZE
 _NR_USERFAULTFD = {"x86_64": 323, "aarch64": 282}.get(os.uname().machine)
@@ -262,11 +263,16 @@ def _collect(key: tuple[int, int]) -> bool:
     if runs is None:
         _drop(key)
         return False
-    for other in _state.tokens:
+    for other in list(_state.tokens):
         clipped = [(max(a, other[0]), min(b, other[1])) for a, b in runs
                    if a < other[1] and b > other[0]]
         if clipped:
-            _state.pending.setdefault(other, []).extend(clipped)
+            pending = _state.pending.setdefault(other, [])
+            pending.extend(clipped)
+            if len(pending) > _HISTORY_RUNS:   # a range nobody scans any more: bounded
+                pending[:] = _union(pending)
+                if len(pending) > _HISTORY_RUNS and other != key:
+                    _drop(other)   # its next scan says None: compare instead
     return True
 
 
@@ -330,13 +336,21 @@ def token(lo: int, hi: int) -> int | None:
 
 
 def scan(lo: int, hi: int, since: int) -> list[tuple[int, int]] | None:
+    """The runs of :func:`scan_and_token`, or None."""
+    found = scan_and_token(lo, hi, since)
+    return None if found is None else found[0]
+
+
+def scan_and_token(lo: int, hi: int, since: int
+                   ) -> tuple[list[tuple[int, int]], int] | None:
     """Page runs ``(start, stop)`` of ``[lo, hi)`` written since arming ``since``, re-armed.
 
     ``since`` may be the current token or one of the last ``HISTORY`` before
     it (the runs of the intervals between are kept). None when that cannot
     be known (an older token, the memory was unmapped or remapped, the
-    process forked): compare instead. On success the range gets a new token
-    (``token``).
+    process forked): compare instead. On success the range gets a new token,
+    returned with the runs: asking ``token`` afterwards could get the token of
+    another thread's arming since, whose interval misses writes made between.
     """
     first, last = _pages(lo, hi)
     if not available():
@@ -357,5 +371,5 @@ def scan(lo: int, hi: int, since: int) -> list[tuple[int, int]] | None:
         if not _collect(key):
             return None
         fresh = _union(_state.pending.pop(key, []))
-        _rearm(first, last, fresh)
-        return _union(earlier + fresh) if earlier else fresh
+        new_token = _rearm(first, last, fresh)
+        return (_union(earlier + fresh) if earlier else fresh), new_token
