@@ -47,7 +47,8 @@ def to_data(value: Any, path: str, allow_pickle: bool = False) -> Any:
     if torch is not None and isinstance(value, torch.Tensor):
         return value.detach() if value.device.type == "cpu" else value.detach().cpu()
     if isinstance(value, dict):
-        if all(isinstance(k, str) for k in value):
+        # a dict that looks like one of the markers is stored keyed, so it stays a dict
+        if all(isinstance(k, str) for k in value) and set(value) not in ({_KEYED}, {_BIG_INT}):
             return {k: to_data(v, f"{path}[{k!r}]", allow_pickle) for k, v in value.items()}
         return {_KEYED: [[to_data(k, f"{path} key", allow_pickle),
                           to_data(v, f"{path}[{k!r}]", allow_pickle)]

@@ -168,7 +168,12 @@ def check_write(nat: Any, loc: Any, value: Any, same_fields: bool) -> None:
     ``same_fields``: ``value`` has ``nat``'s fields and is written field by
     field; otherwise it is broadcast into every field.
     """
-    problem = _pairs(nat, value, ()) if same_fields else _broadcast(nat, value, ())
+    try:
+        problem = _pairs(nat, value, ()) if same_fields else _broadcast(nat, value, ())
+    except RecursionError:
+        # Nested too deeply to check here: the write itself fails the same way
+        # (as a FieldError naming the path) before it reaches a leaf.
+        return
     if problem is None:
         if not same_fields:
             _scalar_rule(nat, value)

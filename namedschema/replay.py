@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 import operator
+import weakref
 from typing import Any
 
 import numpy as np
@@ -62,15 +63,28 @@ def _leaves(x: Any) -> list:
     return [] if x is None else [x]
 
 
+# The arrays live buffers hold (storage, trees), by id: never adopted by another buffer.
+_LIVE: weakref.WeakValueDictionary[int, np.ndarray] = weakref.WeakValueDictionary()
+
+
+def _claim(arrays: list) -> None:
+    for array in arrays:
+        _LIVE[id(array)] = array
+
+
 def _adoptable(array: Any) -> bool:
     """Whether a loaded array can become a buffer's own: in memory, writable, C order.
 
     Arrays that view a file map are copied instead: a later save to that file
-    could show through the pages the buffer has not written yet.
+    could show through the pages the buffer has not written yet. So are arrays
+    sharing memory with a live buffer's (``from_state_dict(rb.state_dict())``,
+    or one loaded state given twice): two buffers would write into each other.
     """
     import mmap
     if not (isinstance(array, np.ndarray) and array.flags.writeable
             and array.flags.c_contiguous):
+        return False
+    if any(np.may_share_memory(array, live) for live in list(_LIVE.values())):
         return False
     base = array.base
     while base is not None:
@@ -122,6 +136,7 @@ class ReplayBuffer:
 
     def _init_common(self, seed: Any) -> None:
         self._stored = _leaves(self.storage)
+        _claim(self._stored)
         self._name = f"{type(self).__name__}({type(self.storage).__name__})"
         self._cursor = 0
         self._size = 0
@@ -331,6 +346,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         super().__init__(example, capacity, seed=seed)
         self._sum = _sum_tree.new_sum_tree(self.capacity)
         self._min = _sum_tree.new_min_tree(self.capacity)
+        _claim([self._sum, self._min])
         self._max_priority = 1.0
 
     def _exponent(self, value: Any, label: str) -> float:
@@ -416,6 +432,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
             else make(self.capacity)
             for tree, make in zip(trees, (_sum_tree.new_sum_tree, _sum_tree.new_min_tree),
                                   strict=True))
+        _claim([self._sum, self._min])
         self._max_priority = 1.0
 
     def load_state_dict(self, state: dict) -> None:

@@ -228,10 +228,10 @@ class Scan:
         candidates: list[tuple[int, int]] | None = None     # page runs, block pages
         mapped = None
         if private and self.mode == "writeprotect":
-            runs = (writeprotect.scan(lo, hi, known.token)
-                    if known is not None and known.token is not None else None)
-            if runs is not None:
-                token = writeprotect.token(lo, hi)
+            found = (writeprotect.scan_and_token(lo, hi, known.token)
+                     if known is not None and known.token is not None else None)
+            if found is not None:
+                runs, token = found
                 base = lo - phase
                 candidates = [((a - base) // PAGE, (b - base) // PAGE) for a, b in runs]
                 self.tracked += sum(b - a for a, b in runs)

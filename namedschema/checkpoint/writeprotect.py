@@ -24,6 +24,7 @@ available   whether this process can track (probed once; ``NAMEDSCHEMA_TRACKING`
             other than ``auto``/unset turns it off)
 arm         register and write-protect the pages inside ``[lo, hi)``; a token
 scan        written page runs of ``[lo, hi)`` since the token, re-armed; None if lost
+scan_and_token  the same and the new token, taken together (another thread may arm next)
 token       the current token of a range (None if not armed)
 
 Each re-arming of a range keeps the runs written in the interval it closes
@@ -51,7 +52,7 @@ from functools import cache
 
 import numpy as np
 
-__all__ = ["available", "arm", "scan", "token", "forced_off"]
+__all__ = ["available", "arm", "scan", "scan_and_token", "token", "forced_off"]
 
 PAGE = mmap.PAGESIZE
 _NR_USERFAULTFD = {"x86_64": 323, "aarch64": 282}.get(os.uname().machine)
@@ -335,13 +336,21 @@ def token(lo: int, hi: int) -> int | None:
 
 
 def scan(lo: int, hi: int, since: int) -> list[tuple[int, int]] | None:
+    """The runs of :func:`scan_and_token`, or None."""
+    found = scan_and_token(lo, hi, since)
+    return None if found is None else found[0]
+
+
+def scan_and_token(lo: int, hi: int, since: int
+                   ) -> tuple[list[tuple[int, int]], int] | None:
     """Page runs ``(start, stop)`` of ``[lo, hi)`` written since arming ``since``, re-armed.
 
     ``since`` may be the current token or one of the last ``HISTORY`` before
     it (the runs of the intervals between are kept). None when that cannot
     be known (an older token, the memory was unmapped or remapped, the
-    process forked): compare instead. On success the range gets a new token
-    (``token``).
+    process forked): compare instead. On success the range gets a new token,
+    returned with the runs: asking ``token`` afterwards could get the token of
+    another thread's arming since, whose interval misses writes made between.
     """
     first, last = _pages(lo, hi)
     if not available():
@@ -362,5 +371,5 @@ def scan(lo: int, hi: int, since: int) -> list[tuple[int, int]] | None:
         if not _collect(key):
             return None
         fresh = _union(_state.pending.pop(key, []))
-        _rearm(first, last, fresh)
-        return _union(earlier + fresh) if earlier else fresh
+        new_token = _rearm(first, last, fresh)
+        return (_union(earlier + fresh) if earlier else fresh), new_token

@@ -1,6 +1,9 @@
 """rlpyt support: resume a training run exactly, and the rlpyt drop-in patch.
 
 resumable   make an rlpyt runner continue from its checkpoint (namedschema.rlpyt.resume)
+SamplerWorkerError
+            a parallel sampler's worker failed in a resumable run (raised in the
+            main process instead of rlpyt's wait forever)
 patch_rlpyt, unpatch_rlpyt, is_patched, RlpytPatch, RlpytImportError
             the drop-in (namedschema.rlpyt.patch; ``namedschema.rlpyt_compat`` is
             its old name)
@@ -22,6 +25,7 @@ _LAZY = {
     "resumable": "resume",
     "ResumeError": "resume",
     "ResumeWarning": "resume",
+    "SamplerWorkerError": "workers",
     "register_handler": "state",
     "patch_rlpyt": "patch",
     "unpatch_rlpyt": "patch",

@@ -4,7 +4,7 @@ rlpyt makes its sample types at run time (``namedarraytuple_like``: classes
 that no module holds, so pickle cannot name them) or assigns them to module
 globals lazily (``BufferSamples``: a fresh interpreter has ``None`` there).
 Pickles of such instances fail when written, or worse, when read. Here, in
-the state a resume checkpoint holds, every named tuple of a class-per-type
+the state a resume checkpoint holds, every such named tuple of a class-per-type
 kind (rlpyt's ``namedarraytuple``, ``collections.namedtuple``) is replaced by
 an instance of a namedschema schema with the same name and fields, which
 the checkpoint stores by value; restoring writes field by field into the
@@ -20,11 +20,12 @@ from __future__ import annotations
 
 import io
 import pickle
+import sys
 import weakref
 
 from .._factories import is_classic_namedtuple_class, is_classic_nat_class
 from .._schema import NamedArrayTupleSchema, NamedTupleSchema
-from ._lazy_globals import refuse_unloadable
+from ._lazy_globals import LAZY_GLOBALS, refuse_unloadable
 
 __all__ = ["portable", "retype", "dry_pickle", "unsavable"]
 
@@ -40,11 +41,19 @@ def _schema_for(cls):
     return schema
 
 
-def portable(value, _memo=None):
-    """``value`` with every classic named tuple in dicts, lists and tuples made a schema.
+def _findable(cls) -> bool:
+    """Whether pickle finds ``cls`` by name in any process (else it goes by value)."""
+    module_name, name = cls.__module__, cls.__qualname__
+    return (module_name, name) not in LAZY_GLOBALS and \
+        getattr(sys.modules.get(module_name), name, None) is cls
 
-    Containers that hold none are returned as they are; arrays and other
-    objects are never copied.
+
+def portable(value, _memo=None):
+    """``value`` with the classic named tuples pickle cannot find by name made schemas.
+
+    Those of classes a module holds (rlpyt's ``AgentInputs``, your own) stay
+    as they are, in dicts, lists and tuples. Containers that hold none of the
+    others are returned as they are; arrays and other objects are never copied.
     """
     memo = {} if _memo is None else _memo
     key = id(value)
@@ -60,7 +69,7 @@ def portable(value, _memo=None):
     elif isinstance(value, tuple):
         values = [portable(v, memo) for v in value]
         same = all(a is b for a, b in zip(values, value, strict=True))
-        if is_classic_namedtuple_class(kind):
+        if is_classic_namedtuple_class(kind) and not _findable(kind):
             result = _schema_for(kind)(*values)
         elif same:
             result = value

@@ -38,10 +38,11 @@ import os
 import warnings
 
 from ..errors import NamedSchemaError
+from . import _async_offsets as _offsets
 from . import _portable
 from . import _resume_arguments as _arguments
 from . import state as _state
-from . import workers as _workers  # noqa: F401  (registers the parallel-sampler handler)
+from . import workers as _workers  # (also registers the parallel-sampler handler)
 from ._checkpoint_writer import CheckpointWriter
 
 __all__ = ["resumable", "ResumeError", "ResumeWarning", "CHECKPOINT_KIND"]
@@ -240,13 +241,18 @@ class _Resume:
             self.every = max(1, self.every_steps // r.itr_batch_size)
         else:
             self.every = self.every_itrs or r.log_interval_itrs
-        self._check()
-        if self.checkpoint is not None:
-            try:
-                self._restore()
-            except ResumeError:
-                self._stop_sampler()
-                raise
+        if self.checkpoint is None:
+            self._check()
+            return n_itr
+        try:
+            # Before the check: parallel-sampler workers apply their saved states
+            # at the check's round, which must not happen with another run's.
+            self._verify_config()
+            self._check()
+            self._restore()
+        except ResumeError:
+            self._stop_sampler()
+            raise
         return n_itr
 
     def _stop_sampler(self):
@@ -274,20 +280,32 @@ class _Resume:
             raise ResumeError(f"resumable: the run's state cannot be checkpointed ({why}): "
                               "give its class a handler (namedschema.rlpyt.register_handler)")
 
-    def _restore(self):
-        checkpoint, self.checkpoint = self.checkpoint, None
-        saved, now = checkpoint["config"], self.config()
+    def _verify_config(self):
+        """Refuse a checkpoint of a run built differently, before anything is restored."""
+        saved, now = self.checkpoint["config"], self.config()
+        self._verify_config_of(saved, now)
+        self._reapply = self._changed_arguments(saved.get("arguments"), now["arguments"])
+        if self._reapply is not None and self._reapply.new_envs:
+            _workers.skip_env_states(self.runner.sampler)
+
+    def _verify_config_of(self, saved, now):
         for key in ("classes", "batch_T", "batch_B", "world_size"):
             if saved[key] != now[key]:
                 raise ResumeError(
                     f"resumable: {self.path} was written by a run built differently: "
                     f"{key} was {saved[key]!r}, now {now[key]!r}")
+
+    def _restore(self):
+        checkpoint, self.checkpoint = self.checkpoint, None
+        saved, now = checkpoint["config"], self.config()
+        self._verify_config_of(saved, now)
         if saved["n_itr"] != now["n_itr"]:
             self.note(f"the run now has {now['n_itr']} iterations, the checkpoint's "
                       f"run had {saved['n_itr']}: from iteration {self.start} on it "
                       "follows the new length")
         ctx = _Context(self)
-        reapply = self._changed_arguments(saved.get("arguments"), now["arguments"], ctx)
+        reapply = self._reapply          # (from _verify_config)
+        ctx.new_envs = reapply is not None and reapply.new_envs
         try:
             for what, obj in self.components().items():
                 _state.restore(obj, checkpoint["state"][what], ctx, what)
@@ -299,7 +317,7 @@ class _Resume:
         if self.start > 0:
             self._gate()
 
-    def _changed_arguments(self, saved, now, ctx):
+    def _changed_arguments(self, saved, now):
         """Refuse arguments that differ from the checkpoint's run, unless accepted."""
         refusal, notes, reapply = _arguments.compare(saved, now, self.accept, self.path,
                                                       self.components())
@@ -307,7 +325,6 @@ class _Resume:
             raise ResumeError(refusal)
         for note in notes:
             self.note(note)
-        ctx.new_envs = reapply is not None and reapply.new_envs
         return reapply
 
     def _gate(self):
@@ -332,10 +349,19 @@ class _Resume:
             self.at_iteration(itr)
         logger.set_iteration = set_iteration
         try:
-            return self._originals["train"]()
+            result = self._originals["train"]()
+        except BaseException as exc:
+            # Parallel samplers: end the workers left waiting; a worker's failure is
+            # the cause to say (rlpyt's barriers may raise other errors on top of it).
+            failure = _workers.finish(self.runner.sampler, failed=True)
+            if failure is not None and failure is not exc:
+                raise failure from exc
+            raise
         finally:
             logger.set_iteration = original
             self.gates.remove()
+        _workers.finish(self.runner.sampler, failed=False)
+        return result
 
     def at_iteration(self, itr):
         if self.gates.active:
@@ -372,42 +398,6 @@ def _replay_write_lock(algo):
     return lock.write_lock if lock is not None else contextlib.nullcontext()
 
 
-class _Offset:
-    """Calls ``function`` with ``offset`` added to the chosen positional/keyword args."""
-
-    def __init__(self, function, offsets, keywords=None):
-        self.function = function
-        self.offsets = offsets            # {position: offset}
-        self.keywords = keywords or {}    # {name: offset}
-
-    def __call__(self, *args, **kwargs):
-        values = list(args)
-        for i, off in self.offsets.items():
-            if i < len(values):
-                values[i] = values[i] + off
-        for name, off in self.keywords.items():
-            if kwargs.get(name) is not None:
-                kwargs[name] = kwargs[name] + off
-        return self.function(*values, **kwargs)
-
-
-class _OffsetSampler:
-    """The async sampler as its process sees it: iteration ``i`` is ``i + offset``."""
-
-    def __init__(self, sampler, offset):
-        self._sampler = sampler
-        self._offset = offset
-
-    def obtain_samples(self, itr, *args, **kwargs):
-        return self._sampler.obtain_samples(itr + self._offset, *args, **kwargs)
-
-    def evaluate_agent(self, itr, *args, **kwargs):
-        return self._sampler.evaluate_agent(itr + self._offset, *args, **kwargs)
-
-    def __getattr__(self, name):
-        return getattr(self._sampler, name)
-
-
 class _AsyncResume(_Resume):
     """AsyncRl / AsyncRlEval: the loops run in local counts; offsets map them to the run's.
 
@@ -438,7 +428,7 @@ class _AsyncResume(_Resume):
     def launch_sampler(self, n_itr):
         r = self.runner
         real = r.sampler
-        r.sampler = _OffsetSampler(real, self.sampler_offset)
+        r.sampler = _offsets.OffsetSampler(real, self.sampler_offset)
         try:
             return self._originals["launch_sampler"](n_itr - self.sampler_offset)
         finally:
@@ -460,12 +450,13 @@ class _AsyncResume(_Resume):
         self._check()
         if self.checkpoint is not None:
             with _replay_write_lock(r.algo):
+                self._verify_config()
                 self._restore()
-            r.algo.optimize_agent = _Offset(r.algo.optimize_agent, {0: self.itr_offset},
+            r.algo.optimize_agent = _offsets.Offset(r.algo.optimize_agent, {0: self.itr_offset},
                                             {"sampler_itr": self.sampler_offset})
-            r.store_diagnostics = _Offset(r.store_diagnostics,
+            r.store_diagnostics = _offsets.Offset(r.store_diagnostics,
                                           {0: self.itr_offset, 1: self.sampler_offset})
-            r.log_diagnostics = _Offset(r.log_diagnostics,
+            r.log_diagnostics = _offsets.Offset(r.log_diagnostics,
                                         {0: self.itr_offset, 1: self.sampler_offset})
             # Learn from the first new batch on: the buffer is already filled.
             throttle_itr = 1

@@ -6,9 +6,11 @@
         [--alone] [--no-patch] [--import-order rlpyt-first|namedschema-first]
 
 Builds a small real-rlpyt run (CONFIG: dqn_uniform, dqn_prioritized, dqn_eval,
-r2d1, sac on small stand-in envs; dqn_prioritized_cpu with CpuSampler; pong and
-pong_eval on real Atari Pong through rlpyt's own AtariEnv and the atari_py
-adapter over ale-py), makes it resumable when ``--ckpt`` is given, trains, and writes
+r2d1, sac on small stand-in envs; pong and pong_eval on real Atari Pong through
+rlpyt's own AtariEnv and the atari_py adapter over ale-py; a suffix picks the
+sampler: none for SerialSampler, ``_cpu`` CpuSampler, ``_gpu`` GpuSampler with
+``cuda_idx=None``, ``_alt`` AlternatingSampler, 2 workers each, as example_5;
+``_async`` AsyncSerialSampler), makes it resumable when ``--ckpt`` is given, trains, and writes
 to OUT.json every sampler batch, replay batch, loss and logged diagnostic
 (by iteration, as digests) and the digest of the final state. The kill
 options end the process with SIGKILL at a chosen moment: at the start of an
@@ -136,26 +138,50 @@ def _feed(h, obj):
             h.update(f"<{type(obj).__qualname__}>".encode())
 
 
+_SAMPLERS = ("_cpu", "_gpu", "_alt", "_async")
+
+
+def split_config(config):
+    """``(base, sampler suffix)``: ``"dqn_eval_gpu"`` -> ``("dqn_eval", "_gpu")``."""
+    for suffix in _SAMPLERS:
+        if config.endswith(suffix):
+            return config[:-len(suffix)], suffix
+    return config, ""
+
+
 def build(config):
     from rlpyt.samplers.serial.sampler import SerialSampler
 
-    from tests.rlpyt_resume.envs import AtariLike, ContinuousLike
+    from tests.rlpyt_resume.envs import AtariLike, ContinuousLike, NoopAtariLike
+    base, kind = split_config(config)
     n_steps, runner_cls, sampler_cls = 480, "MinibatchRl", SerialSampler
     sampler_kwargs = dict(batch_T=4, batch_B=2, max_decorrelation_steps=10)
     runner_kwargs = {}
-    if config.endswith("_cpu"):
+    parallel = kind in ("_cpu", "_gpu", "_alt")
+    if kind == "_cpu":
         from rlpyt.samplers.parallel.cpu.sampler import CpuSampler
         sampler_cls = CpuSampler
-        runner_kwargs["affinity"] = dict(workers_cpus=[0, 1], set_affinity=False)
-    if config.endswith("_async"):
+    elif kind == "_gpu":
+        from rlpyt.samplers.parallel.gpu.sampler import GpuSampler
+        sampler_cls = GpuSampler
+    elif kind == "_alt":
+        from rlpyt.samplers.parallel.gpu.alternating_sampler import AlternatingSampler
+        sampler_cls = AlternatingSampler
+    if parallel:
+        # example_5's affinity on two workers, not pinned (a shared CI machine).
+        runner_kwargs["affinity"] = dict(workers_cpus=[0, 1], set_affinity=False,
+                                         cuda_idx=None, alternating=kind == "_alt")
+    if kind == "_async":
         from rlpyt.samplers.async_.serial_sampler import AsyncSerialSampler
         from rlpyt.utils.collections import AttrDict
         sampler_cls = AsyncSerialSampler
-        runner_cls = "AsyncRlEval" if config.endswith("eval_async") else "AsyncRl"
+        runner_cls = "AsyncRlEval" if base == "dqn_eval" else "AsyncRl"
         runner_kwargs["affinity"] = AttrDict(
             sampler=dict(set_affinity=False),
             optimizer=[dict(cpus=[0], torch_threads=1, set_affinity=False)])
-    if config.startswith("dqn"):
+    # Parallel samplers end an evaluation at eval_max_trajectories by polling a queue
+    # against the clock, which even rlpyt alone does not reproduce: none for them.
+    if base.startswith("dqn"):
         from rlpyt.agents.dqn.atari.atari_dqn_agent import AtariDqnAgent
         from rlpyt.algos.dqn.dqn import DQN
         agent = AtariDqnAgent(
@@ -165,14 +191,18 @@ def build(config):
         algo = DQN(replay_size=200, min_steps_learn=40, batch_size=8, replay_ratio=2,
                    eps_steps=200, target_update_interval=5, n_step_return=2,
                    learning_rate=1e-3, double_dqn=True,
-                   prioritized_replay=config.startswith("dqn_prioritized"),
+                   prioritized_replay=base == "dqn_prioritized",
                    pri_beta_steps=300, updates_per_sync=2)
-        env_cls, env_kwargs = AtariLike, {"delay": 0.003} if config.endswith("_async") else {}
-        if config in ("dqn_eval", "dqn_eval_async"):
-            runner_cls = "MinibatchRlEval" if config == "dqn_eval" else runner_cls
+        env_cls, env_kwargs = AtariLike, {"delay": 0.003} if kind == "_async" else {}
+        if parallel:
+            # Like rlpyt's AtariEnv: reset() when built, no-ops drawn from np.random.
+            env_cls = NoopAtariLike
+        if base == "dqn_eval":
+            runner_cls = "MinibatchRlEval" if kind != "_async" else runner_cls
             sampler_kwargs.update(eval_n_envs=2, eval_max_steps=60,
-                                  eval_max_trajectories=4, eval_env_kwargs={})
-    elif config.startswith("r2d1"):
+                                  eval_max_trajectories=None if parallel else 4,
+                                  eval_env_kwargs={})
+    elif base == "r2d1":
         from rlpyt.agents.dqn.atari.atari_r2d1_agent import AtariR2d1Agent
         from rlpyt.algos.dqn.r2d1 import R2D1
         from rlpyt.samplers.parallel.cpu.collectors import CpuWaitResetCollector
@@ -186,7 +216,7 @@ def build(config):
                     eps_steps=200, pri_beta_steps=300)
         sampler_kwargs["CollectorCls"] = CpuWaitResetCollector
         env_cls, env_kwargs = AtariLike, {}
-    elif config == "sac":
+    elif base == "sac":
         from rlpyt.agents.qpg.sac_agent import SacAgent
         from rlpyt.algos.qpg.sac import SAC
         agent = SacAgent(model_kwargs=dict(hidden_sizes=[16, 16]),
@@ -194,7 +224,7 @@ def build(config):
         algo = SAC(batch_size=8, min_steps_learn=40, replay_size=200, replay_ratio=2,
                    learning_rate=1e-3)
         env_cls, env_kwargs = ContinuousLike, {}
-    elif config.startswith("pong"):
+    elif base in ("pong", "pong_eval"):
         from rlpyt.agents.dqn.atari.atari_dqn_agent import AtariDqnAgent
         from rlpyt.algos.dqn.dqn import DQN
         from rlpyt.envs.atari.atari_env import AtariEnv, AtariTrajInfo
@@ -210,22 +240,24 @@ def build(config):
         # Episodes cut at 150 steps so that several end (and reset) in a short run.
         env_cls, env_kwargs = AtariEnv, dict(game="pong", horizon=150)
         sampler_kwargs.update(TrajInfoCls=AtariTrajInfo, max_decorrelation_steps=30)
-        if config.startswith("pong_eval"):
+        if base == "pong_eval":
             runner_cls = "MinibatchRlEval"
-            sampler_kwargs.update(eval_n_envs=1, eval_max_steps=120,
-                                  eval_max_trajectories=2, eval_env_kwargs={})
+            # In parallel: one eval env per worker (no eval_max_trajectories: above).
+            sampler_kwargs.update(eval_n_envs=2 if parallel else 1, eval_max_steps=120,
+                                  eval_max_trajectories=None if parallel else 2,
+                                  eval_env_kwargs={})
     else:
         raise SystemExit(f"unknown config {config}")
     if "eval_env_kwargs" in sampler_kwargs:
         sampler_kwargs["eval_env_kwargs"] = env_kwargs
-        if config.startswith("pong"):      # evaluation episodes that end within the cap
+        if base.startswith("pong"):        # evaluation episodes that end within the cap
             sampler_kwargs["eval_env_kwargs"] = dict(env_kwargs, horizon=40)
     sampler = sampler_cls(EnvCls=env_cls, env_kwargs=env_kwargs, **sampler_kwargs)
     from rlpyt.runners import async_rl, minibatch_rl
     module = async_rl if runner_cls.startswith("Async") else minibatch_rl
     runner = getattr(module, runner_cls)(
         algo=algo, agent=agent, sampler=sampler, n_steps=n_steps,
-        log_interval_steps=320 if config.startswith("pong") else 64, seed=7,
+        log_interval_steps=320 if base.startswith("pong") else 64, seed=7,
         **runner_kwargs)
     return runner
 
@@ -244,6 +276,7 @@ class Recorder:
         self.losses = 0
         self.saves = 0
         self.in_save = False
+        self.kill_worker = None
 
     def add(self, kind, value):
         self.events.append([self.itr, kind, digest(value)])
@@ -255,6 +288,8 @@ class Recorder:
             self.itr = itr
             if self.args.kill_at_itr is not None and itr == self.args.kill_at_itr:
                 os.kill(os.getpid(), signal.SIGKILL)
+            if self.kill_worker is not None and itr == self.kill_worker[0]:
+                os.kill(self.kill_worker[1], signal.SIGKILL)
             set_iteration(itr)
 
         def record_tabular(key, val, *a, **k):
@@ -402,6 +437,33 @@ def views_intact(buffer):
     return [bool(np.shares_memory(a, b)) for a, b in pairs]
 
 
+def write_pids_after_startup(runner, path):
+    """The main and worker pids, written as soon as rlpyt's startup forked the workers
+    (before anything of a resume, which may fail)."""
+    startup = runner.startup
+
+    def startup_():
+        n_itr = startup()
+        with open(path, "w") as f:
+            json.dump({"main": os.getpid(),
+                       "workers": [w.pid for w in getattr(runner.sampler, "workers", [])]}, f)
+        return n_itr
+    runner.startup = startup_
+
+
+def inject_worker_failure(where):
+    """Every sampler worker raises in its resume or capture (forked: they inherit it)."""
+    from namedschema.rlpyt import workers
+    name = {"resume": "_apply_worker_state", "capture": "_worker_state"}[where]
+    original, main_pid = getattr(workers, name), os.getpid()
+
+    def failing(*args, **kwargs):
+        if os.getpid() != main_pid:
+            raise RuntimeError(f"injected failure in the worker's {where}")
+        return original(*args, **kwargs)
+    setattr(workers, name, failing)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser()
     parser.add_argument("config")
@@ -427,6 +489,12 @@ def main(argv=None):
                         help="resumable without patch_rlpyt() (the one-call use)")
     parser.add_argument("--import-order", choices=("rlpyt-first", "namedschema-first"),
                         default="namedschema-first")
+    parser.add_argument("--pids-file",
+                        help="write the main and sampler worker pids (JSON) after startup")
+    parser.add_argument("--kill-worker-at-itr", type=int, metavar="ITR",
+                        help="SIGKILL sampler worker 1 at the start of iteration ITR")
+    parser.add_argument("--fail-in-worker", choices=("resume", "capture"),
+                        help="a RuntimeError in every sampler worker's resume or capture")
     args = parser.parse_args(argv)
     if args.alone and (args.ckpt or args.disable_handler):
         raise SystemExit("--alone runs rlpyt without namedschema: no --ckpt or handlers")
@@ -440,6 +508,8 @@ def main(argv=None):
     import_rlpyt_logger()
     for key in args.disable_handler:
         rstate.register_handler(key, lambda obj, ctx: {}, lambda obj, state, ctx: None)
+    if args.fail_in_worker:
+        inject_worker_failure(args.fail_in_worker)
     saved = None
     if args.ckpt and os.path.exists(args.ckpt):
         saved = namedschema.load(args.ckpt, allow_pickle=True)
@@ -454,6 +524,8 @@ def main(argv=None):
     if args.unpicklable_env:
         from tests.rlpyt_resume.envs import UnpicklableAtariLike
         runner.sampler.EnvCls = UnpicklableAtariLike
+    if args.pids_file:
+        write_pids_after_startup(runner, args.pids_file)
     resume = None
     if args.ckpt:
         from namedschema.rlpyt import resumable
@@ -472,6 +544,8 @@ def main(argv=None):
             roundtrip.update({k: digest(now[k]) == digest(strip_times(k, saved["state"][k]))
                               for k in now})
         rec.hook_components(runner)
+        if args.kill_worker_at_itr is not None:
+            rec.kill_worker = (args.kill_worker_at_itr, runner.sampler.workers[1].pid)
         return n_itr
     runner.startup = startup_
     runner.train()

@@ -121,3 +121,21 @@ class ContinuousLike(Env):
     @property
     def horizon(self):
         return self.max_steps
+
+
+class NoopAtariLike(AtariLike):
+    """AtariLike that starts like rlpyt's ``AtariEnv``: ``__init__`` calls ``reset()``,
+    and ``reset()`` plays a random number of no-ops drawn from the *global*
+    ``np.random`` (the process's, which rlpyt's ``set_seed`` seeds)."""
+
+    def __init__(self, max_start_noops=30, **kwargs):
+        super().__init__(**kwargs)
+        self.max_start_noops = max_start_noops
+        self.reset()
+
+    def reset(self):
+        obs = super().reset()
+        for _ in range(np.random.randint(0, self.max_start_noops + 1)):
+            self.pos = int((self.pos + 1) % (self.size - 3) ** 2)
+            obs = self._push(self._frame())
+        return obs

@@ -240,3 +240,21 @@ def test_a_loaded_state_that_does_not_hold_together_is_refused(tmp_path):
     with pytest.raises(ValueError, match="saved sum_tree holds invalid priorities"):
         fresh.load_state_dict(dict(per.state_dict(), sum_tree=tree))
     assert len(fresh) == 0                      # nothing was taken
+
+
+@pytest.mark.parametrize("cls", [ReplayBuffer, PrioritizedReplayBuffer])
+def test_from_state_dict_never_shares_memory_with_a_live_buffer(cls, tmp_path):
+    rb = cls(step(0), 8, seed=0)
+    rb.extend(batch(0, 3))
+    twin = cls.from_state_dict(rb.state_dict())        # a copy of a live buffer
+    twin.extend(batch(100, 2))
+    assert len(rb) == 3 and rb.storage.action[3] == 0 and twin.storage.action[3] == 100
+    for mine, theirs in zip(rb.state_dict().values(), twin.state_dict().values(), strict=True):
+        if isinstance(mine, np.ndarray):
+            assert not np.shares_memory(mine, theirs)
+    namedschema.save(rb.state_dict(), tmp_path / "rb.nsc")
+    loaded = namedschema.load(tmp_path / "rb.nsc")
+    first, second = cls.from_state_dict(loaded), cls.from_state_dict(loaded)   # given twice
+    first.extend(batch(200, 1))
+    assert second.storage.action[3] == 0
+    assert np.shares_memory(first.storage.obs, loaded["storage"].obs)   # adopted once

@@ -54,14 +54,14 @@ def test_alternating_two_files_keeps_kernel_tracking(tmp_path, monkeypatch):
     buf.obs[:] = rng.integers(0, 255, buf.obs.shape, dtype=np.uint8)
     paths = [tmp_path / "a.nsb", tmp_path / "b.nsb"]
     results = []
-    real_scan = writeprotect.scan
+    real_scan = writeprotect.scan_and_token
 
     def spy(lo, hi, since):
         out = real_scan(lo, hi, since)
         results.append(out is not None)
         return out
 
-    monkeypatch.setattr(writeprotect, "scan", spy)
+    monkeypatch.setattr(writeprotect, "scan_and_token", spy)
     for path in paths:
         namedschema.save(buf, path, incremental=True)
     for step in range(6):
@@ -129,3 +129,27 @@ def test_runs_kept_for_a_range_nobody_scans_are_bounded(monkeypatch):
     assert writeprotect.scan(lo + 8 * PAGE, lo + 40 * PAGE, stale) is None   # compare instead
     del mem
     region.close()
+
+
+def test_a_save_records_the_token_of_its_own_scan(tmp_path, monkeypatch):
+    # Another thread arming the same memory (its save to another file) right after this
+    # save's scan: this file's next save must still see a write made in between.
+    a = np.zeros(1 << 20)
+    path = tmp_path / "a.ns"
+    namedschema.save(a, path, incremental=True)
+    a[1000] = 1.0
+    lo = a.ctypes.data
+
+    def then_another_thread(real):
+        def scan(*args):
+            found = real(*args)
+            a[700_000] = 3.0                      # after the scan: not in this save
+            writeprotect.arm(lo, lo + a.nbytes)   # the other thread's save arms the range
+            return found
+        return scan
+    monkeypatch.setattr(writeprotect, "scan_and_token",
+                        then_another_thread(writeprotect.scan_and_token))
+    namedschema.save(a, path, incremental=True)
+    monkeypatch.undo()
+    namedschema.save(a, path, incremental=True)
+    np.testing.assert_array_equal(namedschema.load(path), a)
