@@ -33,6 +33,7 @@ import numpy as np
 
 from . import _plain_state, _rng_state
 from .checkpoint import load, save
+from .checkpoint.background import written
 from .env_state import capture_env, restore_env
 from .errors import NamedSchemaError, UnexpectedKindError
 from .replay import ReplayBuffer
@@ -98,6 +99,12 @@ class RunCheckpoint:
             torch's (CPU and initialized CUDA devices), if torch is imported.
         incremental: rewrite only what changed since the last save (see
             :doc:`/incremental`); False writes a whole new file every time.
+        background: :meth:`save` returns once the state is captured and the
+            changed bytes are copied aside (or a fork holds the snapshot); the
+            file is written and synced while the loop goes on. The next save
+            waits for it, and so does :meth:`wait`, which raises its error
+            (:doc:`/incremental`, "Background checkpoints"). False writes before
+            returning.
         allow_pickle: store values that are not data (a scheduler's function)
             by pickling; loading such a file runs code, so it is off by default
             and such values are refused at the first save, named. With it,
@@ -120,7 +127,8 @@ class RunCheckpoint:
 
     def __init__(self, path: str | os.PathLike[str], *, every_steps: int | None = None,
                  every_seconds: float | None = None, global_rngs: bool = True,
-                 incremental: bool = True, allow_pickle: bool = False):
+                 incremental: bool = True, background: bool = True,
+                 allow_pickle: bool = False):
         self.path = os.fspath(path)
         if every_steps is not None and (not isinstance(every_steps, int) or every_steps < 1):
             raise ValueError(f"RunCheckpoint: every_steps must be a positive int, got "
@@ -131,6 +139,8 @@ class RunCheckpoint:
         self.every_steps, self.every_seconds = every_steps, every_seconds
         self.global_rngs, self.incremental, self.allow_pickle = \
             bool(global_rngs), bool(incremental), bool(allow_pickle)
+        self.background = bool(background)
+        self._pending: Any = None          # the background save in flight
         self._components: dict[str, tuple[str, Any]] = {}
         self.step: int | None = None
         self.loop: dict = {}
@@ -216,9 +226,20 @@ class RunCheckpoint:
                                   "metadata": {"kind": FORMAT, "version": str(VERSION)}}
         if self.allow_pickle:
             kwargs["allow_pickle"] = True
-        save(self.state(step, **loop), self.path, **kwargs)
+        state = self.state(step, **loop)
+        self.wait()       # the previous save's error, if any, is raised here, not lost
+        if self.background:
+            self._pending = save(state, self.path, background=True, **kwargs)
+        else:
+            save(state, self.path, **kwargs)
         self._last_time = time.monotonic()
         self.step = int(step)
+
+    def wait(self) -> None:
+        """Wait until the last :meth:`save` is on disk; raise the error it met, if any."""
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            pending.wait()
 
     def due(self, step: int) -> bool:
         """Whether :meth:`maybe_save` would save at ``step``."""
@@ -250,6 +271,7 @@ class RunCheckpoint:
         captured are left as they are and listed in ``ckpt.restarted`` (with a
         :class:`~namedschema.run_checkpoint.RunCheckpointWarning`): reset them.
         """
+        written(self.path)   # a background save of this process to it, if one runs
         if not os.path.exists(self.path):
             return False
         try:  # with allow_pickle, only a file whose header says it is ours is unpickled

@@ -39,6 +39,7 @@ start             run a save job in a snapshot child, return its handle
 start_thread      run the rest of a save whose changes are copied aside, in a thread
 incremental_job   the child's job of an incremental-mode save, with its tracking
 settle            wait for the background save of a path; raise its unreported error
+written           wait for the background save of a path, raising nothing (for readers)
 serialized        the per-path lock a save holds until its snapshot exists
 freeze_shared     copies of the blocks that live in shared memory
 """
@@ -66,8 +67,8 @@ from . import baselines, incremental, tracking
 from .blocks import MemorySpan, RawBytes
 from .header import SaveRecord, read_header
 
-__all__ = ["BackgroundSave", "BackgroundSaveError", "start", "settle", "serialized",
-           "freeze_shared"]
+__all__ = ["BackgroundSave", "BackgroundSaveError", "start", "settle", "written",
+           "serialized", "freeze_shared"]
 
 _PR_SET_PDEATHSIG = 1
 _CHILD_FAILED = 70          # exit status of a child that could not report
@@ -167,6 +168,20 @@ def settle(path: str) -> None:
     if handle is not None:
         handle._finished.wait()
         handle._raise_unreported()
+
+
+def written(path: str) -> None:
+    """Wait until this process's background save of ``path`` (if any) has ended.
+
+    ``load``, ``inspect`` and ``verify`` call it, so a program reads what it
+    saved, not the file as it was before. A failed save's error is left for
+    ``wait()`` or the next save to raise: the file still holds the last
+    complete checkpoint, which the reader gets.
+    """
+    with _registry_lock:
+        handle = _latest.get(_key(path))
+    if handle is not None:
+        handle._finished.wait()
 
 
 def _register(handle: BackgroundSave) -> None:

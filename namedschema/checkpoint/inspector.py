@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .._printable import printable
+from .background import written
 from .header import SaveRecord, read_header
 from .nodes import Describer
 from .opening import file_errors, open_checkpoint
@@ -169,6 +170,7 @@ def inspect(path: str | os.PathLike[str]) -> CheckpointInfo:
       vel: float64 (3,) 24 B
     """
     name = os.fspath(path)
+    written(name)   # this process's background save of it, if one is running
     with file_errors(name):
         return _inspect(name)
 

@@ -17,6 +17,7 @@ from ..errors import (
 from ..evolution import upgrader
 from . import pickled
 from .arrays import make_arrays
+from .background import written
 from .blocks import MMAP_ACCESS, Progress, map_blocks, read_blocks, verify
 from .header import fail, read_header
 from .incremental import reading, recover
@@ -110,7 +111,9 @@ def _source(path: Any, mmap_mode: str | None) -> Any:
     if mmap_mode is not None and mmap_mode not in MMAP_ACCESS:
         raise ValueError(f"mmap_mode must be None, 'r', 'r+' or 'c', got {mmap_mode!r}")
     if isinstance(path, str | bytes | os.PathLike):
-        return os.fsdecode(os.fspath(path))
+        name = os.fsdecode(os.fspath(path))
+        written(name)   # this process's background save of it, if one is running
+        return name
     if not callable(getattr(path, "read", None)):
         raise TypeError(f"load: path must be a str, an os.PathLike or a binary file "
                         f"object, not {type(path).__name__}")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 
+from .background import written
 from .blocks import Progress, map_blocks
 from .blocks import verify as verify_blocks
 from .header import read_header
@@ -54,6 +55,7 @@ def verify(path: str | os.PathLike[str], *, progress: bool = False) -> Checkpoin
     namedschema.errors.FormatError: '...a.nsb': field 'x' is corrupt: checksum ... does not match the stored ...
     """
     name = os.fspath(path)
+    written(name)   # this process's background save of it, if one is running
     recover(name)
     with file_errors(name), open_checkpoint(name) as f, reading(f, name):
         header = read_header(f, name, os.fstat(f.fileno()).st_size)
