@@ -4,6 +4,10 @@ Capturing a state never draws from the generator, so a run that is checkpointed
 draws exactly what it would have drawn without namedschema. torch is optional
 and never imported here: its generators are captured only when something else
 imported it already. Used by ``namedschema.rlpyt`` and ``namedschema.RunCheckpoint``.
+
+``pcg64_words`` / ``set_pcg64_words`` hold one ``numpy.random.Generator`` (PCG64)
+as six uint64 words, plain data: the replay buffers' and the sharded replay's own
+generators travel in checkpoints that way.
 """
 
 from __future__ import annotations
@@ -13,7 +17,29 @@ import sys
 
 import numpy as np
 
-__all__ = ["rng_state", "set_rng_state"]
+__all__ = ["rng_state", "set_rng_state", "pcg64_words", "set_pcg64_words"]
+
+_MASK64 = (1 << 64) - 1
+
+
+def pcg64_words(rng: np.random.Generator) -> np.ndarray:
+    """A PCG64 generator's whole state as six uint64 words (plain data)."""
+    st = rng.bit_generator.state
+    s, inc = st["state"]["state"], st["state"]["inc"]
+    return np.array([s >> 64, s & _MASK64, inc >> 64, inc & _MASK64,
+                     st["has_uint32"], st["uinteger"]], np.uint64)
+
+
+def set_pcg64_words(rng: np.random.Generator, words: object, where: str) -> None:
+    """Set ``rng`` (PCG64) to the state :func:`pcg64_words` gave; ``where`` names it in errors."""
+    w = np.asarray(words)
+    if w.shape != (6,) or w.dtype != np.uint64:
+        raise ValueError(f"{where}: the generator state must be 6 uint64 words, got "
+                         f"{w.dtype} {w.shape}")
+    v = [int(x) for x in w]
+    rng.bit_generator.state = {"bit_generator": "PCG64",
+                               "state": {"state": (v[0] << 64) | v[1], "inc": (v[2] << 64) | v[3]},
+                               "has_uint32": v[4], "uinteger": v[5]}
 
 
 def torch_if_loaded():

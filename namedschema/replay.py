@@ -25,33 +25,11 @@ from typing import Any
 import numpy as np
 
 from . import _sum_tree
+from ._rng_state import pcg64_words, set_pcg64_words
 from .buffer import buffer_from_example
 from .errors import BufferShapeError, StructureMismatchError
 
 __all__ = ["ReplayBuffer", "PrioritizedReplayBuffer"]
-
-_MASK64 = (1 << 64) - 1
-
-
-def _rng_to_array(rng: np.random.Generator) -> np.ndarray:
-    """A PCG64 generator's whole state as six uint64 words (plain data)."""
-    st = rng.bit_generator.state
-    s, inc = st["state"]["state"], st["state"]["inc"]
-    return np.array([s >> 64, s & _MASK64, inc >> 64, inc & _MASK64,
-                     st["has_uint32"], st["uinteger"]], np.uint64)
-
-
-def _rng_from_array(words: Any, rng: np.random.Generator, where: str) -> None:
-    """Set ``rng`` (PCG64) to the state :func:`_rng_to_array` gave."""
-    w = np.asarray(words)
-    if w.shape != (6,) or w.dtype != np.uint64:
-        raise ValueError(f"{where}: the generator state must be 6 uint64 words, got "
-                         f"{w.dtype} {w.shape}")
-    v = [int(x) for x in w]
-    rng.bit_generator.state = {"bit_generator": "PCG64",
-                               "state": {"state": (v[0] << 64) | v[1], "inc": (v[2] << 64) | v[3]},
-                               "has_uint32": v[4], "uinteger": v[5]}
-
 
 def _leaves(x: Any) -> list:
     """The arrays of a (nested) named tuple, in field order (None fields skipped)."""
@@ -248,7 +226,7 @@ class ReplayBuffer:
         buffer changes again.
         """
         return {"storage": self.storage, "cursor": self._cursor, "size": self._size,
-                "rng": _rng_to_array(self._rng)}
+                "rng": pcg64_words(self._rng)}
 
     @classmethod
     def from_state_dict(cls, state: dict) -> Any:
@@ -311,7 +289,7 @@ class ReplayBuffer:
         if cursor >= self.capacity or size > self.capacity:
             raise ValueError(f"{where}: cursor {cursor} / size {size} do not fit capacity "
                              f"{self.capacity}")
-        _rng_from_array(rng, self._rng, where)
+        set_pcg64_words(self._rng, rng, where)
         for stored, value in zip(self._stored, given, strict=True):
             if stored is not value:
                 np.copyto(stored, value, casting="no")

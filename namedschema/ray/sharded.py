@@ -18,13 +18,13 @@ from typing import Any
 
 import numpy as np
 
+from .._rng_state import pcg64_words, set_pcg64_words
 from ..errors import NamedSchemaError
 from . import manifest as _manifest
 from .shard import CUT_WAIT_SECONDS, ReplayShard, ordered_rows, route
 
 __all__ = ["ShardedReplay", "ShardedReplayError", "CheckpointInfo"]
 
-_MASK64 = (1 << 64) - 1
 _CHUNK_BYTES = 32 << 20       # rows moved per call when re-sharding
 _MAX_IN_FLIGHT = 8            # extend calls a handle has on their way before it waits
 
@@ -57,21 +57,6 @@ def _ray() -> Any:
 def _split(capacity: int, num_shards: int) -> list[int]:
     base, extra = divmod(capacity, num_shards)
     return [base + (i < extra) for i in range(num_shards)]
-
-
-def _rng_words(rng: np.random.Generator) -> tuple[int, ...]:
-    st = rng.bit_generator.state
-    s, inc = st["state"]["state"], st["state"]["inc"]
-    return (s >> 64, s & _MASK64, inc >> 64, inc & _MASK64, st["has_uint32"], st["uinteger"])
-
-
-def _rng_from_words(words: tuple[int, ...]) -> np.random.Generator:
-    rng = np.random.Generator(np.random.PCG64())
-    rng.bit_generator.state = {"bit_generator": "PCG64",
-                               "state": {"state": (words[0] << 64) | words[1],
-                                         "inc": (words[2] << 64) | words[3]},
-                               "has_uint32": words[4], "uinteger": words[5]}
-    return rng
 
 
 def _concat(parts: list) -> Any:
@@ -312,7 +297,7 @@ class ShardedReplay:
         manifest = _manifest.Manifest(
             generation=generation, capacities=tuple(self._capacities),
             prioritized=self.prioritized, alpha=float(self._spec["alpha"]),
-            beta=self.beta, files=tuple(files), rng=_rng_words(self._rng),
+            beta=self.beta, files=tuple(files), rng=tuple(int(w) for w in pcg64_words(self._rng)),
             seed_entropy=self._entropy, writer=self._writer, seq=self._seq,
             rows=tuple(int(i["rows"]) for i in infos),
             cut={str(k): v for k, v in cut.items()}, missing_writers=tuple(missing))
@@ -366,7 +351,8 @@ class ShardedReplay:
             raise ValueError(f"ShardedReplay.restore: {sum(m.capacities)} rows of capacity "
                              f"cannot be split over {n} shards")
         self._setup(spec, capacities, actor_options, m.seed_entropy)
-        self._rng = _rng_from_words(m.rng)
+        self._rng = np.random.Generator(np.random.PCG64())
+        set_pcg64_words(self._rng, np.array(m.rng, np.uint64), f"manifest of {directory!r}")
         self._generation = m.generation
         seeds = np.random.SeedSequence(m.seed_entropy, spawn_key=(m.generation, n))
         self._start([(dict(spec, capacity=c), s) for c, s in
