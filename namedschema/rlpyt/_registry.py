@@ -13,11 +13,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ..errors import NamedSchemaError
+
 __all__ = ["Handler", "StateMismatchError", "handler_key", "register_handler",
            "handlers_for", "capture", "restore", "prepare", "check", "handlers_below",
            "owned_attributes", "writable_copy"]
 
-class StateMismatchError(ValueError):
+class StateMismatchError(NamedSchemaError, ValueError):
     """A checkpoint's state does not fit the freshly built component (config changed)."""
 
 

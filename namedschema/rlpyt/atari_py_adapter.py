@@ -38,13 +38,15 @@ import types
 
 import numpy as np
 
+from ..errors import NamedSchemaError
+
 __all__ = ["install", "make_module", "interface_class", "is_adapter", "get_game_path",
            "list_games", "AdapterError"]
 
 MODULE_NAME = "atari_py"
 
 
-class AdapterError(ImportError):
+class AdapterError(NamedSchemaError, ImportError):
     """ale-py (the adapter's base) cannot be imported, or a game has no ROM."""
 
 
