@@ -22,8 +22,7 @@ from __future__ import annotations
 
 import linecache
 
-from ._instance import raise_read_error, raise_write_error
-from ._write_check import SCALAR_RULES, check_write
+from ._instance import SCALAR_RULES, check_write, raise_read_error, raise_write_error
 
 __all__ = ["accessors_for", "compile_source", "MAX_UNROLLED_FIELDS"]
 

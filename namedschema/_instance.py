@@ -14,11 +14,12 @@ after a failure, so the fast paths never pay for the detailed messages.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import importlib
+import sys
+from collections.abc import Callable, Iterator
 from types import GenericAlias
 from typing import TYPE_CHECKING, Any, NoReturn, Self, SupportsIndex, dataclass_transform
 
-from ._write_check import check_write
 from .errors import FieldError, field_error_class
 
 __all__ = ["NamedTuple", "NamedArrayTuple", "SchemaBaseMeta"]
@@ -212,6 +213,37 @@ def raise_read_error(nat, loc, exc) -> NoReturn:
     error = field_error_class(root)(nat._typename, path, loc, reason)
     error.source_id = id(nat)
     raise error from root
+
+
+#: (type of a Python number, field dtypes...) -> (lowest, highest, whole): a broadcast of
+#: such a number within the bounds needs no full write check. Filled by the check
+#: (namedschema._write_check), read by the generated ``__setitem__`` (``_codegen``).
+SCALAR_RULES: dict[tuple, tuple] = {}
+_write_checker: Callable[[Any, Any, Any, bool], None] | None = None
+
+
+def install_write_check(checker: Callable[[Any, Any, Any, bool], None]) -> None:
+    """Called by namedschema._write_check when it is imported: the check writes go through."""
+    global _write_checker
+    _write_checker = checker
+
+
+def check_write(nat: Any, loc: Any, value: Any, same_fields: bool) -> None:
+    """Refuse, before any field is written, a write that would change a value.
+
+    The check (namedschema._write_check) needs numpy, which the core does not
+    import: it is loaded at the first write that needs it once numpy is in the
+    process. Until then no field or value can carry a dtype to keep (lists,
+    Python numbers), and there is nothing to check.
+    """
+    checker = _write_checker
+    if checker is None:
+        if "numpy" not in sys.modules:
+            return
+        importlib.import_module("namedschema._write_check")  # installs itself
+        checker = _write_checker
+        assert checker is not None
+    checker(nat, loc, value, same_fields)
 
 
 def raise_write_error(nat, index, loc, value, exc) -> NoReturn:

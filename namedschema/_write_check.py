@@ -19,6 +19,10 @@ check_write   raise the FieldError a write would need, before anything is writte
 SCALAR_RULES  (type of a Python number, field dtypes...) -> (lowest, highest, whole):
               a broadcast of such a number within the bounds (and whole, if asked)
               needs no full check; filled by check_write, read by generated code
+
+The core (``_instance``) imports the standard library alone; it loads this
+module at the first write that needs a check once numpy is in the process,
+and this module installs ``check_write`` there (``install_write_check``).
 """
 
 from __future__ import annotations
@@ -30,12 +34,12 @@ from typing import Any
 import numpy as np
 
 from ._casting import changed_at, describe_change, limits, value_problem
+from ._instance import SCALAR_RULES, install_write_check
 from .errors import field_error_class
 
 __all__ = ["check_write", "SCALAR_RULES"]
 
 _NUMBERS = (bool, int, float, complex)
-SCALAR_RULES: dict[tuple, tuple] = {}
 _MAX_RULES = 4096
 
 
@@ -182,3 +186,6 @@ def check_write(nat: Any, loc: Any, value: Any, same_fields: bool) -> None:
     error = field_error_class(kind())(nat._typename, path, loc, reason, (), assigning=True)
     error.source_id = id(nat)
     raise error
+
+
+install_write_check(check_write)
