@@ -133,7 +133,7 @@ class ReplayBuffer:
             raise StructureMismatchError(f"{self._name}.extend(batch)", "a schema instance "
                                          "with a leading batch dimension",
                                          type(batch).__name__)
-        given = [np.asarray(x) for x in _leaves(batch)]
+        given = [x if type(x) is np.ndarray else np.asarray(x) for x in _leaves(batch)]
         if len(given) != len(self._stored):
             raise StructureMismatchError(
                 f"{self._name}.extend(batch)", f"{len(self._stored)} arrays (fields "
@@ -147,7 +147,8 @@ class ReplayBuffer:
                     f"{self._name}.extend: an array of {type(batch).__name__} has shape "
                     f"{tuple(shape)}, expected (n, *{stored.shape[1:]}) (fields "
                     f"{type(batch)._fields})")
-            if not np.can_cast(value.dtype, stored.dtype, "same_kind"):
+            if value.dtype != stored.dtype and not np.can_cast(value.dtype, stored.dtype,
+                                                               "same_kind"):
                 raise StructureMismatchError(
                     f"{self._name}.extend(batch)", f"arrays castable to {stored.dtype}",
                     f"{value.dtype} (fields {type(batch)._fields})")
