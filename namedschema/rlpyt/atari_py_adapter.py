@@ -38,15 +38,13 @@ import types
 
 import numpy as np
 
-from ..errors import NamedSchemaError
-
 __all__ = ["install", "make_module", "interface_class", "is_adapter", "get_game_path",
            "list_games", "AdapterError"]
 
 MODULE_NAME = "atari_py"
 
 
-class AdapterError(NamedSchemaError, ImportError):
+class AdapterError(ImportError):
     """ale-py (the adapter's base) cannot be imported, or a game has no ROM."""
 
 
