@@ -87,12 +87,12 @@ class _Namedschema:
 class _TorchRL:
     def __init__(self, capacity: int, prioritized: bool, n_envs: int, memmap: bool,
                  scratch: str):
-        from torchrl.data import (  # type: ignore[import-untyped]
+        from torchrl.data import (
             LazyMemmapStorage,
             LazyTensorStorage,
             ReplayBuffer,
         )
-        from torchrl.data.replay_buffers.samplers import (  # type: ignore[import-untyped]
+        from torchrl.data.replay_buffers.samplers import (
             PrioritizedSampler,
         )
         self.name = f"torchrl {'LazyMemmapStorage' if memmap else 'LazyTensorStorage'}"
@@ -103,7 +103,7 @@ class _TorchRL:
 
     def batch(self, data: dict) -> Any:
         import torch
-        from tensordict import TensorDict  # type: ignore[import-untyped]
+        from tensordict import TensorDict
         n = len(data["action"])
         return TensorDict({k: torch.from_numpy(v) for k, v in data.items()}, batch_size=[n])
 
