@@ -21,7 +21,7 @@ Usage (full size needs ~20 GiB of memory: run it alone):
 
 import sys
 
-from namedschema.bench.background import main
+from namedschema.apps.bench.background import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -19,7 +19,7 @@ Usage:
 
 import sys
 
-from namedschema.bench.buffer import main
+from namedschema.apps.bench.buffer import main
 
 if __name__ == "__main__":
     sys.exit(main())

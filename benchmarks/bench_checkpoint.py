@@ -20,7 +20,7 @@ Contenders whose package is not installed (joblib) are skipped with a note.
 
 import sys
 
-from namedschema.bench.checkpoint import main
+from namedschema.apps.bench.checkpoint import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -17,7 +17,7 @@ rlpyt rows need ``RLPYT_SRC`` pointing at an rlpyt source tree. Usage:
 
 import sys
 
-from namedschema.bench.core import main
+from namedschema.apps.bench.core import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -20,7 +20,7 @@ Usage:
 
 import sys
 
-from namedschema.bench.incremental import main
+from namedschema.apps.bench.incremental import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -12,7 +12,7 @@ load time of one instance. rlpyt's class-per-type ``namedarraytuple`` and its
 
 import sys
 
-from namedschema.bench.pickling import main
+from namedschema.apps.bench.pickling import main
 
 if __name__ == "__main__":
     sys.exit(main())

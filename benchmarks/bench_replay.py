@@ -16,7 +16,7 @@ Usage:
 
 import sys
 
-from namedschema.bench.replay import main
+from namedschema.apps.bench.replay import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -117,7 +117,7 @@ def _contenders(kind, buf, samples):
 
 
 def main(argv=None) -> int:
-    from namedschema.bench import best_of, best_times, compare, finish, topic_parser
+    from namedschema.apps.bench import best_of, best_times, compare, finish, topic_parser
     parser = topic_parser("rlpyt_buffer_pickle", __doc__.split("\n\n")[0],
                           ("frame", "sequence"))
     args = parser.parse_args(argv)

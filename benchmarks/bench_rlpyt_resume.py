@@ -40,7 +40,7 @@ import sys
 import tempfile
 import textwrap
 
-from namedschema.bench.harness import rotated
+from namedschema.apps.bench.harness import rotated
 
 CHILD = r"""
 import json, os, sys, time
@@ -50,8 +50,8 @@ import namedschema
 namedschema.patch_rlpyt()
 from rlpyt.replays.non_sequence.frame import PrioritizedReplayFrameBuffer
 from rlpyt.utils.collections import namedarraytuple
-from namedschema.rlpyt import state
-from namedschema.bench.harness import peak_rss
+from namedschema.rlpyt.resume import state
+from namedschema.apps.bench.harness import peak_rss
 
 steps, envs, directory, mode, rounds = (int(sys.argv[1]), int(sys.argv[2]), sys.argv[3],
                                         sys.argv[4], int(sys.argv[5]))

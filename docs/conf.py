@@ -33,14 +33,14 @@ intersphinx_mapping = {
 intersphinx_timeout = 5
 
 # Every cross-reference must resolve (sphinx-build -n -W), except these names, which
-# exist only for type checkers (namedschema._typing, TypeVars of overloads) and show up in
+# exist only for type checkers (namedschema._core.dynamic_types, TypeVars of overloads) and show up in
 # signatures; each is explained in the text where it matters (typed.rst).
 nitpicky = True
 nitpick_ignore = [
     ("py:class", "DynamicNamedTuple"),
     ("py:class", "DynamicNamedArrayTuple"),
-    ("py:class", "namedschema._typing.DynamicNamedTuple"),
-    ("py:class", "namedschema._typing.DynamicNamedArrayTuple"),
-    ("py:class", "namedschema._factories._NAT"),
-    ("py:class", "namedschema.buffer._ArrayTuple"),
+    ("py:class", "namedschema._core.dynamic_types.DynamicNamedTuple"),
+    ("py:class", "namedschema._core.dynamic_types.DynamicNamedArrayTuple"),
+    ("py:class", "namedschema._core.factories._NAT"),
+    ("py:class", "namedschema.buffer.builders._ArrayTuple"),
 ]

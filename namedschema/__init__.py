@@ -12,7 +12,7 @@ save, load, inspect                       checkpoints (namedschema.checkpoint, l
 BackgroundSave                            what save(..., background=True) returns (lazy)
 upgrade                                   map saved schemas onto today's (namedschema.evolution, lazy)
 patch_rlpyt, unpatch_rlpyt                rlpyt drop-in (namedschema.rlpyt.patch, lazy)
-ReplayBuffer, PrioritizedReplayBuffer     replay buffers that resume exactly (namedschema.replay, lazy)
+ReplayBuffer, PrioritizedReplayBuffer     replay buffers that resume exactly (namedschema.training.replay, lazy)
 RunCheckpoint                             checkpoint and resume a whole training loop (lazy)
 namedschema.buffer                        rlpyt's buffer helpers, shared memory
 namedschema.errors                        the exception classes (re-exported here)
@@ -27,9 +27,9 @@ them through the ``TYPE_CHECKING`` imports below, with their real signatures.
 
 import typing as _typing
 
-from . import _classdef  # noqa: F401 - installs class syntax (class P(NamedTuple): ...)
-from ._attrdict import AttrDict
-from ._factories import (
+from ._core import classdef as _classdef  # noqa: F401 - installs class syntax (class P(NamedTuple): ...)
+from ._core.attrdict import AttrDict
+from ._core.factories import (
     NamedArrayTupleSchema_like,
     is_namedarraytuple,
     is_namedarraytuple_class,
@@ -39,16 +39,16 @@ from ._factories import (
     namedarraytuple_like,
     namedtuple,
 )
-from ._instance import NamedArrayTuple
+from ._core.instance import NamedArrayTuple
 
 if _typing.TYPE_CHECKING:
     # Type checkers read ``class Point(namedschema.NamedTuple): x: int`` as they read a
     # ``typing.NamedTuple``: unpacking and indexing then keep each field's type. At run
-    # time the class statement makes a schema (namedschema._instance.NamedTuple).
+    # time the class statement makes a schema (namedschema._core.instance.NamedTuple).
     from typing import NamedTuple as NamedTuple
 else:
-    from ._instance import NamedTuple
-from ._schema import NamedArrayTupleSchema, NamedTupleSchema, same_definition
+    from ._core.instance import NamedTuple
+from ._core.schema import NamedArrayTupleSchema, NamedTupleSchema, same_definition
 from .errors import (
     BackgroundSaveError,
     ExtraFieldError,
@@ -78,11 +78,11 @@ if _typing.TYPE_CHECKING:  # what the lazy names below are, for type checkers
     from .checkpoint import load as load
     from .checkpoint import save as save
     from .evolution import upgrade as upgrade
-    from .replay import PrioritizedReplayBuffer as PrioritizedReplayBuffer
-    from .replay import ReplayBuffer as ReplayBuffer
     from .rlpyt.patch import patch_rlpyt as patch_rlpyt
     from .rlpyt.patch import unpatch_rlpyt as unpatch_rlpyt
-    from .run_checkpoint import RunCheckpoint as RunCheckpoint
+    from .training.replay import PrioritizedReplayBuffer as PrioritizedReplayBuffer
+    from .training.replay import ReplayBuffer as ReplayBuffer
+    from .training.run_checkpoint import RunCheckpoint as RunCheckpoint
 
 # Heavier parts load on first use, so ``import namedschema`` costs only the core.
 _LAZY = {
@@ -90,12 +90,12 @@ _LAZY = {
     "BackgroundSave": "checkpoint",
     "load": "checkpoint",
     "inspect": "checkpoint",
-    "upgrade": "evolution",
-    "ReplayBuffer": "replay",
-    "PrioritizedReplayBuffer": "replay",
-    "RunCheckpoint": "run_checkpoint",
-    "patch_rlpyt": "rlpyt.patch",
-    "unpatch_rlpyt": "rlpyt.patch",
+    "upgrade": "evolution.api",
+    "ReplayBuffer": "training.replay",
+    "PrioritizedReplayBuffer": "training.replay",
+    "RunCheckpoint": "training.run_checkpoint",
+    "patch_rlpyt": "rlpyt.patch.install",
+    "unpatch_rlpyt": "rlpyt.patch.install",
 }
 
 

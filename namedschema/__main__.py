@@ -1,11 +1,11 @@
-"""The ``namedschema`` command (``python -m namedschema``); see ``namedschema.cli``.
+"""The ``namedschema`` command (``python -m namedschema``); see ``namedschema.apps.cli``.
 
 main   the console-script entry point
 """
 
 import sys
 
-from .cli import main
+from .apps.cli import main
 
 __all__ = ["main"]
 

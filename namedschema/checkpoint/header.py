@@ -34,9 +34,9 @@ from typing import Any, BinaryIO, NoReturn
 
 import numpy as np
 
-from .._limits import MAX_FIELDS
-from .._printable import printable
-from .._strides import byte_span
+from .._core.limits import MAX_FIELDS
+from .._core.printable import printable
+from .._core.strides import byte_span
 from ..errors import FormatError
 from .constants import (
     ALIGN,

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .._printable import printable
+from .._core.printable import printable
 from .background import written
 from .header import SaveRecord, read_header
 from .nodes import Describer

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from .._strides import byte_span
+from .._core.strides import byte_span
 from .arrays import StoredArray
 from .blocks import CompactCopy, MemorySpan, RawBytes, Source
 from .constants import ST_DTYPES

@@ -6,7 +6,7 @@ import io
 import os
 from typing import Any, BinaryIO, Literal, cast
 
-from .._printable import printable
+from .._core.printable import printable
 from ..errors import (
     MissingClassError,
     MissingModuleError,

@@ -24,9 +24,9 @@ from typing import Any, NoReturn
 
 import numpy as np
 
-from .. import _pickle
-from .._factories import is_classic_namedtuple_class, is_classic_nat_class
-from .._printable import printable
+from .._core import pickling as _pickle
+from .._core.factories import is_classic_namedtuple_class, is_classic_nat_class
+from .._core.printable import printable
 from ..errors import FormatError
 from .arrays import ArrayTable, is_storable
 from .constants import ALLOWED_DTYPES

@@ -26,7 +26,7 @@ def keeps_aliasing() -> bool:
     """True while :func:`dumps` runs: arrays go to the array table, views stay views.
 
     Reductions that turn views into offsets for plain pickle
-    (``namedschema.rlpyt.pickling``) can then hand the arrays over as they are.
+    (``namedschema.rlpyt.patch.pickling``) can then hand the arrays over as they are.
     """
     return _dumping.get()
 
@@ -44,7 +44,7 @@ class _Pickler(pickle.Pickler):
         # find (rlpyt issue #111), rather than write a file that cannot load.
         if isinstance(obj, type) and (getattr(obj, "__module__", None) or "").startswith(
                 "rlpyt"):
-            from ..rlpyt._lazy_globals import refuse_unloadable
+            from ..rlpyt.patch.lazy_globals import refuse_unloadable
             refuse_unloadable(obj)
         return NotImplemented
 

@@ -21,7 +21,7 @@ install     patch them now or as soon as they are imported
 
 from __future__ import annotations
 
-from .._pickle import is_registered_schema
+from .._core.pickling import is_registered_schema
 from . import _import_hooks
 
 __all__ = ["MODULES", "patch", "install"]

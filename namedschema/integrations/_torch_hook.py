@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import threading
 
-from .. import _pickle
+from .._core import pickling as _pickle
 from ..errors import SchemaDefinitionError
 from . import _import_hooks
 

@@ -44,7 +44,7 @@ from typing import Any
 
 import numpy as np
 
-from ..replay import PrioritizedReplayBuffer, ReplayBuffer
+from ..training.replay import PrioritizedReplayBuffer, ReplayBuffer
 
 __all__ = ["ReplayShard", "route", "last_routed", "ordered_rows", "CUT_WAIT_SECONDS"]
 

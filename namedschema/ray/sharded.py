@@ -18,8 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from .._rng_state import pcg64_words, set_pcg64_words
 from ..errors import NamedSchemaError
+from ..state.rng import pcg64_words, set_pcg64_words
 from . import manifest as _manifest
 from .shard import CUT_WAIT_SECONDS, ReplayShard, ordered_rows, route
 

@@ -5,13 +5,12 @@ SamplerWorkerError
             a parallel sampler's worker failed in a resumable run (raised in the
             main process instead of rlpyt's wait forever)
 patch_rlpyt, unpatch_rlpyt, is_patched, RlpytPatch, RlpytImportError
-            the drop-in (namedschema.rlpyt.patch; ``namedschema.rlpyt_compat`` is
-            its old name)
+            the drop-in (namedschema.rlpyt.patch)
 namedschema.rlpyt.atari_py_adapter
             ``install()`` makes ``import atari_py`` give an adapter over ale-py,
             so rlpyt's own ``AtariEnv`` runs on Python 3.11+ (unless a real
             atari_py is installed)
-namedschema.rlpyt.pickling
+namedschema.rlpyt.patch.pickling
             the reductions the patch gives rlpyt's replay buffers, sum trees,
             ``RWLock`` and ``AttrDict``, so plain pickle keeps views and locks right
 
@@ -22,16 +21,16 @@ from importlib import import_module
 
 # public name -> submodule that defines it; loaded on first use.
 _LAZY = {
-    "resumable": "resume",
-    "ResumeError": "resume",
-    "ResumeWarning": "resume",
-    "SamplerWorkerError": "workers",
-    "register_handler": "state",
-    "patch_rlpyt": "patch",
-    "unpatch_rlpyt": "patch",
-    "is_patched": "patch",
-    "RlpytPatch": "patch",
-    "RlpytImportError": "patch",
+    "resumable": "resume.runner",
+    "ResumeError": "resume.runner",
+    "ResumeWarning": "resume.runner",
+    "SamplerWorkerError": "resume.workers",
+    "register_handler": "resume.state",
+    "patch_rlpyt": "patch.install",
+    "unpatch_rlpyt": "patch.install",
+    "is_patched": "patch.install",
+    "RlpytPatch": "patch.install",
+    "RlpytImportError": "patch.install",
 }
 
 

@@ -16,7 +16,9 @@ import threading
 import numpy as np
 import pytest
 
-from namedschema import NamedArrayTupleSchema, NamedTupleSchema, _pickle
+from namedschema import NamedArrayTupleSchema, NamedTupleSchema
+
+from namedschema._core import pickling as _pickle
 from tests.hardening.figures import record
 from tests.helpers import REPO_ROOT, run_fresh
 
@@ -78,7 +80,8 @@ def test_threads_creating_and_reloading_schemas_while_gc_runs():
     # the rest of the suite loaded) would make the collector thread dominate.
     proc = run_fresh("""
         import gc, pickle, random, sys, threading
-        from namedschema import NamedArrayTupleSchema, _pickle
+        from namedschema import NamedArrayTupleSchema
+        from namedschema._core import pickling as _pickle
         stop = threading.Event()
         errors = []
 
@@ -161,7 +164,7 @@ def test_cloudpickle_skeleton_not_published_half_built():
         """).stdout
     out = run_fresh("""
         import cloudpickle, sys
-        from namedschema import _pickle
+        from namedschema._core import pickling as _pickle
         seen = []
         real = _pickle.register_schema
         def spy(cls, schema_id):

@@ -464,7 +464,7 @@ def test_forged_module_level_ids_never_change_a_schema(tmp_path_factory, seed):
     # The torch forgeries: the same id with defaults of another type, via torch.save.
     run("""
         import torch, namedschema
-        from namedschema._pickle import rebuild_schema
+        from namedschema._core.pickling import rebuild_schema
         for entry, path in zip(ENTRIES, PATHS):
             fake = ("zz",) * len(entry["defaults"]) if entry["defaults"] else ()
             fields = tuple(entry["fields"]) if fake else tuple(entry["fields"]) + ("zz",)

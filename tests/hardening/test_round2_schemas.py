@@ -146,7 +146,7 @@ def test_weights_only_file_loaded_first_does_not_pre_empt_the_module_class(user_
 
 def test_pickled_schema_with_a_forged_definition_is_a_conflict():
     """4: a pickle claiming a live schema's id with defaults of another type is refused."""
-    from namedschema._pickle import rebuild_schema
+    from namedschema._core.pickling import rebuild_schema
     from namedschema.errors import SchemaConflictError
     P = NamedTupleSchema("P", "x y", defaults=(0,))
     for defaults in ((False,), ("PWNED",), (0.0,), ()):
@@ -159,7 +159,7 @@ def test_pickled_schema_with_a_forged_definition_is_a_conflict():
 
 def test_forged_variant_id_cannot_pre_empt_either():
     """4: a forger who also takes the id a conflicting definition would move to gains nothing."""
-    from namedschema._pickle import _variant_id, rebuild_schema
+    from namedschema._core.pickling import _variant_id, rebuild_schema
     sid = "v" * 32
     first = rebuild_schema("NamedTupleSchema", sid, "V", ("a",), (1,), None)
     honest_def = ("NamedTupleSchema", sid, "V", ("a",), (2,), None)
@@ -257,7 +257,7 @@ class _BigSchemaPickle:
         self.n = n
 
     def __reduce__(self):
-        from namedschema._pickle import rebuild_schema
+        from namedschema._core.pickling import rebuild_schema
         return (rebuild_schema, ("NamedTupleSchema", f"big-{self.n}", "Big",
                                  tuple(f"f{i}" for i in range(self.n)), (), "m"))
 

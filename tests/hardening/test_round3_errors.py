@@ -158,7 +158,7 @@ class _Payload:
 def test_run_checkpoint_never_unpickles_a_foreign_file(tmp_path):
     """2 (the same principle for RunCheckpoint): with allow_pickle, a foreign pickled file runs nothing."""
     RunCheckpoint = namedschema.RunCheckpoint
-    from namedschema.run_checkpoint import RunCheckpointError
+    from namedschema.training.run_checkpoint import RunCheckpointError
     marker = tmp_path / "MARKER"
     path = tmp_path / "run.nsc"
     namedschema.save({"format": "namedschema.RunCheckpoint", "version": 1,

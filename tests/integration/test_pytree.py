@@ -12,7 +12,7 @@ import torch.utils._pytree as pytree  # noqa: E402
 from hypothesis import given, strategies as st  # noqa: E402
 
 import namedschema as ns  # noqa: E402
-from namedschema._schema import same_definition  # noqa: E402
+from namedschema._core.schema import same_definition  # noqa: E402
 from namedschema.integrations.torch import batch_dims  # noqa: E402
 
 Inner = ns.NamedArrayTupleSchema("Inner", "pos vel")

@@ -13,7 +13,7 @@ torch = pytest.importorskip("torch")
 from hypothesis import given, settings, strategies as st  # noqa: E402
 
 import namedschema as ns  # noqa: E402
-from namedschema import _pickle  # noqa: E402
+from namedschema._core import pickling as _pickle
 from namedschema.integrations import _torch_hook  # noqa: E402
 from namedschema.integrations import torch as nst  # noqa: E402
 

@@ -17,7 +17,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import namedschema
-from namedschema.replay import PrioritizedReplayBuffer, ReplayBuffer
+from namedschema.training.replay import PrioritizedReplayBuffer, ReplayBuffer
 from tests.helpers import run_fresh
 
 Step = namedschema.NamedArrayTupleSchema("ReplayPropStep", "obs action")
@@ -117,7 +117,7 @@ def test_continues_identically_in_a_fresh_interpreter(tmp_path):
         namedschema.save(rb.state_dict(), tmp_path / "rb.nsb")
         run_fresh(f"""
             import numpy as np, namedschema
-            from namedschema.replay import {cls.__name__} as cls
+            from namedschema.training.replay import {cls.__name__} as cls
             from tests.property.test_replay_properties import apply
             rb = cls.from_state_dict(namedschema.load({str(tmp_path / "rb.nsb")!r}))
             counter = [{counter[0]}]

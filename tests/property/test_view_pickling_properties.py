@@ -12,7 +12,7 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from namedschema.rlpyt.pickling import reduce_keeping_views
+from namedschema.rlpyt.patch.pickling import reduce_keeping_views
 
 DTYPES = ["uint8", "int16", "int32", "float32", "float64", "complex128", "bool"]
 

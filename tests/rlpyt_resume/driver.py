@@ -78,7 +78,8 @@ def import_namedschema(patch):
     namedschema = ns
     if patch:
         namedschema.patch_rlpyt()
-    from namedschema.rlpyt import resume, state  # resume: the parallel samplers' handler too
+    from namedschema.rlpyt.resume import runner as resume
+    from namedschema.rlpyt.resume import state
     rstate = state
     del resume
 
@@ -453,7 +454,7 @@ def write_pids_after_startup(runner, path):
 
 def inject_worker_failure(where):
     """Every sampler worker raises in its resume or capture (forked: they inherit it)."""
-    from namedschema.rlpyt import workers
+    from namedschema.rlpyt.resume import workers
     name = {"resume": "_apply_worker_state", "capture": "_worker_state"}[where]
     original, main_pid = getattr(workers, name), os.getpid()
 

@@ -38,8 +38,9 @@ namedschema.patch_rlpyt()
 
 from rlpyt.utils.collections import namedarraytuple  # noqa: E402
 
-from namedschema.bench.harness import peak_rss  # noqa: E402
-from namedschema.rlpyt import resumable, state  # noqa: E402
+from namedschema.apps.bench.harness import peak_rss  # noqa: E402
+from namedschema.rlpyt import resumable  # noqa: E402
+from namedschema.rlpyt.resume import state
 
 FRAME = (104, 80)
 ENVS = 8

@@ -37,7 +37,7 @@ sys.path.append(os.environ["RLPYT_SRC"])
 import numpy as np
 import namedschema
 from namedschema.rlpyt import atari_py_adapter
-from namedschema.rlpyt import state as rstate
+from namedschema.rlpyt.resume import state as rstate
 
 
 class Ctx:
@@ -77,7 +77,7 @@ def run(body, tmp_path, prefix=""):
 ALE_PY_ENV = """
 atari_py_adapter.install()
 from rlpyt.envs.atari.atari_env import AtariEnv
-from namedschema.rlpyt import _atari_state
+from namedschema.rlpyt.resume import atari_state as _atari_state
 kwargs = dict(game="pong", repeat_action_probability=0.25, horizon=120)
 np.random.seed(0)
 a = AtariEnv(**kwargs)
@@ -94,7 +94,7 @@ module.ale_python_interface = atari_py_standin
 sys.modules["atari_py"] = module
 sys.modules["atari_py.ale_python_interface"] = atari_py_standin   # pickle finds the class
 from rlpyt.envs.atari.atari_env import AtariEnv
-from namedschema.rlpyt import _atari_state
+from namedschema.rlpyt.resume import atari_state as _atari_state
 kwargs = dict(game="pong", repeat_action_probability=0.25, horizon=120)
 np.random.seed(0)
 a = AtariEnv(**kwargs)

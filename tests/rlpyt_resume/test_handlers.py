@@ -58,7 +58,7 @@ sys.path.append(os.environ["RLPYT_SRC"])
 import importlib.util
 import numpy as np
 import namedschema
-from namedschema.rlpyt import state as rstate
+from namedschema.rlpyt.resume import state as rstate
 spec = importlib.util.spec_from_file_location("sim_example", {path!r})
 example = importlib.util.module_from_spec(spec)
 sys.modules["sim_example"] = example

@@ -172,7 +172,7 @@ def test_killed_and_resumed_is_rlpyt_alone(tmp_path, tmp_path_factory, config):
 def _atari_handler() -> bool:
     """Whether namedschema has a state handler for rlpyt's AtariEnv (its emulator)."""
     import importlib.util
-    return importlib.util.find_spec("namedschema.rlpyt._atari_state") is not None
+    return importlib.util.find_spec("namedschema.rlpyt.resume.atari_state") is not None
 
 
 @pytest.mark.parametrize("config", ["pong_cpu", "pong_eval_gpu"])

@@ -154,7 +154,7 @@ def test_negative_traj_info_attrdict_loses_counting_under_pickle(tmp_path):
         import pickle
         import namedschema
         from rlpyt.samplers.collections import TrajInfo
-        from namedschema.rlpyt import state
+        from namedschema.rlpyt.resume import state
         info = TrajInfo()
         info.step(None, 0, 1.0, False, None, None)
         plain = pickle.loads(pickle.dumps(info))
@@ -183,7 +183,7 @@ def test_negative_plain_pickle_of_a_replay_buffer_copies_its_views_apart(tmp_pat
         import namedschema
         from rlpyt.replays.non_sequence.frame import PrioritizedReplayFrameBuffer
         from rlpyt.utils.collections import namedarraytuple
-        from namedschema.rlpyt import state
+        from namedschema.rlpyt.resume import state
         S = namedarraytuple("SamplesToBuffer", ["observation", "action", "reward", "done"])
         def make():
             ex = S(np.zeros((2, 8, 8), np.uint8), np.int64(0), np.float32(0), False)
@@ -243,7 +243,7 @@ def test_negative_dqn_agent_cannot_load_its_own_state_dict(tmp_path):
     one (target network included) instead of calling it.
     """
     out = run("""
-        from namedschema.rlpyt import state
+        from namedschema.rlpyt.resume import state
         runner = build("dqn_uniform")
         runner.startup()
         agent = runner.agent

@@ -13,7 +13,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from namedschema import NamedArrayTupleSchema, NamedTupleSchema, demo
+from namedschema import NamedArrayTupleSchema, NamedTupleSchema
+
+from namedschema.apps import demo
 from tests.helpers import REPO_ROOT, echo_fresh, run_fresh
 
 Transition = NamedArrayTupleSchema("Transition", demo.FIELDS)
@@ -124,7 +126,7 @@ def test_replay_state_loads_in_fresh_interpreter():
     assert type(back.samples) is Transition
     proc = run_fresh("""
         import pickle, sys
-        from namedschema import demo
+        from namedschema.apps import demo
         state = pickle.loads(sys.stdin.buffer.read())
         print(demo._resume_and_sample(demo.TinyReplay.from_state(state), 3))
         """, stdin=pickle.dumps(replay.state(State), protocol=4))
@@ -132,9 +134,10 @@ def test_replay_state_loads_in_fresh_interpreter():
 
 
 def test_importing_demo_defines_no_schema():
-    """Importing namedschema.demo registers no schema (the fresh-interpreter claim rests on it)."""
+    """Importing namedschema.apps.demo registers no schema (the fresh-interpreter claim rests on it)."""
     proc = run_fresh("""
-        from namedschema import _pickle, demo
+        from namedschema._core import pickling as _pickle
+        from namedschema.apps import demo
         print(len(_pickle._registry))
         """)
     assert proc.stdout.decode().strip() == "0"

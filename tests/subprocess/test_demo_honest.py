@@ -28,12 +28,12 @@ def test_load_time_excludes_importing_the_loader(tmp_path):
     code = f"""
 import json, sys, subprocess
 import numpy as np
-from namedschema import demo
+from namedschema.apps import demo
 transition_cls, state_cls = demo._schemas()
 replay = demo._fill(transition_cls, 64, 0, False)
 import namedschema.checkpoint as c
 c.save(replay.state(state_cls), {str(path)!r})
-child = {_SLOW_IMPORT!r} + "from namedschema.demo import _child_load\\n" + \\
+child = {_SLOW_IMPORT!r} + "from namedschema.apps.demo import _child_load\\n" + \\
     "import json; print(json.dumps(_child_load('namedschema', {str(path)!r}, 0)))"
 proc = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True)
 assert proc.returncode == 0, proc.stderr

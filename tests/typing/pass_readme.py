@@ -12,7 +12,7 @@ import numpy.typing as npt
 
 import namedschema
 from namedschema import NamedArrayTupleSchema
-from namedschema._typing import DynamicNamedArrayTuple
+from namedschema._core.dynamic_types import DynamicNamedArrayTuple
 from namedschema.buffer import buffer_from_example
 from namedschema.checkpoint import CheckpointInfo
 

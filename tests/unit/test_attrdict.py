@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 import namedschema
 from namedschema import AttrDict
-from namedschema._attrdict import reduce_attrdict, setstate_attrdict
+from namedschema._core.attrdict import reduce_attrdict, setstate_attrdict
 from tests.helpers import run_fresh
 from tests.strategies import identifiers
 
@@ -92,7 +92,7 @@ def test_old_pickles_are_repaired_on_load(protocol, monkeypatch):
     t = Traj()
     t.step(1.0)
     data = _default_pickle(t, protocol, monkeypatch)
-    assert b"namedschema._attrdict" not in data  # really the default reduction
+    assert b"namedschema._core.attrdict" not in data  # really the default reduction
     back = pickle.loads(data)
     assert_self_dict(back)
     back.step(1.0)

@@ -226,7 +226,7 @@ def test_segment_refuses_plain_pickle():
 
 def test_segment_freed_when_unreferenced():
     """Dropping every array of a segment unmaps it and closes its descriptor."""
-    from namedschema import _shared_memory
+    from namedschema.buffer import shared_memory as _shared_memory
 
     gc.collect()
     before = _shared_memory.segment_count()
@@ -267,7 +267,7 @@ def test_get_leading_dims():
 
 def test_all_none_example_allocates_nothing():
     """An example whose fields are all None gives a buffer of Nones and no segment."""
-    from namedschema import _shared_memory
+    from namedschema.buffer import shared_memory as _shared_memory
 
     gc.collect()
     before = _shared_memory.segment_count()

@@ -44,17 +44,6 @@ def test_every_module_of_the_package_is_short():
                 assert sum(1 for _ in f) < 600, name
 
 
-def test_format_alias_warns_and_reexports_the_public_names():
-    """namedschema.format is a deprecated alias: it warns and gives the same objects."""
-    sys.modules.pop("namedschema.format", None)
-    with pytest.warns(DeprecationWarning, match="namedschema.checkpoint"):
-        alias = importlib.import_module("namedschema.format")
-    for name in alias.__all__:
-        assert getattr(alias, name) is getattr(checkpoint, name)
-    assert namedschema.save is checkpoint.save and namedschema.load is checkpoint.load
-    assert namedschema.inspect is checkpoint.inspect
-
-
 @pytest.mark.parametrize("record", [
     header.ArrayEntry(0, 8, (3, 2), (16, 8), "<f8", "a.b"),
     header.ArrayEntry(None, 0, (0, 5), (40, 8), "|u1", "empty"),

@@ -21,7 +21,7 @@ from namedschema import (
     SchemaClassError,
     SchemaDefinitionError,
 )
-from namedschema._classdef import declared_dtypes, has_class_body
+from namedschema._core.classdef import declared_dtypes, has_class_body
 from namedschema.buffer import buffer_from_example
 from tests.subprocess import class_schemas as cs
 
@@ -265,7 +265,7 @@ def test_pickle_of_a_class_schema_is_the_pickle_of_a_factory_schema():
     """A class schema pickles as its definition (as the factory's do), never its class body."""
     import copyreg
 
-    from namedschema._pickle import rebuild_schema
+    from namedschema._core.pickling import rebuild_schema
     func, args = copyreg.dispatch_table[type(cs.Transition)](cs.Transition)
     assert func is rebuild_schema
     assert args == ("NamedArrayTupleSchema", cs.Transition._schema_id, "Transition",
@@ -344,7 +344,7 @@ def test_checkpoint_round_trip_in_process(tmp_path):
 def test_bench_core_times_class_syntax_against_the_factory(tmp_path):
     import json
 
-    from namedschema.bench import core
+    from namedschema.apps.bench import core
     out = tmp_path / "core.json"
     cases = "class_construct_keyword,class_attr_access_8,class_getitem_slice"
     assert core.main(["--quick", "--cases", cases, "--json", str(out)]) == 0

@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import namedschema
-from namedschema import cli
+from namedschema.apps import cli
 from tests.helpers import REPO_ROOT
 
 
@@ -157,8 +157,8 @@ def test_python_m_namedschema_matches_console_entry_point():
 
 
 def test_cli_import_stays_light():
-    """Importing namedschema.cli loads neither matplotlib nor torch."""
-    code = ("import sys, namedschema.cli, namedschema.bench\n"
+    """Importing namedschema.apps.cli loads neither matplotlib nor torch."""
+    code = ("import sys, namedschema.apps.cli, namedschema.apps.bench\n"
             "print(sorted(m for m in ('torch', 'matplotlib') if m in sys.modules))")
     env = dict(os.environ, PYTHONPATH=REPO_ROOT)
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

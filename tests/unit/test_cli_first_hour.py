@@ -15,8 +15,9 @@ import numpy as np
 import pytest
 
 import namedschema
-from namedschema import _extras, cli
-from namedschema.bench import TOPICS, _write_json_atomic
+from namedschema._core import extras as _extras
+from namedschema.apps import cli
+from namedschema.apps.bench import TOPICS, _write_json_atomic
 from tests.helpers import REPO_ROOT
 
 
@@ -99,7 +100,7 @@ def test_bench_refuses_an_unwritable_output_before_running(tmp_path, option):
 
 def test_bench_plot_without_matplotlib_fails_before_running(tmp_path):
     code = ("import sys; sys.modules['matplotlib'] = None\n"
-            "from namedschema.cli import main; sys.exit(main(sys.argv[1:]))")
+            "from namedschema.apps.cli import main; sys.exit(main(sys.argv[1:]))")
     proc = _run("bench", "--quick", "--topics", "core", "--plot", str(tmp_path / "b.png"),
                 code=code)
     assert proc.returncode == 2, proc.stdout + proc.stderr
@@ -153,7 +154,7 @@ def _fake(monkeypatch, direct_url):
 
 
 def test_hint_for_an_editable_install_names_the_folder(monkeypatch):
-    here = os.path.dirname(os.path.dirname(os.path.abspath(_extras.__file__)))
+    here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(_extras.__file__))))
     _fake(monkeypatch, {"url": f"file://{here}", "dir_info": {"editable": True}})
     hint = _extras.extra_hint("torch")
     assert f"pip install -e '{here}[torch]'" in hint and "'torch>=2.0'" in hint

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from namedschema.env_state import EnvStateError, capture_env, restore_env
+from namedschema.state.env import EnvStateError, capture_env, restore_env
 from namedschema.errors import NamedSchemaError
 
 gym = pytest.importorskip("gymnasium")

@@ -14,7 +14,7 @@ from namedschema.errors import NamedSchemaError
 INTERNAL = {
     "namedschema.checkpoint.tracking.TooMuch",
     "namedschema.checkpoint.nodes.NotData",
-    "namedschema._plain_state.NotDataValue",
+    "namedschema.state.plain.NotDataValue",
     "namedschema.checkpoint.journal.Unusable",
     # The adapter imports nothing of namedschema: the twin tests load it from its file in
     # runs of rlpyt alone (namedschema never imported), so its error is a plain ImportError.

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 
-from namedschema.bench import checkpoint
+from namedschema.apps.bench import checkpoint
 
 
 def test_quick_benchmark_runs_without_joblib(tmp_path, monkeypatch, capsys):

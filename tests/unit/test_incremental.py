@@ -251,7 +251,7 @@ def test_file_size_stays_bounded_over_many_saves(tmp_path):
 
 def test_inspect_and_cli_say_what_the_last_save_wrote(tmp_path, capsys):
     """inspect's record and text, and `namedschema inspect`, report the bytes written."""
-    from namedschema import cli
+    from namedschema.apps import cli
 
     path = tmp_path / "b.nsb"
     buf = make_buffer()

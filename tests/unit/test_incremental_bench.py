@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from namedschema.bench import TOPICS, incremental
+from namedschema.apps.bench import TOPICS, incremental
 from namedschema.checkpoint import pages
 
 

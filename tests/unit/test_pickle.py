@@ -12,8 +12,8 @@ import pytest
 
 from namedschema import (NamedArrayTupleSchema, NamedTupleSchema, SchemaConflictError,
                          SchemaDefinitionError)
-from namedschema._pickle import rebuild_schema
-from namedschema._schema import same_definition
+from namedschema._core.pickling import rebuild_schema
+from namedschema._core.schema import same_definition
 
 PROTOCOLS = range(pickle.HIGHEST_PROTOCOL + 1)
 
@@ -142,7 +142,7 @@ class ModulePoint(ModulePoint_base):
 def test_is_registered_schema_is_true_only_for_live_factory_schemas():
     """Factory schemas are registered; class-statement subclasses, namedtuples and
     instances are not, nor a class that copies a live schema's id."""
-    from namedschema._pickle import is_registered_schema
+    from namedschema._core.pickling import is_registered_schema
     S = NamedTupleSchema("S", "a b")
     A = NamedArrayTupleSchema("A", "a b")
 
@@ -158,7 +158,7 @@ def test_is_registered_schema_is_true_only_for_live_factory_schemas():
 
 def test_derived_schema_id_is_the_one_deterministic_id():
     """Module-level schemas get derived_schema_id's id (occurrence 0, then 1, ...)."""
-    from namedschema._pickle import derived_schema_id
+    from namedschema._core.pickling import derived_schema_id
     first = derived_schema_id("NamedTupleSchema", "m", "P", ("x", "y"), None)
     assert first == derived_schema_id("NamedTupleSchema", "m", "P", ("x", "y"), None)
     assert first == derived_schema_id("NamedTupleSchema", "m", "P", ("x", "y"), None, 0)

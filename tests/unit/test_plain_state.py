@@ -1,10 +1,10 @@
-"""State-dict values as checkpoint data and back (namedschema._plain_state)."""
+"""State-dict values as checkpoint data and back (namedschema.state.plain)."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from namedschema._plain_state import from_data, to_data
+from namedschema.state.plain import from_data, to_data
 
 
 def test_dicts_round_trip_even_when_they_look_like_the_markers():

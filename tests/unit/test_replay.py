@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 import namedschema
-from namedschema import _sum_tree
+from namedschema.training import sum_tree as _sum_tree
 from namedschema.errors import BufferShapeError, StructureMismatchError
-from namedschema.replay import PrioritizedReplayBuffer, ReplayBuffer
+from namedschema.training.replay import PrioritizedReplayBuffer, ReplayBuffer
 
 Step = namedschema.NamedArrayTupleSchema("ReplayTestStep", "obs action reward")
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import namedschema
-from namedschema.run_checkpoint import RunCheckpointError, RunCheckpointWarning
+from namedschema.training.run_checkpoint import RunCheckpointError, RunCheckpointWarning
 
 torch = pytest.importorskip("torch")
 gym = pytest.importorskip("gymnasium")

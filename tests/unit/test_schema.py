@@ -8,7 +8,7 @@ import pytest
 import namedschema
 from namedschema import (NamedArrayTuple, NamedArrayTupleSchema, NamedTuple,
                          NamedTupleSchema, SchemaDefinitionError)
-from namedschema._schema import same_definition
+from namedschema._core.schema import same_definition
 
 
 @pytest.mark.parametrize("typename, fields, fragment", [

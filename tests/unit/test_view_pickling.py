@@ -1,4 +1,4 @@
-"""namedschema.rlpyt.pickling on plain objects: views stay views, locks and shared values are new.
+"""namedschema.rlpyt.patch.pickling on plain objects: views stay views, locks and shared values are new.
 
 No rlpyt needed: ``Holder`` gets the reduction the patch gives rlpyt's replay
 buffers and sum trees.
@@ -15,7 +15,7 @@ import pytest
 
 from namedschema import NamedArrayTupleSchema, UnpicklableError
 from namedschema.buffer import is_shared_memory, np_mp_array
-from namedschema.rlpyt.pickling import reduce_fresh, reduce_keeping_views
+from namedschema.rlpyt.patch.pickling import reduce_fresh, reduce_keeping_views
 from tests.helpers import run_fresh
 
 PROTOCOLS = range(pickle.HIGHEST_PROTOCOL + 1)

@@ -1,0 +1,21 @@
+"""Layer 4, schema evolution: load data saved under an older schema.
+
+api          upgrade, upgrader: the public entry points
+reports      UpgradeReport, SchemaMapping, KeptField and dtype lookups
+conversion   Upgrader: the per-field plan (renames, casts, defaults, drops)
+walk         the walk that applies a plan through nested data
+"""
+
+from .api import (
+    CASTING_CHOICES,
+    EXTRA_CHOICES,
+    KeptField,
+    SchemaMapping,
+    UpgradeReport,
+    field_dtype,
+    upgrade,
+    upgrader,
+)
+
+__all__ = ["upgrade", "upgrader", "UpgradeReport", "SchemaMapping", "KeptField", "field_dtype",
+           "EXTRA_CHOICES", "CASTING_CHOICES"]

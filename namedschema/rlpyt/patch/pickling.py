@@ -1,0 +1,535 @@
+"""Pickling for rlpyt's replay buffers that keeps array views as views.
+
+Plain pickle copies each array object on its own. rlpyt's buffers hold views
+(a frame buffer's ``samples_new_frames`` is ``samples_frames[n_frames - 1:]``,
+a sum tree's ``priorities`` a reshaped slice of ``tree``), so after a round
+trip the view is a copy that no longer sees writes to its base: the buffer
+loads, uses twice the memory and trains silently wrong. Async buffers hold
+locks and ``multiprocessing`` shared values, which plain pickle refuses
+(``cannot pickle 'mmap.mmap' object``, with no hint of where).
+
+``patch_rlpyt()`` gives rlpyt's replay-buffer and sum-tree base classes
+:func:`reduce_keeping_views` as ``__reduce_ex__``. Its state is an ordinary
+dict of the attributes (so ``copy.copy`` stays a shallow copy), whose own
+reduction records, at pickling time:
+
+* every group of arrays that overlap in memory: one C-contiguous member that
+  spans the group is stored as it is, the others as (offset, shape, strides,
+  dtype) views of it; a group no member spans is stored as one byte block;
+* which arrays lived in shared memory, so they are shared again on load;
+* locks, semaphores, events, conditions (``multiprocessing`` and
+  ``threading``) and ``multiprocessing`` shared values and arrays (``Value``,
+  ``RawValue``, ``Array``, ``RawArray``), which are made anew on load with
+  the values they held.
+
+Under :func:`namedschema.save`, which stores arrays raw and keeps their
+aliasing itself, arrays outside shared memory are handed over as they are
+(so ``inspect`` lists each view by name). Loading needs namedschema
+importable, not the patch. Arrays are rebuilt as plain ``np.ndarray``
+views, so indexing costs what it did. Anything else that
+cannot be pickled is reported before pickling starts, by an
+:class:`~namedschema.errors.UnpicklableError` that names the attribute path.
+While ``multiprocessing`` is starting a child (``spawn``/``forkserver``), the
+default reduction is used instead: shared memory and locks then travel by
+handle, as rlpyt expects.
+
+reduce_keeping_views  ``__reduce_ex__`` for objects whose ``__dict__`` holds arrays
+reduce_fresh          ``__reduce_ex__`` for objects made only of locks: a new one on load
+restore_state         what the pickles call to rebuild a state (keep the name stable)
+restore_with_globals  the same for a buffer that carries rlpyt's lazy globals (stable name)
+"""
+
+from __future__ import annotations
+
+import copyreg
+import ctypes
+import mmap
+import pickle
+import sys
+import threading
+from multiprocessing import context as mp_context
+from multiprocessing import sharedctypes
+from multiprocessing import synchronize as mp_sync
+
+import numpy as np
+
+from ..._core.strides import byte_span
+from ...buffer import is_shared_memory, np_mp_array
+from ...errors import UnpicklableError
+from .lazy_globals import GLOBALS_KEY, assign_lazy_globals
+
+__all__ = ["reduce_keeping_views", "reduce_fresh", "restore_state", "restore_with_globals"]
+
+# Containers nested deeper than this are left to pickle as they are.
+_MAX_DEPTH = 100
+# Alignment kept for byte blocks: a cache line, more than any dtype needs.
+_ALIGN = 64
+
+# What the default reduction uses to make an instance: ``cls.__new__(cls)``.
+_NEWOBJ = copyreg.__newobj__  # type: ignore[attr-defined]
+_THREAD_LOCK = type(threading.Lock())
+_THREAD_RLOCK = type(threading.RLock())
+_CTYPES_DATA = (ctypes._SimpleCData, ctypes.Array, ctypes.Structure, ctypes.Union)
+
+
+def _spawning() -> bool:
+    """True while multiprocessing pickles a child's start-up data."""
+    return mp_context.get_spawning_popen() is not None
+
+
+# --------------------------------------------------------------------------
+# Reductions installed by the patch
+# --------------------------------------------------------------------------
+
+def reduce_keeping_views(self, protocol):
+    """``__reduce_ex__`` that pickles the instance's state with ``_State`` (a dict).
+
+    A class further down that defines its own ``__reduce__`` or
+    ``__getstate__`` is respected.
+    """
+    cls = type(self)
+    if cls.__reduce__ is not object.__reduce__:
+        return self.__reduce__()
+    if cls.__getstate__ is not object.__getstate__:
+        state = self.__getstate__()
+    else:
+        state = self.__dict__
+    if not isinstance(state, dict):
+        return _NEWOBJ, (cls,), state
+    return _NEWOBJ, (cls,), _State(state, cls.__name__)
+
+
+def _new_instance(cls):
+    return cls()
+
+
+def reduce_fresh(self, protocol):
+    """``__reduce_ex__`` of a lock-only object (rlpyt's ``RWLock``): load a new one.
+
+    A process that loads a pickle holds none of the saver's locks, so a new,
+    released lock is the faithful copy.
+    """
+    if _spawning():
+        return object.__reduce_ex__(self, protocol)
+    return _new_instance, (type(self),)
+
+
+class _State(dict):
+    """An object's attributes; pickles through :func:`restore_state`.
+
+    Used directly (``copy.copy``), it is just the attribute dict.
+    """
+
+    __slots__ = ("owner",)
+
+    def __init__(self, items, owner):
+        super().__init__(items)
+        self.owner = owner
+
+    def __reduce_ex__(self, protocol):
+        state = dict(self)
+        # rlpyt's lazily assigned sample types, set when the pickle loads,
+        # patched or not (never left behind as an attribute).
+        used = state.pop(GLOBALS_KEY, None)
+        if _spawning():
+            return (dict, (state,)) if not used else (restore_with_globals,
+                                                      (state, None, used))
+        skeleton, table = _pack(state)
+        _probe(skeleton, table, self.owner, protocol)
+        if used:
+            return restore_with_globals, (skeleton, table or None, used)
+        if not table:
+            return dict, (skeleton,)
+        return restore_state, (skeleton, table)
+
+
+# --------------------------------------------------------------------------
+# Packing
+# --------------------------------------------------------------------------
+
+class _Ref:
+    """Placeholder in a packed state for the value at ``table[index]``."""
+
+    __slots__ = ("index",)
+
+    def __init__(self, index):
+        self.index = index
+
+    def __reduce__(self):
+        return _Ref, (self.index,)
+
+
+def _is_candidate(x) -> bool:
+    return type(x) in (np.ndarray, np.memmap) and x.size > 0 and not x.dtype.hasobject
+
+
+def _named_tuple(x) -> bool:
+    return isinstance(x, tuple) and hasattr(type(x), "_fields")
+
+
+def _children(x):
+    """The values a packed container is rebuilt from, or None if not walked."""
+    kind = type(x)
+    if kind is dict:
+        return list(x.values())
+    if kind is list or kind is tuple or _named_tuple(x):
+        return list(x)
+    return None
+
+
+def _rebuild(x, values):
+    kind = type(x)
+    if kind is dict:
+        return dict(zip(x.keys(), values, strict=False))
+    if kind is list:
+        return values
+    if kind is tuple:
+        return tuple(values)
+    return tuple.__new__(kind, values)
+
+
+def _walk(x, visit, memo, depth):
+    """Copy of ``x`` with ``visit`` applied to its leaves; unchanged parts kept."""
+    children = _children(x)
+    if children is None:
+        return visit(x)
+    key = id(x)
+    if key in memo:
+        return memo[key]
+    if depth >= _MAX_DEPTH:
+        return x
+    memo[key] = x  # a container reached again while being walked stays as is
+    values = [_walk(v, visit, memo, depth + 1) for v in children]
+    result = x if all(a is b for a, b in zip(values, children, strict=False)) else _rebuild(x, values)
+    memo[key] = result
+    return result
+
+
+def _extent(a):
+    """(lo, hi) byte addresses ``a`` touches."""
+    lo, hi = byte_span(a.__array_interface__["data"][0], a.shape, a.strides)
+    return lo, hi + a.itemsize
+
+
+def _root(a):
+    while isinstance(a.base, np.ndarray):
+        a = a.base
+    return a.base
+
+
+def _in_shared_memory(a) -> bool:
+    if is_shared_memory(a):
+        return True
+    root = _root(a)
+    # rlpyt's own np_mp_array (multiprocessing.RawArray) or any mmap'ed memory.
+    return isinstance(root, mmap.mmap) or (isinstance(root, _CTYPES_DATA)
+                                           and hasattr(root, "_wrapper"))
+
+
+class _Span:
+    """A byte range of live memory as an array interface; keeps its owner alive."""
+
+    def __init__(self, address, nbytes, owner):
+        self.owner = owner
+        self.__array_interface__ = {"data": (address, False), "shape": (nbytes,),
+                                    "typestr": "|u1", "version": 3}
+
+
+def _group(arrays):
+    """Lists of arrays whose memory overlaps (transitively)."""
+    spans = sorted(((*_extent(a), i) for i, a in enumerate(arrays)))
+    groups: list[list[int]] = []
+    current: list[int] = []
+    current_hi = 0
+    for lo, hi, i in spans:
+        if current and lo < current_hi:
+            current.append(i)
+            current_hi = max(current_hi, hi)
+        else:
+            if current:
+                groups.append(current)
+            current, current_hi = [i], hi
+    if current:
+        groups.append(current)
+    return [[arrays[i] for i in g] for g in groups]
+
+
+def _view_entry(a, base_index, base_lo):
+    """A view of ``table[base_index]``: offset of a's data pointer from its start."""
+    return ("view", base_index, a.__array_interface__["data"][0] - base_lo,
+            a.shape, a.strides, a.dtype, bool(a.flags.writeable))
+
+
+def _checkpoint_keeps_aliasing() -> bool:
+    """Whether namedschema.save is pickling: it stores arrays raw and keeps views itself."""
+    module = sys.modules.get("namedschema.checkpoint.pickled")
+    return module is not None and module.keeps_aliasing()
+
+
+def _pack_arrays(arrays, table, refs):
+    saving = _checkpoint_keeps_aliasing()
+    for group in _group(arrays):
+        shared = any(_in_shared_memory(a) for a in group)
+        if (len(group) == 1 or saving) and not shared:
+            continue  # pickled as usual (the checkpoint keeps views of its own)
+        lo = min(_extent(a)[0] for a in group)
+        hi = max(_extent(a)[1] for a in group)
+        base = next((a for a in group if a.flags.c_contiguous
+                     and _extent(a) == (lo, hi)), None)
+        base_index = len(table)
+        if base is not None:
+            table.append(("array", base, shared))
+            refs[id(base)] = _Ref(base_index)
+        else:
+            align = max(a.dtype.alignment for a in group)
+            block = np.asarray(_Span(lo, hi - lo, group))
+            table.append(("span", block, lo % _ALIGN, align, shared))
+        for a in group:
+            if a is not base:
+                refs[id(a)] = _Ref(len(table))
+                table.append(_view_entry(a, base_index, lo))
+
+
+def _ctypes_entry(raw, synchronized):
+    kind = type(raw)
+    if isinstance(raw, ctypes.Array):
+        spec = (kind._type_, kind._length_)
+    else:
+        spec = (kind, None)
+    data = ctypes.string_at(ctypes.addressof(raw), ctypes.sizeof(raw))
+    return ("ctype", spec, data, synchronized)
+
+
+def _fresh_entry(x):
+    """A table entry that recreates a lock or shared value, or None."""
+    if isinstance(x, mp_sync.Lock):
+        return ("mp", "Lock", ())
+    if isinstance(x, mp_sync.RLock):
+        return ("mp", "RLock", ())
+    if isinstance(x, mp_sync.Semaphore):  # BoundedSemaphore too
+        kind = "BoundedSemaphore" if isinstance(x, mp_sync.BoundedSemaphore) else "Semaphore"
+        try:
+            value = x.get_value()
+        except NotImplementedError:  # macOS
+            value = 1
+        return ("mp", kind, (value,))
+    if isinstance(x, mp_sync.Event):
+        return ("event", x.is_set())
+    if isinstance(x, mp_sync.Condition):
+        return ("mp", "Condition", ())
+    if isinstance(x, sharedctypes.SynchronizedBase):
+        return _ctypes_entry(x.get_obj(), True)
+    if isinstance(x, _CTYPES_DATA) and hasattr(x, "_wrapper"):
+        return _ctypes_entry(x, False)
+    if isinstance(x, _THREAD_LOCK):
+        return ("thread", "Lock")
+    if isinstance(x, _THREAD_RLOCK):
+        return ("thread", "RLock")
+    return None
+
+
+def _pack(state):
+    """(skeleton, table): ``state`` with views, shared arrays and locks as _Refs."""
+    arrays, seen = [], set()
+
+    def collect(x):
+        if _is_candidate(x) and id(x) not in seen:
+            seen.add(id(x))
+            arrays.append(x)
+        return x
+
+    _walk(state, collect, {}, 0)
+    table: list[tuple] = []
+    refs: dict[int, _Ref] = {}
+    _pack_arrays(arrays, table, refs)
+
+    def replace(x):
+        ref = refs.get(id(x))
+        if ref is not None:
+            return ref
+        entry = _fresh_entry(x)
+        if entry is None:
+            return x
+        refs[id(x)] = ref = _Ref(len(table))
+        table.append(entry)
+        return ref
+
+    return _walk(state, replace, {}, 0), table
+
+
+# --------------------------------------------------------------------------
+# Restoring
+# --------------------------------------------------------------------------
+
+def _view(base, offset, shape, strides, dtype, writeable):
+    """An ndarray view of ``base``'s memory, checked to lie inside it."""
+    dtype = np.dtype(dtype)
+    lo, hi = byte_span(offset, shape, strides)
+    if lo < 0 or hi + dtype.itemsize > base.nbytes:
+        raise ValueError(f"a saved view (offset {offset}, shape {tuple(shape)}, strides "
+                         f"{tuple(strides)}) does not fit its base of {base.nbytes} bytes")
+    if all(s >= 0 for s in strides):
+        view = np.ndarray(shape, dtype, buffer=base, offset=offset, strides=strides)
+    else:  # np.ndarray refuses negative strides with a buffer; bounds checked above
+        first = np.ndarray((1,), dtype, buffer=base, offset=offset)
+        view = np.lib.stride_tricks.as_strided(first, shape, strides,
+                                               writeable=bool(first.flags.writeable))
+    if not writeable and view.flags.writeable:
+        view.flags.writeable = False
+    return view
+
+
+def _as_shared(a):
+    copy = np_mp_array(a.shape, a.dtype)
+    copy[...] = a
+    return copy
+
+
+def _placed(block, phase, align, shared):
+    """``block``, or a copy of it at the saved alignment and/or in shared memory.
+
+    Views are aligned again when the block starts at the same address modulo
+    the largest alignment their dtypes need.
+    """
+    aligned = block.ctypes.data % align == phase % align
+    if aligned and block.flags.writeable and (not shared or is_shared_memory(block)):
+        return block
+    size = block.nbytes + _ALIGN
+    room = np_mp_array((size,), np.uint8) if shared else np.empty(size, np.uint8)
+    start = (phase - room.ctypes.data) % _ALIGN
+    placed = room[start:start + block.nbytes]
+    placed[...] = block
+    return placed
+
+
+def _make_ctype(spec, data, synchronized):
+    elem, length = spec
+    raw = (sharedctypes.RawValue(elem) if length is None
+           else sharedctypes.RawArray(elem, length))
+    if len(data) != ctypes.sizeof(raw):
+        raise ValueError(f"a saved shared value of {len(data)} bytes does not fit "
+                         f"{type(raw).__name__}")
+    ctypes.memmove(ctypes.addressof(raw), data, len(data))
+    return sharedctypes.synchronized(raw) if synchronized else raw
+
+
+def _make(entry, made):
+    kind = entry[0]
+    if kind == "array":
+        _, arr, shared = entry
+        return _as_shared(arr) if shared and not is_shared_memory(arr) else arr
+    if kind == "span":
+        return _placed(*entry[1:])
+    if kind == "view":
+        _, base_index, offset, shape, strides, dtype, writeable = entry
+        return _view(made[base_index], offset, shape, strides, dtype, writeable)
+    if kind == "mp":
+        import multiprocessing
+        return getattr(multiprocessing, entry[1])(*entry[2])
+    if kind == "event":
+        import multiprocessing
+        event = multiprocessing.Event()
+        if entry[1]:
+            event.set()
+        return event
+    if kind == "thread":
+        return getattr(threading, entry[1])()
+    if kind == "ctype":
+        return _make_ctype(*entry[1:])
+    raise ValueError(f"unknown entry kind {kind!r} in a saved object state")
+
+
+def restore_state(skeleton, table):
+    """The attribute dict a packed state stands for (called by unpickling)."""
+    made: list = []
+    for entry in table:
+        made.append(_make(entry, made))
+
+    def fill(x):
+        return made[x.index] if type(x) is _Ref else x
+
+    return _walk(skeleton, fill, {}, 0)
+
+
+def restore_with_globals(skeleton, table, used):
+    """:func:`restore_state` (or the plain dict) that also assigns rlpyt's lazy globals."""
+    state = skeleton if table is None else restore_state(skeleton, table)
+    assign_lazy_globals(used)
+    return state
+
+
+# --------------------------------------------------------------------------
+# Unpicklable values: fail early, name the attribute
+# --------------------------------------------------------------------------
+
+class _Sink:
+    def write(self, data):
+        return len(data)
+
+
+class _Probe(pickle.Pickler):
+    """Pickles an object graph to nowhere, skipping array data."""
+
+    def persistent_id(self, obj):
+        return 0 if type(obj) is np.ndarray else None
+
+
+def _fails(obj, protocol):
+    """The exception pickling ``obj`` raises (array data skipped), or None."""
+    try:
+        _Probe(_Sink(), protocol).dump(obj)
+    except Exception as exc:  # whatever pickle raises for this value
+        return exc
+    return None
+
+
+def _is_stdlib(kind) -> bool:
+    return str(kind.__module__).partition(".")[0] in sys.stdlib_module_names
+
+
+def _attributes(x):
+    """(label, value) pairs to search for the unpicklable part of ``x``."""
+    if isinstance(x, dict):
+        return [(f"[{k!r}]" if not (isinstance(k, str) and k.isidentifier()) else f".{k}", v)
+                for k, v in x.items()]
+    if isinstance(x, (list, tuple)):
+        fields = getattr(type(x), "_fields", None)
+        if fields is not None and len(fields) == len(x):
+            return [(f".{f}", v) for f, v in zip(fields, x, strict=False)]
+        return [(f"[{i}]", v) for i, v in enumerate(x)]
+    kind = type(x)
+    if not hasattr(x, "__dict__") or _is_stdlib(kind):
+        return []  # the object itself is the answer: a Thread, not its inner lock
+    if kind.__reduce_ex__ is object.__reduce_ex__ and kind.__reduce__ is object.__reduce__:
+        return [(f".{k}", v) for k, v in vars(x).items()]
+    return []
+
+
+def _probe(skeleton, table, owner, protocol):
+    """Raise UnpicklableError naming the attribute if a packed state cannot be pickled.
+
+    The search goes down the packed state, so values that packing replaces
+    (locks, shared values) are never blamed; an object below with this same
+    reduction reports its own path, which is prefixed with ours.
+    """
+    protocol = min(max(protocol, 0), pickle.HIGHEST_PROTOCOL)
+    error = _fails((skeleton, table), protocol)
+    if error is None:
+        return
+    path, value = owner, skeleton
+    for _depth in range(_MAX_DEPTH):
+        for label, child in _attributes(value):
+            child_error = _fails(child, protocol)
+            if isinstance(child_error, UnpicklableError):
+                # A nested object with this reduction found it: prefix our path.
+                inner = child_error.path.partition(".")[2]
+                raise UnpicklableError(path + label + ("." + inner if inner else ""),
+                                       child_error.what, child_error.reason) from None
+            if child_error is not None:
+                path, value, error = path + label, child, child_error
+                break
+        else:
+            break
+    kind = type(value)
+    raise UnpicklableError(path, f"{kind.__module__}.{kind.__qualname__}",
+                           f"{type(error).__name__}: {error}") from error

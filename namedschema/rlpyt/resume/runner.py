@@ -1,0 +1,591 @@
+"""``resumable(runner, path)``: an rlpyt run that continues from its last checkpoint.
+
+rlpyt's train loops always start at iteration 0 and have no hook to start
+elsewhere. Rather than copy them, :func:`resumable` wraps a few methods of the
+runner *instance* (nothing in rlpyt's classes changes):
+
+``startup``
+    runs rlpyt's own startup (which builds the sampler, agent, algorithm and
+    replay buffer as usual), then, if ``path`` holds a checkpoint, writes its
+    state into those freshly built objects (:mod:`namedschema.rlpyt.resume.state`),
+    and says once, before training, what cannot be resumed exactly.
+``train``
+    runs rlpyt's own ``train``; while it runs, ``logger.set_iteration`` (the
+    first statement of each iteration of every rlpyt train loop) also tells
+    the resume which iteration begins. That is where checkpoints are written:
+    between two iterations, every ``every_itrs`` iterations.
+``shutdown``
+    writes the final checkpoint before rlpyt's own shutdown (after it, for
+    the async runners, once the sampler and memory copiers have stopped).
+
+For the async runners see ``_AsyncResume`` below. Iterations before the
+checkpoint's are *skipped*: until the loop reaches the
+checkpoint's iteration, the calls the loop body makes (``agent.sample_mode``,
+``sampler.obtain_samples``, ``algo.optimize_agent``, the runner's diagnostics
+and evaluation) return at once without doing anything. Those stand-ins are
+instance attributes of the main process's objects, set after the sampler's
+workers started and removed when the checkpoint's iteration begins.
+
+ResumeError    a runner or checkpoint that cannot be resumed (before training)
+ResumeWarning  what a resume cannot restore exactly (said once, at start)
+resumable      the one call
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import warnings
+
+from ...errors import NamedSchemaError
+from . import arguments as _arguments
+from . import async_offsets as _offsets
+from . import portable as _portable
+from . import state as _state
+from . import workers as _workers  # (also registers the parallel-sampler handler)
+from .checkpoint_writer import CheckpointWriter
+
+__all__ = ["resumable", "ResumeError", "ResumeWarning", "CHECKPOINT_KIND"]
+
+CHECKPOINT_KIND = "namedschema.rlpyt.resume"
+CHECKPOINT_VERSION = 1
+# Plain data in the file's header, checked before anything in the file is unpickled.
+_MARKER = {"kind": CHECKPOINT_KIND, "version": str(CHECKPOINT_VERSION)}
+
+# Runner classes resumable() drives, by rlpyt class name (subclasses included).
+_MINIBATCH = ("rlpyt.runners.minibatch_rl.MinibatchRl",
+              "rlpyt.runners.minibatch_rl.MinibatchRlEval")
+_ASYNC = ("rlpyt.runners.async_rl.AsyncRl", "rlpyt.runners.async_rl.AsyncRlEval")
+_REFUSED = {
+    "rlpyt.runners.sync_rl.SyncRlMixin":
+        "SyncRl/SyncRlEval run one optimizer per process, and their state is not "
+        "gathered in the main process",
+}
+
+
+class ResumeError(NamedSchemaError, RuntimeError):
+    """A runner or checkpoint that cannot be resumed; raised before training starts."""
+
+
+class ResumeWarning(UserWarning):
+    """Part of a run that will not be resumed exactly (said once, before training)."""
+
+
+def _class_names(obj) -> list:
+    return [f"{c.__module__}.{c.__qualname__}" for c in type(obj).__mro__]
+
+
+def _kind(runner) -> str:
+    names = _class_names(runner)
+    for name, why in _REFUSED.items():
+        if name in names:
+            raise ResumeError(f"resumable: {type(runner).__name__} cannot be resumed: {why}")
+    if any(name in names for name in _MINIBATCH):
+        return "minibatch"
+    if any(name in names for name in _ASYNC):
+        return "async"
+    raise ResumeError(
+        f"resumable: {type(runner).__name__} is not a runner it knows; supported: "
+        "MinibatchRl, MinibatchRlEval, AsyncRl, AsyncRlEval (and their subclasses)")
+
+
+def _interval(value, name):
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ResumeError(f"resumable: {name} must be a positive int, not {value!r}")
+    return value
+
+
+class _Context:
+    """What state handlers share during one capture or restore."""
+
+    def __init__(self, resume):
+        self._resume = resume
+        self.fresh_envs: list = []
+        self.new_envs = False   # accepted new env arguments: envs are not restored
+
+    @property
+    def traj_info_cls(self):
+        return self._resume.runner.sampler.TrajInfoCls
+
+    def note_once(self, message):
+        self._resume.note(message)
+
+
+class _Gates:
+    """Stand-ins that make the loop body do nothing for already-done iterations."""
+
+    def __init__(self):
+        self._installed: list = []
+
+    def add(self, obj, name, result):
+        had = name in vars(obj)
+        old = vars(obj).get(name)
+
+        def skipped(*args, **kwargs):
+            return result() if callable(result) else result
+        setattr(obj, name, skipped)
+        self._installed.append((obj, name, had, old))
+
+    @property
+    def active(self):
+        return bool(self._installed)
+
+    def remove(self):
+        for obj, name, had, old in reversed(self._installed):
+            if had:
+                setattr(obj, name, old)
+            else:
+                vars(obj).pop(name, None)
+        self._installed = []
+
+
+def _load_checkpoint(path):
+    """The resume state in ``path``, unpickled only once its header says it is one."""
+    import namedschema
+    from namedschema.errors import UnexpectedKindError
+    try:
+        data = namedschema.load(path, allow_pickle=True, mmap_mode="r",
+                                expect_metadata=_MARKER)
+    except UnexpectedKindError as exc:
+        if exc.metadata.get("kind") == CHECKPOINT_KIND:
+            raise ResumeError(f"resumable: {path} has resume-state version "
+                              f"{exc.metadata.get('version')!r}; this namedschema reads "
+                              f"{CHECKPOINT_VERSION} (nothing in it was loaded)") from exc
+        raise ResumeError(f"resumable: {path} is a namedschema checkpoint but not one "
+                          "written by namedschema.rlpyt.resumable (its header does not "
+                          "say so; nothing in it was loaded or unpickled); refusing to "
+                          "load or overwrite it (pass another path)") from exc
+    except ModuleNotFoundError as exc:
+        raise ResumeError(f"resumable: {path} needs module {exc.name!r} to load, which "
+                          "cannot be imported here") from exc
+    if not isinstance(data, dict) or data.get("format") != CHECKPOINT_KIND:
+        raise ResumeError(f"resumable: {path} is a namedschema checkpoint but not one "
+                          "written by namedschema.rlpyt.resumable; refusing to overwrite "
+                          "it (pass another path)")
+    if data.get("version") != CHECKPOINT_VERSION:
+        raise ResumeError(f"resumable: {path} has resume-state version "
+                          f"{data.get('version')!r}; this namedschema reads "
+                          f"{CHECKPOINT_VERSION}")
+    return data
+
+
+class _Resume:
+    def __init__(self, runner, path, every_itrs, every_steps, checkpoint, accept=(),
+                 writer=None):
+        self.runner, self.accept, self.writer = runner, accept, writer
+        self.path = os.fspath(path)
+        self.every_itrs = every_itrs
+        self.every_steps = every_steps
+        self.checkpoint = checkpoint
+        self.start = checkpoint["itr"] if checkpoint is not None else 0
+        self.last_saved = self.start if checkpoint is not None else None
+        self.every = 1
+        self.n_itr = None
+        self.gates = _Gates()
+        self.notes: list = []
+        self.saves = 0
+        self._originals = {name: getattr(runner, name)
+                           for name in ("startup", "train", "shutdown")}
+        # The constructors' arguments, before rlpyt's startup changes anything.
+        self.arguments = _arguments.snapshot(self.components())
+
+    # -- set-up -------------------------------------------------------------------
+
+    def install(self):
+        self.runner.startup = self.startup
+        self.runner.train = self.train
+        self.runner.shutdown = self.shutdown
+        self.runner._namedschema_resume = self
+
+    def note(self, message):
+        if message not in self.notes:
+            self.notes.append(message)
+            warnings.warn(f"namedschema.rlpyt.resumable: {message}", ResumeWarning,
+                          stacklevel=4)
+
+    def components(self):
+        r = self.runner
+        return {"runner": r, "agent": r.agent, "algo": r.algo, "sampler": r.sampler}
+
+    def config(self):
+        r = self.runner
+        names = {k: _class_names(v)[0] for k, v in self.components().items()}
+        spec = r.sampler.batch_spec
+        return {"classes": names, "batch_T": int(spec.T), "batch_B": int(spec.B),
+                "world_size": int(getattr(r, "world_size", 1)), "n_itr": int(self.n_itr or 0),
+                "arguments": self.arguments}
+
+    def _prepare(self):
+        """Before rlpyt's startup (before sampler workers fork)."""
+        r = self.runner
+        if self.checkpoint is None:
+            for obj in self.components().values():
+                _state.prepare(obj, None)
+            return
+        seeds = [v["seed"] for v in self.checkpoint["state"]["runner"].values()
+                 if isinstance(v, dict) and v.get("seed") is not None]
+        if r.seed is None and seeds:
+            # The same seed builds the same envs and models as the first start.
+            r.seed = seeds[0]
+        for what, obj in self.components().items():
+            _state.prepare(obj, self.checkpoint["state"].get(what))
+
+    def startup(self):
+        self._prepare()
+        n_itr = self._originals["startup"]()
+        r = self.runner
+        self.n_itr = n_itr
+        if self.every_steps is not None:
+            self.every = max(1, self.every_steps // r.itr_batch_size)
+        else:
+            self.every = self.every_itrs or r.log_interval_itrs
+        if self.checkpoint is None:
+            self._check()
+            return n_itr
+        try:
+            # Before the check: parallel-sampler workers apply their saved states
+            # at the check's round, which must not happen with another run's.
+            self._verify_config()
+            self._check()
+            self._restore()
+        except ResumeError:
+            self._stop_sampler()
+            raise
+        return n_itr
+
+    def _stop_sampler(self):
+        """Let sampler workers exit before a refusal propagates (they are not daemons)."""
+        try:
+            self.runner.sampler.shutdown()
+        except Exception:  # the ResumeError is what the user must see
+            pass
+
+    def _check(self):
+        ctx = _Context(self)
+        reasons = []
+        for what, obj in self.components().items():
+            reasons.extend(_state.check(obj, ctx))
+            if what == "algo" and getattr(obj, "replay_buffer", None) is not None:
+                reasons.extend(_state.check(obj.replay_buffer, ctx))
+        for reason in dict.fromkeys(reasons):
+            self.note(f"not exact: {reason}")
+        # Refused now, not at the first checkpoint (no worker round trip for it).
+        why = _portable.unsavable({what: _state.capture(obj, ctx) for what, obj in
+                                   self.components().items() if hasattr(obj, "collector")
+                                   or what != "sampler"})
+        if why:
+            self._stop_sampler()
+            raise ResumeError(f"resumable: the run's state cannot be checkpointed ({why}): "
+                              "give its class a handler (namedschema.rlpyt.register_handler)")
+
+    def _verify_config(self):
+        """Refuse a checkpoint of a run built differently, before anything is restored."""
+        saved, now = self.checkpoint["config"], self.config()
+        self._verify_config_of(saved, now)
+        self._reapply = self._changed_arguments(saved.get("arguments"), now["arguments"])
+        if self._reapply is not None and self._reapply.new_envs:
+            _workers.skip_env_states(self.runner.sampler)
+
+    def _verify_config_of(self, saved, now):
+        for key in ("classes", "batch_T", "batch_B", "world_size"):
+            if saved[key] != now[key]:
+                raise ResumeError(
+                    f"resumable: {self.path} was written by a run built differently: "
+                    f"{key} was {saved[key]!r}, now {now[key]!r}")
+
+    def _restore(self):
+        checkpoint, self.checkpoint = self.checkpoint, None
+        saved, now = checkpoint["config"], self.config()
+        self._verify_config_of(saved, now)
+        if saved["n_itr"] != now["n_itr"]:
+            self.note(f"the run now has {now['n_itr']} iterations, the checkpoint's "
+                      f"run had {saved['n_itr']}: from iteration {self.start} on it "
+                      "follows the new length")
+        ctx = _Context(self)
+        reapply = self._reapply          # (from _verify_config)
+        ctx.new_envs = reapply is not None and reapply.new_envs
+        try:
+            for what, obj in self.components().items():
+                _state.restore(obj, checkpoint["state"][what], ctx, what)
+        except _state.StateMismatchError as exc:
+            raise ResumeError(f"resumable: {self.path} does not fit this run: {exc}") from exc
+        if reapply is not None:
+            reapply.apply()
+        _state.set_rng_state(checkpoint["rng"])
+        if self.start > 0:
+            self._gate()
+
+    def _changed_arguments(self, saved, now):
+        """Refuse arguments that differ from the checkpoint's run, unless accepted."""
+        refusal, notes, reapply = _arguments.compare(saved, now, self.accept, self.path,
+                                                      self.components())
+        if refusal:
+            raise ResumeError(refusal)
+        for note in notes:
+            self.note(note)
+        return reapply
+
+    def _gate(self):
+        r, g = self.runner, self.gates
+        for name, result in (("store_diagnostics", None), ("log_diagnostics", None),
+                             ("evaluate_agent", lambda: ([], 0.0))):
+            if hasattr(r, name):
+                g.add(r, name, result)
+        for name in ("sample_mode", "train_mode", "eval_mode"):
+            g.add(r.agent, name, None)
+        g.add(r.sampler, "obtain_samples", lambda: (None, []))
+        g.add(r.algo, "optimize_agent", None)
+
+    # -- the loop -------------------------------------------------------------------
+
+    def train(self):
+        from rlpyt.utils.logging import logger
+        original = logger.set_iteration
+
+        def set_iteration(itr):
+            original(itr)
+            self.at_iteration(itr)
+        logger.set_iteration = set_iteration
+        try:
+            result = self._originals["train"]()
+        except BaseException as exc:
+            # Parallel samplers: end the workers left waiting; a worker's failure is
+            # the cause to say (rlpyt's barriers may raise other errors on top of it).
+            failure = _workers.finish(self.runner.sampler, failed=True)
+            if failure is not None and failure is not exc:
+                raise failure from exc
+            raise
+        finally:
+            logger.set_iteration = original
+            self.gates.remove()
+        _workers.finish(self.runner.sampler, failed=False)
+        return result
+
+    def at_iteration(self, itr):
+        if self.gates.active:
+            if itr < self.start:
+                return
+            self.gates.remove()
+        if itr > 0 and itr % self.every == 0 and itr != self.last_saved:
+            self.save(itr)
+
+    def shutdown(self):
+        self.gates.remove()
+        if self.n_itr is not None and self.last_saved != self.n_itr:
+            self.save(self.n_itr)
+        self.writer.wait()
+        return self._originals["shutdown"]()
+
+    def save(self, itr, **extra):
+        """Checkpoint the state between iterations ``itr - 1`` and ``itr``."""
+        ctx = _Context(self)
+        with _replay_write_lock(self.runner.algo):
+            # rlpyt's run-time sample types by value: loads without patch_rlpyt().
+            state = _portable.portable({what: _state.capture(obj, ctx)
+                                        for what, obj in self.components().items()})
+            self.writer.save({"format": CHECKPOINT_KIND, "version": CHECKPOINT_VERSION,
+                              "itr": int(itr), "config": self.config(),
+                              "rng": _state.rng_state(), "state": state, **extra})
+        self.last_saved = itr
+        self.saves += 1
+
+
+def _replay_write_lock(algo):
+    """The async replay buffer's write lock (memory copiers wait), or a no-op."""
+    lock = getattr(getattr(algo, "replay_buffer", None), "rw_lock", None)
+    return lock.write_lock if lock is not None else contextlib.nullcontext()
+
+
+class _AsyncResume(_Resume):
+    """AsyncRl / AsyncRlEval: the loops run in local counts; offsets map them to the run's.
+
+    rlpyt's async loop keeps its iteration counters in local variables that
+    start at 0, and its sampler runs ``range(n_itr)`` in its own process. A
+    resumed run lets both count from 0 again and adds the checkpoint's
+    optimizer and sampler iterations where the counts leave the loop: in the
+    calls of ``algo.optimize_agent`` and the runner's diagnostics, and in the
+    sampler process (started with ``n_itr`` minus the done iterations, its
+    ``obtain_samples``/``evaluate_agent`` shifted).
+    """
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        ck = self.checkpoint
+        self.itr_offset = ck["itr"] if ck is not None else 0
+        self.sampler_offset = ck.get("sampler_itr", 0) if ck is not None else 0
+        self.last_saved_sampler = self.sampler_offset if ck is not None else 0
+        self.finished = False
+        self.local_itr = -1
+
+    def install(self):
+        super().install()
+        if self.checkpoint is not None:
+            self._originals["launch_sampler"] = self.runner.launch_sampler
+            self.runner.launch_sampler = self.launch_sampler
+
+    def launch_sampler(self, n_itr):
+        r = self.runner
+        real = r.sampler
+        r.sampler = _offsets.OffsetSampler(real, self.sampler_offset)
+        try:
+            return self._originals["launch_sampler"](n_itr - self.sampler_offset)
+        finally:
+            r.sampler = real
+
+    def startup(self):
+        self._prepare()
+        if self.checkpoint is not None:
+            if self.sampler_offset >= self._n_itr_before_startup():
+                self.finished = True
+                return None
+        throttle_itr, delta = self._originals["startup"]()
+        r = self.runner
+        self.n_itr = r.n_itr
+        if self.every_steps is not None:
+            self.every = max(1, self.every_steps // r.sampler_batch_size)
+        else:
+            self.every = self.every_itrs or r.log_interval_itrs
+        self._check()
+        if self.checkpoint is not None:
+            with _replay_write_lock(r.algo):
+                self._verify_config()
+                self._restore()
+            r.algo.optimize_agent = _offsets.Offset(r.algo.optimize_agent, {0: self.itr_offset},
+                                            {"sampler_itr": self.sampler_offset})
+            r.store_diagnostics = _offsets.Offset(r.store_diagnostics,
+                                          {0: self.itr_offset, 1: self.sampler_offset})
+            r.log_diagnostics = _offsets.Offset(r.log_diagnostics,
+                                        {0: self.itr_offset, 1: self.sampler_offset})
+            # Learn from the first new batch on: the buffer is already filled.
+            throttle_itr = 1
+        return throttle_itr, delta
+
+    def _n_itr_before_startup(self):
+        return self.checkpoint["config"]["n_itr"]
+
+    def train(self):
+        if self.finished:
+            self.note("the checkpoint's run had finished: nothing to train")
+            return None
+        return super().train()
+
+    def _gate(self):
+        pass   # Async loops count from 0 again (offsets), nothing to skip.
+
+    def at_iteration(self, itr):
+        self.local_itr = itr
+        done = self.sampler_offset + self.runner.ctrl.sampler_itr.value
+        if itr > 0 and done // self.every > self.last_saved_sampler // self.every:
+            self.save_async(itr + self.itr_offset, done)
+
+    def save_async(self, itr, sampler_itr):
+        self.save(itr, sampler_itr=int(sampler_itr))
+        self.last_saved_sampler = sampler_itr
+
+    def shutdown(self):
+        if self.finished:
+            return None
+        # After rlpyt's shutdown joined the sampler and the memory copiers.
+        result = self._originals["shutdown"]()
+        if self.n_itr is not None:
+            self.save_async(self.itr_offset + self.local_itr + 1, self.n_itr)
+        self.writer.wait()
+        return result
+
+
+def _started(runner) -> str | None:
+    if hasattr(runner, "_opt_infos") or hasattr(runner, "n_itr"):
+        return "its startup() already ran"
+    agent = getattr(runner, "agent", None)
+    if getattr(agent, "model", None) is not None:
+        return "its agent is already initialized"
+    return None
+
+
+def resumable(runner, path, *, every_itrs=None, every_steps=None, accept_changes=(),
+              incremental=True, background=True):
+    """Make an rlpyt runner resume from ``path``, and checkpoint to it as it trains.
+
+    Call it on a runner that is built but not started, then call
+    ``runner.train()`` as usual::
+
+        runner = MinibatchRl(algo=algo, agent=agent, sampler=sampler, n_steps=...)
+        runner = namedschema.rlpyt.resumable(runner, "run.nsc", every_itrs=1000)
+        runner.train()
+
+    If ``path`` holds a checkpoint, training continues from it: the agent's
+    models (target networks included), epsilon, the optimizers and their
+    state, ``update_counter``, the replay buffer (sum trees, cursor, beta),
+    the sampler's envs, agent inputs and in-progress trajectories, the
+    runner's diagnostics and the global RNGs (Python, numpy, torch) are put
+    back into the freshly built objects, and the loop goes on at the
+    iteration where the checkpoint was taken. Otherwise it starts from
+    scratch. Either way it checkpoints every ``every_itrs`` iterations or
+    ``every_steps`` env steps (whole iterations, at least one; by default every
+    log interval) and at the end, incrementally and in the background: training
+    waits only for a snapshot; the next checkpoint or the end raises its error.
+
+    Resuming unpickles the checkpoint (models, optimizers and envs are
+    pickled): only resume from files you trust. A file is unpickled only
+    after its header (plain data) says it is a resume checkpoint of this
+    version; any other file at ``path`` is refused without being loaded.
+
+    The resumed process must build the run the same way (same classes,
+    sizes and arguments; the seed is taken from the checkpoint if the
+    runner's is None). What cannot be restored exactly (envs that cannot be
+    pickled, envs in sampler worker processes, components without a state
+    handler) is said once as a :class:`ResumeWarning` before training.
+
+    Args:
+        runner: an rlpyt ``MinibatchRl``, ``MinibatchRlEval``, ``AsyncRl`` or
+            ``AsyncRlEval`` (or subclass); for the async ones the intervals
+            count sampler iterations and steps.
+        path: the checkpoint file; read if it exists, replaced at each save.
+        every_itrs: checkpoint every this many iterations.
+        every_steps: checkpoint every this many environment steps.
+        accept_changes: arguments that may differ from the checkpoint's run,
+            by name as the refusal lists them (``"algo.learning_rate"``,
+            ``"sampler.env_kwargs.lives"``; a name also covers what is below
+            it), or ``True`` for all. By default any difference in the
+            agent's, algorithm's or sampler's arguments is refused when
+            ``train()`` starts, naming each; an accepted one takes effect (a
+            new learning rate reaches the optimizer's parameter groups, new
+            env arguments build new envs that start new episodes) and is said
+            as a ResumeWarning. Arguments that shape the saved state
+            (``replay_size``, model arguments, classes) are always refused.
+        incremental, background: as in :func:`namedschema.save`; False, False: as before.
+
+    Returns:
+        ``runner`` itself, ready for ``train()``.
+
+    Raises:
+        ResumeError: the runner is of an unsupported kind or already started,
+            the intervals are invalid, or ``path`` holds something else than a
+            resume checkpoint. A checkpoint that does not fit the run built
+            (other classes or sizes) raises it when ``train()`` starts.
+        namedschema.FormatError: ``path`` exists but is not a readable
+            checkpoint (it is never replaced silently).
+    """
+    kind = _kind(runner)
+    every_itrs = _interval(every_itrs, "every_itrs")
+    every_steps = _interval(every_steps, "every_steps")
+    if every_itrs is not None and every_steps is not None:
+        raise ResumeError("resumable: give every_itrs or every_steps, not both")
+    if getattr(runner, "_namedschema_resume", None) is not None:
+        raise ResumeError("resumable: this runner is already resumable")
+    started = _started(runner)
+    if started:
+        raise ResumeError(f"resumable: {type(runner).__name__} must not be started yet "
+                          f"({started}); call resumable() before train()")
+    accept = _arguments.accepted(accept_changes)
+    if accept is None:
+        raise ResumeError("resumable: accept_changes must be True or names of arguments "
+                          f"such as 'algo.learning_rate', not {accept_changes!r:.100}")
+    checkpoint = _load_checkpoint(path) if os.path.lexists(path) else None
+    cls = _AsyncResume if kind == "async" else _Resume
+    cls(runner, path, every_itrs, every_steps, checkpoint, accept, CheckpointWriter(
+        os.fspath(path), _MARKER, incremental=incremental, background=background)).install()
+    return runner
+

@@ -1,0 +1,12 @@
+"""Layer 7, training loops: replay buffers and run checkpoints for any PyTorch loop.
+
+replay           ReplayBuffer, PrioritizedReplayBuffer (seeded, resume exactly)
+sum_tree         the sum tree behind prioritized sampling
+run_checkpoint   RunCheckpoint: model, optimizer, buffers, RNGs and env in one save
+"""
+
+from .replay import PrioritizedReplayBuffer, ReplayBuffer
+from .run_checkpoint import RunCheckpoint, RunCheckpointError, RunCheckpointWarning
+
+__all__ = ["ReplayBuffer", "PrioritizedReplayBuffer", "RunCheckpoint", "RunCheckpointError",
+           "RunCheckpointWarning"]

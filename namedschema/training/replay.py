@@ -1,0 +1,450 @@
+"""Replay buffers for any training loop whose whole state is data: they resume exactly.
+
+ReplayBuffer               uniform sampling, with replacement, from the steps stored
+PrioritizedReplayBuffer    proportional prioritized sampling (a vectorized sum tree)
+
+A buffer holds its steps in one schema instance of arrays with a leading
+``capacity`` dimension (``storage``), written as a ring, and everything else it
+needs to continue (write cursor, size, its own seeded random generator, and for
+the prioritized buffer the sum and min trees and the largest priority) in the
+object. ``state_dict()`` gives all of it as plain data (arrays, ints, floats, a
+schema instance): a checkpoint stores it raw, an incremental save rewrites only
+what changed, and ``load_state_dict`` puts it back into a buffer built with the
+same arguments, after which the buffer draws and writes exactly what the
+uninterrupted one would have. The buffer draws only from its own generator,
+never from numpy's, Python's or torch's global ones.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+import weakref
+from typing import Any
+
+import numpy as np
+
+from ..buffer import buffer_from_example
+from ..errors import BufferShapeError, StructureMismatchError
+from ..state.rng import pcg64_words, set_pcg64_words
+from . import sum_tree as _sum_tree
+
+__all__ = ["ReplayBuffer", "PrioritizedReplayBuffer"]
+
+def _leaves(x: Any) -> list:
+    """The arrays of a (nested) named tuple, in field order (None fields skipped)."""
+    if isinstance(x, tuple) and hasattr(x, "_fields"):
+        out: list = []
+        for value in x:
+            out.extend(_leaves(value))
+        return out
+    return [] if x is None else [x]
+
+
+# The arrays live buffers hold (storage, trees), by id: never adopted by another buffer.
+_LIVE: weakref.WeakValueDictionary[int, np.ndarray] = weakref.WeakValueDictionary()
+
+
+def _claim(arrays: list) -> None:
+    for array in arrays:
+        _LIVE[id(array)] = array
+
+
+def _adoptable(array: Any) -> bool:
+    """Whether a loaded array can become a buffer's own: in memory, writable, C order.
+
+    Arrays that view a file map are copied instead: a later save to that file
+    could show through the pages the buffer has not written yet. So are arrays
+    sharing memory with a live buffer's (``from_state_dict(rb.state_dict())``,
+    or one loaded state given twice): two buffers would write into each other.
+    """
+    import mmap
+    if not (isinstance(array, np.ndarray) and array.flags.writeable
+            and array.flags.c_contiguous):
+        return False
+    if any(np.may_share_memory(array, live) for live in list(_LIVE.values())):
+        return False
+    base = array.base
+    while base is not None:
+        if isinstance(base, mmap.mmap):
+            return False
+        base = getattr(base, "base", None) if isinstance(base, np.ndarray) else \
+            getattr(base, "obj", None) if isinstance(base, memoryview) else None
+    return True
+
+
+def _count(value: Any, name: str, what: str, minimum: int) -> int:
+    try:
+        n = operator.index(value)
+    except TypeError:
+        raise TypeError(f"{name}: {what} must be an int, got {type(value).__name__}") from None
+    if n < minimum:
+        raise ValueError(f"{name}: {what} must be at least {minimum}, got {n}")
+    return n
+
+
+class ReplayBuffer:
+    """A ring buffer of steps with uniform sampling (with replacement).
+
+    Args:
+        example: one step, a schema instance (or any named tuple) whose fields
+            are arrays or scalars, maybe nested; the buffer stores every field
+            with a leading ``capacity`` dimension, in its dtype.
+        capacity: the number of steps kept; older steps are overwritten.
+        seed: seeds the buffer's own generator (``numpy.random.PCG64``); the
+            buffer never draws from any global generator.
+
+    >>> import numpy as np, namedschema
+    >>> Step = namedschema.NamedArrayTupleSchema("Step", "obs action reward")
+    >>> rb = namedschema.ReplayBuffer(Step(np.zeros(4, np.float32), 0, 0.0), 100, seed=1)
+    >>> rb.extend(Step(np.ones((10, 4), np.float32), np.arange(10), np.zeros(10)))
+    >>> rb.add(Step(np.ones(4, np.float32), 10, 1.0))
+    >>> len(rb), rb.sample(32).obs.shape
+    (11, (32, 4))
+    """
+
+    def __init__(self, example: Any, capacity: int, *, seed: Any = None):
+        name = type(self).__name__
+        if not (isinstance(example, tuple) and hasattr(example, "_fields")):
+            raise StructureMismatchError(f"{name}(example)", "one step as a schema instance "
+                                         "(or a named tuple)", type(example).__name__)
+        self.capacity = _count(capacity, name, "capacity", 1)
+        self.storage = buffer_from_example(example, (self.capacity,))
+        self._init_common(seed)
+
+    def _init_common(self, seed: Any) -> None:
+        self._stored = _leaves(self.storage)
+        _claim(self._stored)
+        self._name = f"{type(self).__name__}({type(self.storage).__name__})"
+        self._cursor = 0
+        self._size = 0
+        self._rng = np.random.Generator(np.random.PCG64(seed))
+
+    # -- writing ---------------------------------------------------------------------
+
+    def _arrays(self, batch: Any) -> tuple[list, int]:
+        """The arrays of ``batch`` and their shared leading dimension, all checked.
+
+        Shapes must match the stored steps' and dtypes must cast to theirs
+        within their kind (numpy's ``same_kind``: no float into an int field),
+        so a bad batch is refused before anything is written.
+        """
+        if not (isinstance(batch, tuple) and hasattr(batch, "_fields")):
+            raise StructureMismatchError(f"{self._name}.extend(batch)", "a schema instance "
+                                         "with a leading batch dimension",
+                                         type(batch).__name__)
+        given = [x if type(x) is np.ndarray else np.asarray(x) for x in _leaves(batch)]
+        if len(given) != len(self._stored):
+            raise StructureMismatchError(
+                f"{self._name}.extend(batch)", f"{len(self._stored)} arrays (fields "
+                f"{type(self.storage)._fields})",
+                f"{type(batch).__name__} with {len(given)}")
+        n = None
+        for stored, value in zip(self._stored, given, strict=True):
+            shape = value.shape
+            if len(shape) != stored.ndim or shape[1:] != stored.shape[1:]:
+                raise BufferShapeError(
+                    f"{self._name}.extend: an array of {type(batch).__name__} has shape "
+                    f"{tuple(shape)}, expected (n, *{stored.shape[1:]}) (fields "
+                    f"{type(batch)._fields})")
+            if value.dtype != stored.dtype and not np.can_cast(value.dtype, stored.dtype,
+                                                               "same_kind"):
+                raise StructureMismatchError(
+                    f"{self._name}.extend(batch)", f"arrays castable to {stored.dtype}",
+                    f"{value.dtype} (fields {type(batch)._fields})")
+            if n is None:
+                n = shape[0]
+            elif shape[0] != n:
+                raise BufferShapeError(
+                    f"{self._name}.extend: the arrays of {type(batch).__name__} have "
+                    f"different leading dimensions ({n} and {shape[0]})")
+        return given, 0 if n is None else int(n)
+
+    def _write(self, batch: Any) -> tuple[int, int]:
+        """Write a batch at the cursor (wrapping); ``(start, n)`` of what was written.
+
+        The positions written are ``(start + arange(n)) % capacity``.
+        """
+        given, n = self._arrays(batch)
+        cap, start, skip = self.capacity, self._cursor, 0
+        if n > cap:  # only the last ``capacity`` steps survive
+            skip = n - cap
+            start = (start + skip) % cap
+            n = cap
+        first = min(n, cap - start)
+        for stored, value in zip(self._stored, given, strict=True):
+            stored[start:start + first] = value[skip:skip + first]
+            if first < n:
+                stored[:n - first] = value[skip + first:skip + n]
+        self._cursor = (start + n) % cap
+        self._size = min(cap, self._size + n)
+        return start, n
+
+    def extend(self, batch: Any) -> None:
+        """Append a batch of steps (a schema instance with a leading batch dimension)."""
+        self._write(batch)
+
+    def add(self, step: Any) -> None:
+        """Append one step (a schema instance without the batch dimension)."""
+        self.storage[self._cursor] = step
+        self._added(self._cursor)
+        self._cursor = (self._cursor + 1) % self.capacity
+        self._size = min(self.capacity, self._size + 1)
+
+    def _added(self, position: int) -> None:
+        """Hook: one step was written at ``position``."""
+
+    # -- reading ---------------------------------------------------------------------
+
+    def _check_sample(self, batch_size: int) -> int:
+        n = _count(batch_size, f"{self._name}.sample", "batch_size", 1)
+        if self._size == 0:
+            raise ValueError(f"{self._name}.sample: the buffer is empty")
+        return n
+
+    def sample(self, batch_size: int) -> Any:
+        """``batch_size`` steps drawn uniformly with replacement (a schema instance)."""
+        n = self._check_sample(batch_size)
+        return self.storage[self._rng.integers(0, self._size, n)]
+
+    def __len__(self) -> int:
+        return self._size
+
+    @property
+    def cursor(self) -> int:
+        """Where the next step is written."""
+        return self._cursor
+
+    def __repr__(self) -> str:
+        return f"<{self._name}: {self._size} of {self.capacity} steps>"
+
+    # -- state -----------------------------------------------------------------------
+
+    def state_dict(self) -> dict:
+        """Everything the buffer needs to continue exactly, as plain data.
+
+        The arrays are the buffer's own (not copies): save them before the
+        buffer changes again.
+        """
+        return {"storage": self.storage, "cursor": self._cursor, "size": self._size,
+                "rng": pcg64_words(self._rng)}
+
+    @classmethod
+    def from_state_dict(cls, state: dict) -> Any:
+        """A new buffer holding ``state`` (from :meth:`state_dict`, maybe loaded from a file).
+
+        The example and capacity are read from the saved storage, so a process
+        that never defined the step's schema can continue the buffer. Arrays
+        loaded into memory (``namedschema.load`` without ``mmap_mode``) become the
+        buffer's own, without a copy; others (memory-mapped, read-only) are copied.
+        """
+        try:
+            storage = state["storage"]
+            leaves = _leaves(storage)
+            capacity = len(leaves[0])
+        except (KeyError, TypeError, IndexError) as exc:
+            raise ValueError(f"{cls.__name__}.from_state_dict: not a buffer state ({exc!r})") \
+                from None
+        if not leaves or any(np.ndim(a) < 1 or len(a) != capacity for a in leaves):
+            raise BufferShapeError(
+                f"{cls.__name__}.from_state_dict: the saved storage's fields must all hold "
+                f"the same number of steps, got {[np.shape(a) for a in leaves]}")
+        if all(_adoptable(a) for a in leaves):
+            buffer = cls.__new__(cls)
+            buffer.capacity = _count(capacity, cls.__name__, "capacity", 1)
+            buffer.storage = storage
+            buffer._adopt(state)
+        else:
+            buffer = cls(storage[0], capacity, **cls._options(state))
+        buffer.load_state_dict(state)
+        return buffer
+
+    def _adopt(self, state: dict) -> None:
+        """Finish a buffer whose ``storage`` is loaded arrays (``from_state_dict``)."""
+        self._init_common(None)
+
+    @classmethod
+    def _options(cls, state: dict) -> dict:
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Put back what :meth:`state_dict` gave, writing into this buffer's arrays."""
+        where = f"{self._name}.load_state_dict"
+        try:
+            storage, cursor, size, rng = (state["storage"], state["cursor"], state["size"],
+                                          state["rng"])
+        except (KeyError, TypeError) as exc:
+            raise ValueError(f"{where}: not a {type(self).__name__} state ({exc!r} missing)") \
+                from None
+        given = _leaves(storage)
+        if len(given) != len(self._stored) or any(
+                np.shape(g) != s.shape or np.asarray(g).dtype != s.dtype
+                for g, s in zip(given, self._stored, strict=False)):
+            raise BufferShapeError(
+                f"{where}: the saved storage "
+                f"{[(np.asarray(g).dtype.str, np.shape(g)) for g in given]} does not fit "
+                f"this buffer's {[(s.dtype.str, s.shape) for s in self._stored]} (built with "
+                "another example or capacity?)")
+        cursor = _count(cursor, where, "cursor", 0)
+        size = _count(size, where, "size", 0)
+        if cursor >= self.capacity or size > self.capacity:
+            raise ValueError(f"{where}: cursor {cursor} / size {size} do not fit capacity "
+                             f"{self.capacity}")
+        set_pcg64_words(self._rng, rng, where)
+        for stored, value in zip(self._stored, given, strict=True):
+            if stored is not value:
+                np.copyto(stored, value, casting="no")
+        self._cursor, self._size = cursor, size
+
+
+class PrioritizedReplayBuffer(ReplayBuffer):
+    """Proportional prioritized replay (Schaul et al., 2016) over a vectorized sum tree.
+
+    A step is drawn with probability ``p_i ** alpha / sum_k p_k ** alpha``; new
+    steps get the largest priority given so far (1 at first). ``sample`` draws
+    one target in each of ``batch_size`` equal slices of the total (stratified)
+    and returns ``(batch, indices, weights)``: ``weights`` (float32) are the
+    importance weights ``(N * P(i)) ** -beta`` divided by the largest possible
+    one (that of the least likely step), so at most 1. ``beta`` may be changed
+    between calls (annealing); it is part of the state.
+
+    >>> import numpy as np, namedschema
+    >>> Step = namedschema.NamedArrayTupleSchema("Step", "obs reward")
+    >>> rb = namedschema.PrioritizedReplayBuffer(Step(np.zeros(2), 0.0), 64, seed=0)
+    >>> rb.extend(Step(np.ones((8, 2)), np.arange(8.0)))
+    >>> batch, idx, w = rb.sample(4)
+    >>> rb.update_priorities(idx, np.full(4, 2.0))
+    >>> batch.obs.shape, idx.shape, w.dtype
+    ((4, 2), (4,), dtype('float32'))
+    """
+
+    def __init__(self, example: Any, capacity: int, *, alpha: float = 0.6, beta: float = 0.4,
+                 seed: Any = None):
+        self.alpha = self._exponent(alpha, "alpha")
+        self.beta = self._exponent(beta, "beta")
+        super().__init__(example, capacity, seed=seed)
+        self._sum = _sum_tree.new_sum_tree(self.capacity)
+        self._min = _sum_tree.new_min_tree(self.capacity)
+        _claim([self._sum, self._min])
+        self._max_priority = 1.0
+
+    def _exponent(self, value: Any, label: str) -> float:
+        try:
+            x = float(value)
+        except (TypeError, ValueError):
+            raise TypeError(f"{type(self).__name__}: {label} must be a number, got "
+                            f"{type(value).__name__}") from None
+        if not (math.isfinite(x) and x >= 0):
+            raise ValueError(f"{type(self).__name__}: {label} must be finite and >= 0, "
+                             f"got {value!r}")
+        return x
+
+    def _set(self, index: np.ndarray, values: np.ndarray) -> None:
+        _sum_tree.update_sum(self._sum, index, values)
+        _sum_tree.update_min(self._min, index, values)
+
+    def extend(self, batch: Any) -> None:
+        start, n = self._write(batch)
+        if n:
+            positions = (start + np.arange(n)) % self.capacity
+            self._set(positions, np.full(n, self._max_priority ** self.alpha))
+
+    def _added(self, position: int) -> None:
+        self._set(np.array([position]), np.array([self._max_priority ** self.alpha]))
+
+    def sample(self, batch_size: int) -> tuple[Any, np.ndarray, np.ndarray]:
+        """``(batch, indices, weights)``: ``batch_size`` steps drawn by priority."""
+        n = self._check_sample(batch_size)
+        total = self._sum[1]
+        targets = (np.arange(n) + self._rng.random(n)) * (total / n)
+        index = _sum_tree.find_prefix_sums(self._sum, targets)
+        first = self._sum.shape[0] // 2
+        probs = self._sum[first + index] / total
+        least = self._min[1] / total
+        weights = (probs / least) ** -self.beta
+        return self.storage[index], index, weights.astype(np.float32)
+
+    def update_priorities(self, indices: Any, priorities: Any) -> None:
+        """Set the priorities (before ``alpha``) of the steps at ``indices``.
+
+        Priorities must be finite and positive (add a small epsilon to TD
+        errors); indices must be of stored steps. With repeated indices the
+        last priority wins.
+        """
+        where = f"{self._name}.update_priorities"
+        index = np.asarray(indices)
+        value = np.asarray(priorities, dtype=np.float64)
+        if index.ndim != 1 or value.shape != index.shape:
+            raise BufferShapeError(f"{where}: indices {index.shape} and priorities "
+                                   f"{value.shape} must be 1-d of the same length")
+        if index.size == 0:
+            return
+        if not np.issubdtype(index.dtype, np.integer):
+            raise TypeError(f"{where}: indices must be integers, got {index.dtype}")
+        if index.min() < 0 or index.max() >= self._size:
+            raise IndexError(f"{where}: indices must be in [0, {self._size}), got "
+                             f"{index.min()}..{index.max()}")
+        if not (np.all(np.isfinite(value)) and value.min() > 0):
+            raise ValueError(f"{where}: priorities must be finite and > 0")
+        index = index.astype(np.int64, copy=False)
+        self._set(index, value ** self.alpha)
+        self._max_priority = max(self._max_priority, float(value.max()))
+
+    def state_dict(self) -> dict:
+        state = super().state_dict()
+        state.update(sum_tree=self._sum, min_tree=self._min,
+                     max_priority=self._max_priority, alpha=self.alpha, beta=self.beta)
+        return state
+
+    @classmethod
+    def _options(cls, state: dict) -> dict:
+        return {"alpha": state.get("alpha", 0.6), "beta": state.get("beta", 0.4)}
+
+    def _adopt(self, state: dict) -> None:
+        super()._adopt(state)
+        self.alpha = self._exponent(state.get("alpha", 0.6), "alpha")
+        self.beta = self._exponent(state.get("beta", 0.4), "beta")
+        size = _sum_tree.tree_size(self.capacity)
+        trees: list[Any] = [state.get("sum_tree"), state.get("min_tree")]
+        self._sum, self._min = (
+            tree if _adoptable(tree) and tree.dtype == np.float64 and tree.shape == (size,)
+            else make(self.capacity)
+            for tree, make in zip(trees, (_sum_tree.new_sum_tree, _sum_tree.new_min_tree),
+                                  strict=True))
+        _claim([self._sum, self._min])
+        self._max_priority = 1.0
+
+    def load_state_dict(self, state: dict) -> None:
+        where = f"{self._name}.load_state_dict"
+        try:
+            trees = (state["sum_tree"], state["min_tree"])
+            max_priority, alpha, beta = state["max_priority"], state["alpha"], state["beta"]
+        except (KeyError, TypeError) as exc:
+            raise ValueError(f"{where}: not a PrioritizedReplayBuffer state ({exc!r} "
+                             "missing)") from None
+        alpha, beta = self._exponent(alpha, "alpha"), self._exponent(beta, "beta")
+        try:
+            max_priority = float(max_priority)
+        except (TypeError, ValueError):
+            raise ValueError(f"{where}: max_priority must be a number, got "
+                             f"{type(max_priority).__name__}") from None
+        if not (math.isfinite(max_priority) and max_priority > 0):
+            raise ValueError(f"{where}: max_priority must be finite and > 0, got "
+                             f"{max_priority!r}")
+        for label, tree in zip(("sum_tree", "min_tree"), trees, strict=True):
+            t = np.asarray(tree)
+            if t.shape != self._sum.shape or t.dtype != np.float64:
+                raise BufferShapeError(f"{where}: saved {label} is {t.dtype} {t.shape}, this "
+                                       f"buffer's float64 {self._sum.shape}")
+            # priorities are > 0 (empty leaves: 0 in the sum tree, inf in the min tree)
+            bad = ~(np.isfinite(t[1:]) & (t[1:] >= 0)) if label == "sum_tree" else \
+                np.isnan(t[1:]) | (t[1:] <= 0)
+            if bad.any():
+                raise ValueError(f"{where}: saved {label} holds invalid priorities (NaN, "
+                                 f"negative or infinite) at node {int(np.argmax(bad)) + 1}")
+        super().load_state_dict(state)
+        for target, tree in zip((self._sum, self._min), trees, strict=True):
+            if target is not tree:
+                np.copyto(target, tree, casting="no")
+        self._max_priority = max_priority
+        self.alpha, self.beta = alpha, beta
