@@ -37,7 +37,7 @@ import contextlib
 import os
 import warnings
 
-from ...errors import NamedSchemaError
+from ...errors import ResumeError, ResumeWarning
 from . import arguments as _arguments
 from . import async_offsets as _offsets
 from . import portable as _portable
@@ -61,14 +61,6 @@ _REFUSED = {
         "SyncRl/SyncRlEval run one optimizer per process, and their state is not "
         "gathered in the main process",
 }
-
-
-class ResumeError(NamedSchemaError, RuntimeError):
-    """A runner or checkpoint that cannot be resumed; raised before training starts."""
-
-
-class ResumeWarning(UserWarning):
-    """Part of a run that will not be resumed exactly (said once, before training)."""
 
 
 def _class_names(obj) -> list:
