@@ -40,21 +40,19 @@ def _module_name(path: Path) -> str:
 
 def _class_statements():
     """(module, qualname, nested_in_function, base names) of every class statement."""
+    def visit(module, node, prefix, in_function):
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.ClassDef):
+                bases = [ast.unparse(b) for b in child.bases]
+                yield module, prefix + child.name, in_function, bases
+                yield from visit(module, child, prefix + child.name + ".", in_function)
+            elif isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                yield from visit(module, child, prefix + child.name + ".<locals>.", True)
+            else:
+                yield from visit(module, child, prefix, in_function)
+
     for path in sorted(PACKAGE.rglob("*.py")):
-        module = _module_name(path)
-
-        def visit(node, prefix, in_function):
-            for child in ast.iter_child_nodes(node):
-                if isinstance(child, ast.ClassDef):
-                    bases = [ast.unparse(b) for b in child.bases]
-                    yield module, prefix + child.name, in_function, bases
-                    yield from visit(child, prefix + child.name + ".", in_function)
-                elif isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                    yield from visit(child, prefix + child.name + ".<locals>.", True)
-                else:
-                    yield from visit(child, prefix, in_function)
-
-        yield from visit(ast.parse(path.read_text(), str(path)), "", False)
+        yield from visit(_module_name(path), ast.parse(path.read_text(), str(path)), "", False)
 
 
 def _exception_classes():
