@@ -7,7 +7,7 @@ runner *instance* (nothing in rlpyt's classes changes):
 ``startup``
     runs rlpyt's own startup (which builds the sampler, agent, algorithm and
     replay buffer as usual), then, if ``path`` holds a checkpoint, writes its
-    state into those freshly built objects (:mod:`namedschema.rlpyt.resume.state`),
+    state into those freshly built objects (``namedschema.rlpyt.resume.state``),
     and says once, before training, what cannot be resumed exactly.
 ``train``
     runs rlpyt's own ``train``; while it runs, ``logger.set_iteration`` (the
