@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import struct
-import sys
 import warnings
 import zlib
 
