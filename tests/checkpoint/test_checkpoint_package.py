@@ -42,6 +42,18 @@ def test_every_module_of_the_package_is_short():
                 assert sum(1 for _ in f) < 600, name
 
 
+def test_one_module_writes_whole_checkpoint_files():
+    """Only ``writer`` writes blocks into a new file: saver and incremental hand it a layout."""
+    writers = set()
+    for name in os.listdir(PACKAGE_DIR):
+        if name.endswith(".py") and name not in ("atomic.py", "blocks.py"):
+            with open(os.path.join(PACKAGE_DIR, name)) as f:
+                text = f.read()
+            if "AtomicFile(" in text or "write_blocks(" in text:
+                writers.add(name)
+    assert writers == {"writer.py"}
+
+
 @pytest.mark.parametrize("record", [
     header.ArrayEntry(0, 8, (3, 2), (16, 8), "<f8", "a.b"),
     header.ArrayEntry(None, 0, (0, 5), (40, 8), "|u1", "empty"),
