@@ -1,4 +1,9 @@
-"""Test-suite configuration: hypothesis profiles and the real-rlpyt marker."""
+"""Test-suite configuration: hypothesis profiles, the markers, the real-rlpyt fixture.
+
+Markers (registered in setup.cfg): ``slow`` (left out of the quick run,
+``pytest -m "not slow"``), ``subprocess`` (starts fresh interpreters; such tests are
+``slow`` too), ``rlpyt`` (needs the real rlpyt; see below).
+"""
 
 import os
 
@@ -58,6 +63,9 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "rlpyt_root" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.rlpyt)
+        # A fresh interpreter costs a second or more: the quick run (-m "not slow") skips them.
+        if item.get_closest_marker("subprocess") is not None:
+            item.add_marker(pytest.mark.slow)
     marked = [item for item in items if item.get_closest_marker("rlpyt") is not None]
     _rlpyt_ids.update(item.nodeid for item in marked)
     if rlpyt_src() is not None:

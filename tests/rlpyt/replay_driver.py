@@ -1,7 +1,7 @@
 """One training script for the resume scenario, run against rlpyt (real or its stand-in).
 
 Each function is meant to run in its own fresh interpreter (see
-``tests/helpers.run_fresh``): build a replay buffer, feed it deterministic
+``tests.helpers.run_fresh``): build a replay buffer, feed it deterministic
 samples, sample batches with a fixed seed, checkpoint it, and resume from the
 checkpoint. Batches are compared through digests of their bytes. Nothing here
 imports rlpyt at module import time.

@@ -26,7 +26,7 @@ from tests.conftest import rlpyt_src
 from tests.helpers import run_fresh
 from tests.rlpyt.fake_rlpyt import write_fake_rlpyt
 
-pytestmark = [pytest.mark.slow, pytest.mark.subprocess]
+pytestmark = pytest.mark.slow  # real rlpyt or its stand-in, imported in every test
 
 
 @pytest.fixture(scope="module")

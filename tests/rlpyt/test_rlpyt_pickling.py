@@ -381,8 +381,8 @@ def test_tl_prioritized_round_trip_without_sampling(tmp_path, kind):
         import namedschema
         namedschema.patch_rlpyt()
         from tests.rlpyt import replay_driver as d
-        spec = d._real("rlpyt.replays.non_sequence.time_limit.KIND", tl=True,
-                       prioritized=True)
+        spec = d._buffer("rlpyt.replays.non_sequence.time_limit.KIND", tl=True,
+                         prioritized=True)
         def feed(buf, steps):
             for step in steps:
                 buf.append_samples(d._samples(step, False, False, with_timeout=True))
