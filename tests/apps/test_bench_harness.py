@@ -90,6 +90,7 @@ rows_strategy = st.lists(st.builds(
     target=st.none() | st.sampled_from(["<= 1.1", ">= 2"])), min_size=1, max_size=5)
 
 
+@pytest.mark.subprocess
 @settings(max_examples=25)
 @given(rows=rows_strategy, quick=st.booleans())
 def test_write_json_round_trip(tmp_path_factory, rows, quick):
@@ -112,6 +113,7 @@ def test_topic_parser_rejects_unknown_cases(capsys):
     assert "nope" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_core_quick_subset_writes_json(tmp_path, monkeypatch, capsys):
     """core.main --quick --cases writes valid JSON with only those cases; the floor is the reference without rlpyt."""
     monkeypatch.delenv("RLPYT_SRC", raising=False)
@@ -125,6 +127,7 @@ def test_core_quick_subset_writes_json(tmp_path, monkeypatch, capsys):
     assert "RLPYT_SRC is not set" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_pickling_quick_writes_json(tmp_path, monkeypatch):
     """pickling.main --quick compares namedschema with namedtuple on size, dumps and loads."""
     monkeypatch.delenv("RLPYT_SRC", raising=False)
@@ -136,6 +139,7 @@ def test_pickling_quick_writes_json(tmp_path, monkeypatch):
     assert {("size", "namedschema"), ("dumps", "namedschema"), ("loads", "namedschema")} <= metrics
 
 
+@pytest.mark.slow
 @pytest.mark.rlpyt
 def test_core_includes_rlpyt_rows_when_rlpyt_src_is_set(tmp_path):
     """With RLPYT_SRC, array cases are measured against rlpyt's namedarraytuple and schema."""
@@ -156,6 +160,7 @@ def test_load_rlpyt_collections_reports_a_bad_tree(tmp_path, monkeypatch):
         bench.load_rlpyt_collections()
 
 
+@pytest.mark.subprocess
 def test_run_topics_fails_for_a_topic_without_a_module(capsys):
     """Every topic ships with the package, so one without a module is a failure, not a skip."""
     docs, notes, ok = bench.run_topics(["no_such_topic"], quick=True)
@@ -163,6 +168,7 @@ def test_run_topics_fails_for_a_topic_without_a_module(capsys):
     assert "no_such_topic" in notes[0] and "failed" in notes[0]
 
 
+@pytest.mark.slow
 def test_plot_results_writes_a_png(tmp_path):
     """plot_results() draws a PNG from topic documents (matplotlib is the plot extra)."""
     pytest.importorskip("matplotlib")
@@ -173,6 +179,7 @@ def test_plot_results_writes_a_png(tmp_path):
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.subprocess
 def test_bench_command_end_to_end(tmp_path):
     """`namedschema bench --quick` runs topics in subprocesses and writes combined JSON and a plot."""
     pytest.importorskip("matplotlib")
@@ -191,6 +198,7 @@ def test_bench_command_end_to_end(tmp_path):
     assert png.read_bytes()[:4] == b"\x89PNG"
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("script,case", [("bench_core.py", "make"),
                                          ("bench_pickling.py", "pickle_one")])
 def test_wrapper_scripts_run_their_topic(tmp_path, script, case):
@@ -206,6 +214,7 @@ def test_wrapper_scripts_run_their_topic(tmp_path, script, case):
     assert script.removeprefix("bench_").removesuffix(".py") == doc["topic"]
 
 
+@pytest.mark.subprocess
 def test_harness_child_reports_its_own_peak_rss_not_its_parents():
     """peak_rss() in a child started from a large process is the child's own peak
     (VmHWM); getrusage's ru_maxrss there would still report the parent's."""
@@ -224,6 +233,7 @@ def test_harness_child_reports_its_own_peak_rss_not_its_parents():
     del big
 
 
+@pytest.mark.subprocess
 def test_harness_child_env_imports_this_namedschema(tmp_path):
     """A child started elsewhere imports the namedschema that started it."""
     import namedschema

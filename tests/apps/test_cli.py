@@ -103,6 +103,7 @@ def test_inspect_says_pickled_file_needs_allow_pickle(tmp_path, capsys):
     assert sum("allow_pickle" in line for line in lines) == 1
 
 
+@pytest.mark.subprocess
 def test_inspect_missing_file_is_one_line_no_traceback():
     """A missing path gives one stderr line naming it, status 2, no traceback."""
     proc = _run("inspect", "does-not-exist.nsb")
@@ -111,6 +112,7 @@ def test_inspect_missing_file_is_one_line_no_traceback():
     assert "does-not-exist.nsb" in proc.stderr
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("content", [b"", b"just some text\n", b"\x80\x04K\x01." * 50])
 def test_inspect_non_namedschema_file_is_one_line(tmp_path, content):
     """Files that are not checkpoints (empty, text, a pickle) fail with one line and status 2."""
@@ -122,6 +124,7 @@ def test_inspect_non_namedschema_file_is_one_line(tmp_path, content):
     assert proc.stderr.startswith("namedschema inspect: error:")
 
 
+@pytest.mark.subprocess
 def test_inspect_truncated_checkpoint_is_one_line(tmp_path):
     """A checkpoint cut short is reported in one line, not a traceback."""
     path = tmp_path / "cut.nsb"
@@ -132,6 +135,7 @@ def test_inspect_truncated_checkpoint_is_one_line(tmp_path):
     assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
 
 
+@pytest.mark.subprocess
 def test_inspect_directory_is_one_line():
     """Passing a directory is a user mistake: one line, status 2."""
     proc = _run("inspect", REPO_ROOT)
@@ -139,6 +143,7 @@ def test_inspect_directory_is_one_line():
     assert proc.stderr.count("\n") == 1
 
 
+@pytest.mark.subprocess
 def test_demo_unwritable_workdir_is_one_line(tmp_path):
     """A --workdir that cannot be created fails with one line and status 2."""
     blocker = tmp_path / "file"
@@ -148,6 +153,7 @@ def test_demo_unwritable_workdir_is_one_line(tmp_path):
     assert "Traceback" not in proc.stderr and proc.stderr.count("\n") == 1
 
 
+@pytest.mark.subprocess
 def test_python_m_namedschema_matches_console_entry_point():
     """`python -m namedschema` and the console script share one main."""
     from namedschema import __main__ as entry
@@ -156,6 +162,7 @@ def test_python_m_namedschema_matches_console_entry_point():
     assert proc.returncode == 0 and namedschema.__version__ in proc.stdout
 
 
+@pytest.mark.subprocess
 def test_cli_import_stays_light():
     """Importing namedschema.apps.cli loads neither matplotlib nor torch."""
     code = ("import sys, namedschema.apps.cli, namedschema.apps.bench\n"

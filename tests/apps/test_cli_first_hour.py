@@ -88,6 +88,7 @@ def test_load_progress_and_verify_progress_go_to_stderr(tmp_path, capsys):
 
 
 # ---------------------------------------------------------------------- bench outputs
+@pytest.mark.subprocess
 @pytest.mark.parametrize("option", ["--json", "--plot"])
 def test_bench_refuses_an_unwritable_output_before_running(tmp_path, option):
     """The path is checked first: one line, status 2, and no topic ran."""
@@ -98,6 +99,7 @@ def test_bench_refuses_an_unwritable_output_before_running(tmp_path, option):
     assert "Traceback" not in proc.stderr and proc.stdout == ""
 
 
+@pytest.mark.subprocess
 def test_bench_plot_without_matplotlib_fails_before_running(tmp_path):
     code = ("import sys; sys.modules['matplotlib'] = None\n"
             "from namedschema.apps.cli import main; sys.exit(main(sys.argv[1:]))")

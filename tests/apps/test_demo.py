@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -26,6 +27,7 @@ def _replay(capacity, seed=0):
     return demo.TinyReplay(samples, seed=seed)
 
 
+@pytest.mark.subprocess
 def test_demo_command_passes_every_check():
     """`namedschema demo` at a small size exits 0 and prints the table, checks and rlpyt failures."""
     env = dict(os.environ, PYTHONPATH=REPO_ROOT)
@@ -44,6 +46,7 @@ def test_demo_command_passes_every_check():
     assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.subprocess
 def test_demo_detects_a_broken_checkpoint(monkeypatch, tmp_path):
     """When namedschema.save writes a damaged file, the demo reports FAILED and returns 1."""
     import namedschema.checkpoint as checkpoint_module
@@ -63,6 +66,7 @@ def test_demo_detects_a_broken_checkpoint(monkeypatch, tmp_path):
     assert "[ok] pickle protocol 4: contents bit-exact" in text
 
 
+@pytest.mark.subprocess
 def test_demo_keeps_files_only_when_asked(tmp_path):
     """--keep leaves the checkpoints in --workdir; without it they are removed."""
     kept, cleaned = tmp_path / "kept", tmp_path / "cleaned"
@@ -89,6 +93,7 @@ def test_rng_state_round_trip(words, has_uint32, uinteger):
     assert np.array_equal(rebuilt.integers(0, 1 << 30, 16), original.integers(0, 1 << 30, 16))
 
 
+@pytest.mark.slow
 @settings(max_examples=20)
 @given(capacity=st.integers(2, 40), appends=st.lists(st.integers(1, 60), max_size=4),
        draws=st.integers(0, 3), seed=st.integers(0, 2**32 - 1))
@@ -116,6 +121,7 @@ def test_ring_buffer_wraps_and_keeps_newest():
     np.testing.assert_array_equal(replay.samples.action[2:], batch.action[2:5])
 
 
+@pytest.mark.subprocess
 def test_replay_state_loads_in_fresh_interpreter():
     """A replay state pickled here loads in a fresh interpreter and resumes like the original."""
     replay = _replay(16, seed=3)
@@ -131,6 +137,7 @@ def test_replay_state_loads_in_fresh_interpreter():
     assert proc.stdout.decode().strip() == demo._resume_and_sample(replay, 3)
 
 
+@pytest.mark.subprocess
 def test_importing_demo_defines_no_schema():
     """Importing namedschema.apps.demo registers no schema (the fresh-interpreter claim rests on it)."""
     proc = run_fresh("""

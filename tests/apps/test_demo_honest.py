@@ -9,7 +9,11 @@ import pty
 import subprocess
 import sys
 
+import pytest
+
 from tests.helpers import REPO_ROOT
+
+pytestmark = pytest.mark.subprocess
 
 # A meta-path finder that makes importing namedschema.checkpoint.loader take 1 s.
 _SLOW_IMPORT = """

@@ -5,9 +5,12 @@ from __future__ import annotations
 import json
 import sys
 
+import pytest
+
 from namedschema.apps.bench import checkpoint
 
 
+@pytest.mark.subprocess
 def test_quick_benchmark_runs_without_joblib(tmp_path, monkeypatch, capsys):
     """With joblib unimportable the benchmark skips its rows with a note and still reports."""
     monkeypatch.setitem(sys.modules, "joblib", None)  # import joblib now fails

@@ -9,6 +9,8 @@ import pytest
 from namedschema.apps.bench import TOPICS, incremental
 from namedschema.checkpoint import pages
 
+pytestmark = pytest.mark.subprocess
+
 
 @pytest.mark.skipif(not pages.available(), reason="needs Linux pagemap")
 def test_quick_incremental_benchmark_reports_every_change(tmp_path):

@@ -236,6 +236,7 @@ def test_segment_refuses_plain_pickle():
         pickle.dumps(seg)
 
 
+@pytest.mark.slow
 def test_segment_freed_when_unreferenced():
     """Dropping every array of a segment unmaps it and closes its descriptor."""
     from namedschema.buffer import shared_memory as _shared_memory
@@ -277,6 +278,7 @@ def test_get_leading_dims():
         get_leading_dims(Samples(None, None))
 
 
+@pytest.mark.slow
 def test_all_none_example_allocates_nothing():
     """An example whose fields are all None gives a buffer of Nones and no segment."""
     from namedschema.buffer import shared_memory as _shared_memory

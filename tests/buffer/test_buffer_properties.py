@@ -6,6 +6,7 @@ import pickle
 from multiprocessing.reduction import ForkingPickler
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
@@ -96,6 +97,7 @@ def fill(buf, seed):
         buf[...] = (np.arange(buf.size).reshape(buf.shape) + seed) % 2
 
 
+@pytest.mark.slow
 @given(examples, leading, st.booleans())
 def test_structure_shapes_and_dtypes(ex, lead, shared):
     """buffer_from_example mirrors any nested example with leading dims prepended."""
@@ -103,6 +105,7 @@ def test_structure_shapes_and_dtypes(ex, lead, shared):
     check_matches(buf, ex, lead)
 
 
+@pytest.mark.slow
 @given(examples, leading, st.booleans(), st.sampled_from(PROTOCOLS))
 def test_pickle_round_trip_in_process(ex, lead, shared, protocol):
     """Any buffer, shared or not, pickles into an equal buffer of the same classes."""
@@ -112,6 +115,7 @@ def test_pickle_round_trip_in_process(ex, lead, shared, protocol):
     assert_same(back, buf)
 
 
+@pytest.mark.slow
 @given(examples, leading)
 def test_forking_pickler_and_to_shared_keep_values(ex, lead):
     """to_shared_memory and multiprocessing's pickler keep values; leaves end up shared."""
@@ -130,6 +134,7 @@ def test_forking_pickler_and_to_shared_keep_values(ex, lead):
     assert all_shared(sent)
 
 
+@pytest.mark.subprocess
 @settings(max_examples=8)
 @given(examples, leading, st.booleans())
 def test_every_protocol_loads_in_fresh_interpreter(ex, lead, shared):

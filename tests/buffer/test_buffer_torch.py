@@ -102,6 +102,7 @@ def test_torchified_buffer_pickles_with_torch_save(tmp_path):
     assert pickle.loads(pickle.dumps(t)).observation.vec.shape == (4, 2, 3)
 
 
+@pytest.mark.subprocess
 def test_without_torch_numpy_parts_work_and_torch_parts_say_how_to_install():
     """With torch unimportable, numpy helpers work and torch helpers name the extra."""
     run_fresh("""
@@ -126,6 +127,7 @@ def test_without_torch_numpy_parts_work_and_torch_parts_say_how_to_install():
         """)
 
 
+@pytest.mark.subprocess
 def test_import_does_not_load_torch():
     """Importing namedschema.buffer and allocating shared buffers never imports torch."""
     run_fresh("""

@@ -14,6 +14,8 @@ from namedschema.buffer import buffer_from_example, is_shared_memory, np_mp_arra
 from namedschema.buffer import shared_memory as _shared_memory
 from tests.helpers import run_fresh
 
+pytestmark = pytest.mark.subprocess
+
 METHODS = ["fork", "spawn", "forkserver"]
 Step = namedtuple("Step", "obs reward done info")
 TIMEOUT = 60

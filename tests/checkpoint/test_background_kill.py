@@ -26,6 +26,8 @@ import namedschema
 from tests.checkpoint.background_kill_child import state
 from tests.helpers import REPO_ROOT
 
+pytestmark = pytest.mark.subprocess
+
 # (mode, os function, nth call in the writer, before/after it, expected state)
 PHASES = [
     ("full", "open", 1, "before", "A"),          # snapshot taken, nothing written

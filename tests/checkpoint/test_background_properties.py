@@ -20,6 +20,8 @@ from hypothesis import strategies as st
 import namedschema
 from namedschema.buffer import buffer_from_example
 
+pytestmark = pytest.mark.slow
+
 S = namedschema.NamedArrayTupleSchema("S", "obs reward")
 ROWS = 512
 SOURCES = ("buffer_from_example", "np_zeros", "shared", "mmap_c", "torch")

@@ -19,6 +19,7 @@ from namedschema import BackgroundSave, BackgroundSaveError
 from tests.helpers import run_fresh
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("incremental", [False, True])
 def test_writes_after_the_return_do_not_reach_the_file(tmp_path, incremental):
     path = tmp_path / "c.nsb"
@@ -96,6 +97,7 @@ def test_an_error_not_waited_for_is_raised_by_the_next_save(tmp_path):
     assert (namedschema.load(path)["a"] == 1).all()
 
 
+@pytest.mark.subprocess
 def test_an_error_never_waited_for_is_printed_at_exit(tmp_path):
     path = tmp_path / "e.nsb"
     proc = run_fresh(f"""
@@ -111,6 +113,7 @@ def test_an_error_never_waited_for_is_printed_at_exit(tmp_path):
     assert "background save" in err and "File too large" in err, err
 
 
+@pytest.mark.subprocess
 def test_exit_waits_for_a_running_background_save(tmp_path):
     path = tmp_path / "exit.nsb"
     run_fresh(f"""
@@ -121,6 +124,7 @@ def test_exit_waits_for_a_running_background_save(tmp_path):
     assert namedschema.load(path, verify=True)["a"][-1] == (1 << 22) - 1
 
 
+@pytest.mark.slow
 def test_a_killed_writer_is_an_error_and_the_old_checkpoint_stays(tmp_path):
     path = tmp_path / "k.nsb"
     namedschema.save({"a": np.zeros(16)}, path)
@@ -134,6 +138,7 @@ def test_a_killed_writer_is_an_error_and_the_old_checkpoint_stays(tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["k.nsb"]
 
 
+@pytest.mark.slow
 def test_wait_with_a_timeout(tmp_path):
     path = tmp_path / "w.nsb"
     handle = namedschema.save({"a": np.ones(1 << 25)}, path, background=True)
@@ -147,6 +152,7 @@ def test_wait_with_a_timeout(tmp_path):
     handle.wait()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("incremental", [False, True])
 def test_saves_of_one_path_run_one_after_the_other(tmp_path, incremental):
     path = tmp_path / "order.nsb"
@@ -176,6 +182,7 @@ def test_saves_of_one_path_run_one_after_the_other(tmp_path, incremental):
     assert (namedschema.load(path, verify=True)["a"] == states[-1]).all()
 
 
+@pytest.mark.slow
 def test_a_plain_save_waits_for_the_background_one(tmp_path):
     path = tmp_path / "p.nsb"
     handle = namedschema.save({"a": np.zeros(1 << 24)}, path, background=True)
@@ -184,6 +191,7 @@ def test_a_plain_save_waits_for_the_background_one(tmp_path):
     assert (namedschema.load(path)["a"] == 1).all()
 
 
+@pytest.mark.slow
 def test_the_caller_is_held_for_the_snapshot_only(tmp_path):
     path = tmp_path / "f.nsb"
     big = np.ones(1 << 24, dtype=np.float64)         # 128 MiB
@@ -194,6 +202,7 @@ def test_the_caller_is_held_for_the_snapshot_only(tmp_path):
     assert handle.ended - began > returned           # the writing went on after the return
 
 
+@pytest.mark.slow
 def test_a_program_that_ignores_sigchld_still_gets_the_result(tmp_path):
     """With SIGCHLD ignored the kernel reaps the writer: its report still counts."""
     path = tmp_path / "c.nsb"

@@ -33,6 +33,7 @@ def saved(tmp_path):
     return data, path
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("view", [
     lambda a: a, lambda a: a[::-1], lambda a: a[3:31:2, :, ::3],
     lambda a: a.transpose(2, 0, 3, 1), lambda a: a[5], lambda a: a[:0]])
@@ -50,6 +51,7 @@ def test_exact_for_any_view(saved, view, monkeypatch):
     np.testing.assert_array_equal(loaded["frames"], data["frames"])
 
 
+@pytest.mark.slow
 def test_rows_larger_than_a_piece_and_plain_arrays(saved):
     data, path = saved
     loaded = namedschema.load(path, mmap_mode="r")
@@ -63,6 +65,7 @@ def test_rows_larger_than_a_piece_and_plain_arrays(saved):
     assert read_only_map(data["small"]) is None
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="Linux /proc")
 @pytest.mark.parametrize("strided", [False, True], ids=["read-from-file", "pages-released"])
 def test_at_most_a_piece_of_the_map_is_resident(tmp_path, strided):
@@ -83,6 +86,7 @@ def test_at_most_a_piece_of_the_map_is_resident(tmp_path, strided):
     assert _rss_file() - before >= source.size // 2
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="Linux /proc")
 def test_the_file_is_let_go_with_the_map(tmp_path):
     path = tmp_path / "a.nsc"

@@ -95,6 +95,7 @@ def test_data_path_marks_views_too(tmp_path):
     assert "view of base" in info.tree
 
 
+@pytest.mark.slow
 def test_naming_is_bounded_and_shortest_first():
     """The walk stops after MAX_VISITS objects; the shortest path to an array wins."""
     arr = np.zeros(3)
@@ -120,6 +121,7 @@ def _write_module(directory, source):
         f.write(textwrap.dedent(source))
 
 
+@pytest.mark.subprocess
 def test_missing_module_at_load_is_its_own_error(tmp_path):
     """A module that cannot be imported: MissingModuleError naming it, not FormatError."""
     mod_dir = str(tmp_path / "mods")
@@ -160,6 +162,7 @@ def test_missing_module_at_load_is_its_own_error(tmp_path):
     assert proc.stdout.decode().strip() == "6"
 
 
+@pytest.mark.subprocess
 def test_missing_class_at_load_is_its_own_error(tmp_path):
     """The module imports but lacks the class (renamed since): MissingClassError."""
     mod_dir = str(tmp_path / "mods")

@@ -54,6 +54,7 @@ def test_files_without_numpy_defaults_list_no_feature(tmp_path):
     assert _header(path)["features"] == []
 
 
+@pytest.mark.subprocess
 def test_numpy_defaults_load_in_a_fresh_interpreter(tmp_path):
     """A fresh interpreter rebuilds the schema with numpy defaults that declare dtypes."""
     Samples = NamedArrayTupleSchema("Samples", "obs reward done",
@@ -108,6 +109,7 @@ def _save_with_node(tmp_path, node):
     return str(path)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("node, why", [
     ({"numpy": ["|O", [], [1]]}, "dtype that is not allowed"),
     ({"numpy": ["<U8", [], ["x"]]}, "dtype that is not allowed"),

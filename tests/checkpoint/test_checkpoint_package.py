@@ -104,6 +104,7 @@ def _file_with_structure(tmp_path, structure):
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("structure, valid", [
     ({"list": [{"nt": 0, "values": [{"array": 0}, {"scalar": 1}]}, {"array": 2}]}, True),
     ({"tuple": [{"schema": 0}, {"float": "nan"}, None, "s", 3, {"dict": [["k", 1]]}]}, True),

@@ -60,6 +60,7 @@ def test_old_pickles_load(path):
     assert_same_contents(got, expected())
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("path", CHECKPOINTS + PICKLES, ids=os.path.basename)
 def test_old_files_load_in_a_fresh_interpreter(path):
     """Each fixture loads in an interpreter that has made no schema at all."""

@@ -90,6 +90,7 @@ def _kill_trials(path, rng, trials, strays=None):
     return versions
 
 
+@pytest.mark.subprocess
 def test_sigkill_during_overwrite_never_damages_the_checkpoint(tmp_path):
     """24 savers killed at random moments: the checkpoint always loads and verifies."""
     path = str(tmp_path / "ckpt.nsb")
@@ -108,6 +109,7 @@ def test_sigkill_during_overwrite_never_damages_the_checkpoint(tmp_path):
     assert max(strays) <= 1, strays
 
 
+@pytest.mark.subprocess
 def test_next_save_removes_temp_files_left_by_killed_savers(tmp_path):
     """After savers were killed mid-write, the next successful save leaves no temp files."""
     path = str(tmp_path / "ckpt.nsb")

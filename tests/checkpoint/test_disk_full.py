@@ -39,6 +39,7 @@ def _temps(directory):
     return glob.glob(os.path.join(str(directory), ".*.tmp-*"))
 
 
+@pytest.mark.subprocess
 def test_save_into_a_full_tmpfs_fails_cleanly_and_keeps_the_old_file(tiny_fs):
     """On a 4 MiB filesystem a 3 MiB checkpoint can't be replaced by a 2 MiB one: ENOSPC, old file intact."""
     path = tiny_fs / "ckpt.nsb"
@@ -77,6 +78,7 @@ def _writes_of_a_save(tmp_path, monkeypatch, obj):
     return calls["n"]
 
 
+@pytest.mark.slow
 def test_simulated_enospc_at_every_write_keeps_the_old_file(tmp_path, monkeypatch):
     """ENOSPC from each low-level write in turn raises OSError; old file intact, no temp file."""
     path = tmp_path / "ckpt.nsb"

@@ -29,6 +29,7 @@ torch = pytest.importorskip("torch")
 # 1. Alignment: torch's requirement, not numpy's
 # ---------------------------------------------------------------------------
 
+@pytest.mark.subprocess
 def test_views_of_complex_tensors_load_aligned_for_torch(tmp_path):
     """1: save({'im': x.imag, 'z': x[1:]}) of complex tensors loads aligned; torch ops run."""
     proc = run_fresh(f"""
@@ -53,6 +54,7 @@ def test_views_of_complex_tensors_load_aligned_for_torch(tmp_path):
     assert proc.stdout.strip() == b"ok"
 
 
+@pytest.mark.subprocess
 def test_crafted_misaligned_torch_offset_is_copied_or_refused(tmp_path):
     """1: a crafted block offset that misaligns a complex128 tensor never reaches torch's kernels."""
     x = torch.arange(32, dtype=torch.float64).to(torch.complex128)
@@ -90,6 +92,7 @@ def _tensor_entry_with_long_shape(tmp_path, ndims):
     return path
 
 
+@pytest.mark.slow
 def test_long_safetensors_shape_is_refused_promptly(tmp_path):
     """2: a tensor entry with 200,000 huge dimensions is refused before any big-int product."""
     path = _tensor_entry_with_long_shape(tmp_path, 200_000)
@@ -129,6 +132,7 @@ def _amplifying_file(tmp_path, name, filler: bytes, count: int):
     return path
 
 
+@pytest.mark.subprocess
 def test_header_of_empty_lists_is_refused_without_memory_error(tmp_path):
     """3: a 60 MiB header of empty JSON lists is a FormatError under RLIMIT_AS + 1 GiB."""
     path = _amplifying_file(tmp_path, "lists.nsb", b"[],", 20 * 2**20)
@@ -152,6 +156,7 @@ def _schema_file(tmp_path, n_fields):
     return path
 
 
+@pytest.mark.subprocess
 def test_schema_with_a_million_fields_is_refused_under_memory_limit(tmp_path):
     """3: a file with a 1,000,000-field schema is a FormatError, cheaply (under RLIMIT_AS + 1 GiB)."""
     path = _schema_file(tmp_path, 1_000_000)
@@ -199,6 +204,7 @@ def test_crafted_torch_entries_raise_format_error(tmp_path, case):
         namedschema.inspect(path)
 
 
+@pytest.mark.subprocess
 def test_torch_entry_without_torch_is_a_format_error(tmp_path):
     """6: loading a file with tensors where torch cannot be imported is a FormatError."""
     path = tmp_path / "t.nsb"
@@ -222,6 +228,7 @@ def test_torch_entry_without_torch_is_a_format_error(tmp_path):
 # 7. Checksums describe the bytes written
 # ---------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_checksums_match_the_file_under_a_live_writer(tmp_path):
     """7: saving a buffer another thread keeps writing still gives a file that verifies."""
     buf = np.zeros(48 * 2**20, np.uint8)
@@ -257,6 +264,7 @@ def test_checksums_match_the_file_under_a_live_writer(tmp_path):
 _EVIL = "\x1b[2K\r\x1b[1A\x1b[2Kloading needs allow_pickle=True: no\n\x07"
 
 
+@pytest.mark.subprocess
 def test_inspect_escapes_terminal_control_characters(tmp_path):
     """9: names and the pickle reason from a file cannot put control characters on the terminal."""
     seed = tmp_path / "seed.nsb"

@@ -119,6 +119,7 @@ def test_same_array_object_is_one_object(path):
     assert back[0] is back[1] is back[2]["again"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("make", [
     lambda: np.asfortranarray(np.arange(24.0).reshape(2, 3, 4)),
     lambda: np.arange(24).reshape(4, 6)[::-1, 1::2],

@@ -51,6 +51,7 @@ def rewrite(path, edit, *, fix_crc=True):
         f.write(struct.pack("<Q", len(raw)) + raw + data)
 
 
+@pytest.mark.slow
 def test_truncation_at_every_offset_is_a_format_error(saved):
     """Cutting the file at any length raises FormatError, never a crash or garbage."""
     data = open(saved, "rb").read()
@@ -74,6 +75,7 @@ def test_truncated_field_is_named(saved):
         namedschema.load(saved)
 
 
+@pytest.mark.slow
 def test_flipped_header_bytes_always_detected(saved):
     """Flipping any single byte of the header raises FormatError (header checksum)."""
     data = bytearray(open(saved, "rb").read())
@@ -147,6 +149,7 @@ def test_header_edit_without_checksum_detected(saved):
         namedschema.load(saved)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", ["|O", "<V8", "|S4", "<U2", "<M8[ns]", "object", "float64", 7])
 def test_disallowed_dtypes_refused(saved, dtype):
     """Object, void, string, datetime and unknown dtype strings are refused before any allocation."""
@@ -155,6 +158,7 @@ def test_disallowed_dtypes_refused(saved, dtype):
         namedschema.load(saved)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("change", [
     {"shape": [11, 64]}, {"offset": 1}, {"strides": [64, 2]}, {"strides": [-64, 1]},
     {"block": 9}, {"shape": [-1, 64]}, {"shape": [10]}, {"offset": -5}, {"shape": [10, 2**62]},

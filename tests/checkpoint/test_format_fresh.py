@@ -15,6 +15,8 @@ import pytest
 import namedschema
 from tests.helpers import REPO_ROOT, run_fresh
 
+pytestmark = pytest.mark.subprocess
+
 
 def test_fresh_interpreter_loads_schemas_views_and_mmap(tmp_path):
     """A fresh interpreter rebuilds one class per schema, keeps aliasing, with and without mmap."""

@@ -7,6 +7,7 @@ import os
 import tempfile
 
 import numpy as np
+import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
@@ -77,6 +78,7 @@ def save_load(obj, **kwargs):
         return namedschema.load(path, **kwargs), path
 
 
+@pytest.mark.slow
 @settings(max_examples=30)
 @given(structures, st.sampled_from([None, "r", "c"]))
 def test_random_structures_round_trip(obj, mode):
@@ -87,6 +89,7 @@ def test_random_structures_round_trip(obj, mode):
         assert_same(namedschema.load(path, mmap_mode=mode, verify=True), obj)
 
 
+@pytest.mark.slow
 @settings(max_examples=30)
 @given(st.sampled_from(DTYPES), st.integers(1, 40), st.data())
 def test_views_of_views_keep_aliasing(dtype, n, data):
@@ -144,6 +147,7 @@ def expected_tensor(a):
     return np.frombuffer(span, np.uint8)
 
 
+@pytest.mark.slow
 @settings(max_examples=20)
 @given(st.lists(arrays(), min_size=1, max_size=4))
 @example([np.arange(100.0).reshape(10, 10)[::2, ::3],           # sparse: compact copy
@@ -169,6 +173,7 @@ def test_safetensors_reads_every_block(arrs):
         assert got.tobytes() == want.tobytes()
 
 
+@pytest.mark.slow
 @settings(max_examples=20)
 @given(st.lists(arrays(), min_size=1, max_size=3))
 def test_pickled_path_round_trips(arrs):
@@ -211,6 +216,7 @@ def name_pairs(draw):
     return a, f"{a}.tmp-0123abcd-7"
 
 
+@pytest.mark.slow
 @given(name_pairs(), st.integers(1, 2**22), st.binary(min_size=4, max_size=4),
        st.booleans())
 def test_temp_names_belong_to_exactly_one_target(pair, pid, token, swap):
@@ -229,6 +235,7 @@ def test_temp_names_belong_to_exactly_one_target(pair, pid, token, swap):
 huge_dims = st.sampled_from([0, 1, 3, 2**20, 2**31, 2**40, 2**59, 2**61, 2**62, 2**63 - 1, 2**64])
 
 
+@pytest.mark.slow
 @settings(max_examples=60)
 @given(st.lists(huge_dims, min_size=1, max_size=4).map(lambda dims: [0] + dims),
        st.sampled_from(DTYPES), st.permutations(range(5)))

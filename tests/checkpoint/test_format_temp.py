@@ -13,8 +13,11 @@ import pytest
 import namedschema
 from namedschema.checkpoint import atomic
 
-pytestmark = pytest.mark.skipif(not os.path.isdir("/proc/self"),
-                                reason="stale temp files are recognised through /proc")
+pytestmark = [
+    pytest.mark.skipif(not os.path.isdir("/proc/self"),
+                       reason="stale temp files are recognised through /proc"),
+    pytest.mark.subprocess,
+]
 
 
 @pytest.fixture

@@ -35,6 +35,8 @@ from tests.checkpoint import crafted, limited
 from tests.figures import record
 from tests.helpers import REPO_ROOT
 
+pytestmark = pytest.mark.subprocess
+
 LONG = os.environ.get("HYPOTHESIS_PROFILE") == "long"
 # Each example runs child interpreters: no shrinking (a failure reports its seed).
 _NO_SHRINK = (Phase.explicit, Phase.reuse, Phase.generate)

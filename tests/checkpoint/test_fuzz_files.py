@@ -106,6 +106,7 @@ def _byte_damage_batch(rng, work, outcomes):
     return refused, changed
 
 
+@pytest.mark.slow
 @given(seed=st.integers(0, 2**32 - 1))
 def test_byte_level_damage_is_refused_or_harmless(tmp_path_factory, seed):
     """Flipped, inserted, deleted and truncated bytes: load(verify=True) refuses or loads the seed's content."""
@@ -117,6 +118,7 @@ def test_byte_level_damage_is_refused_or_harmless(tmp_path_factory, seed):
     assert refused >= 1 or changed == 0
 
 
+@pytest.mark.slow
 def test_byte_level_damage_outcome_counts(tmp_path):
     """Over 10 fixed batches (120 files) nearly every damaged file is refused by verify."""
     rng = random.Random(20261201)
@@ -132,6 +134,7 @@ def test_byte_level_damage_outcome_counts(tmp_path):
     assert changed == 10 * BATCH and refused >= 115, (refused, changed)
 
 
+@pytest.mark.slow
 def test_data_section_flips_are_refused_or_harmless(tmp_path):
     """120 single-bit flips in data sections: verify refuses each, or it hit padding (same content)."""
     rng = random.Random(20261202)
@@ -270,6 +273,7 @@ def _header_damage_batch(rng, work, outcomes):
     return refused
 
 
+@pytest.mark.slow
 @given(seed=st.integers(0, 2**32 - 1))
 def test_header_damage_behind_a_valid_checksum_is_refused(tmp_path_factory, seed):
     """Headers edited with a recomputed checksum (a hostile writer) end in FormatError or load."""
@@ -279,6 +283,7 @@ def test_header_damage_behind_a_valid_checksum_is_refused(tmp_path_factory, seed
     assert all(o in ("ok", "format") or o.startswith("known:") for o in outcomes)
 
 
+@pytest.mark.slow
 def test_header_damage_outcome_counts(tmp_path):
     """Over 10 fixed batches of edited headers, most files are refused and none misbehaves."""
     rng = random.Random(20261201)
@@ -307,6 +312,7 @@ def test_random_bytes_are_refused(tmp_path_factory, data, length):
     assert set(outcomes) == {"format"}
 
 
+@pytest.mark.slow
 @given(header=st.recursive(
     st.none() | st.booleans() | st.integers() | st.text(max_size=5),
     lambda kids: st.lists(kids, max_size=4) | st.dictionaries(st.text(max_size=5), kids,
@@ -425,6 +431,7 @@ def test_deeply_nested_structure_is_refused_or_loaded(tmp_path):
 # Allocation bound: a batch of hostile files under an address-space limit.
 # ---------------------------------------------------------------------------
 
+@pytest.mark.subprocess
 def test_hostile_files_never_allocate_more_than_the_file_justifies(tmp_path):
     """200 files declaring huge sizes load under RLIMIT_AS = current + 1 GiB with no MemoryError."""
     rng = random.Random(1234)

@@ -44,6 +44,7 @@ def check(path, obj, **kw):
     assert equal(namedschema.load(path, mmap_mode="r", verify=True, **kw), obj)
 
 
+@pytest.mark.slow
 @given(st.data())
 def test_updated_crc_equals_the_crc_of_the_new_block(data):
     """updated_crc from the old CRC and per-range deltas equals zlib.crc32 of the new bytes."""
@@ -62,6 +63,7 @@ def test_updated_crc_equals_the_crc_of_the_new_block(data):
     assert updated_crc(zlib.crc32(old), len(old), changes) == zlib.crc32(new)
 
 
+@pytest.mark.slow
 @needs_pages
 def test_buffer_from_example_saves_only_written_pages(tmp_path):
     """After one full save, a buffer_from_example buffer's next saves write what changed."""
@@ -82,6 +84,7 @@ def test_buffer_from_example_saves_only_written_pages(tmp_path):
     check(path, buf)
 
 
+@pytest.mark.slow
 @needs_pages
 def test_mmap_copy_on_write_load_then_write_then_save(tmp_path):
     """The resume path: load(mmap_mode='c'), write, save incrementally to the same path."""
@@ -97,6 +100,7 @@ def test_mmap_copy_on_write_load_then_write_then_save(tmp_path):
         check(path, buf)
 
 
+@pytest.mark.slow
 @needs_pages
 def test_plain_save_file_gets_a_full_save_then_incremental_ones(tmp_path):
     """A file from a plain save is updated in full once (its layout), then incrementally."""
@@ -133,6 +137,7 @@ def test_untracked_memory_is_compared_and_never_misses_a_change(tmp_path):
         assert np.array_equal(back["shared"], obj["shared"])
 
 
+@pytest.mark.slow
 def test_torch_in_place_ops_on_shared_tensors_are_saved(tmp_path):
     """Tensors sharing memory with the arrays (torch.from_numpy) write pages that are saved."""
     torch = pytest.importorskip("torch")
@@ -152,6 +157,7 @@ def test_torch_in_place_ops_on_shared_tensors_are_saved(tmp_path):
     assert torch.equal(back["w"], tensors["w"]) and torch.equal(back["b"], tensors["b"])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("change", ["shape", "dtype", "field", "view"])
 def test_changed_structure_falls_back_to_a_full_save(tmp_path, change):
     """A new field, shape, dtype or view relation gives a full (atomic) save."""
@@ -182,6 +188,7 @@ class Holder:
     """An object that is not data (so the graph is pickled)."""
 
 
+@pytest.mark.slow
 def test_pickled_objects_update_their_pickle_in_place(tmp_path):
     """A graph that needs pickle: arrays incrementally, the pickle rewritten when it changes."""
     path = tmp_path / "b.nsb"
@@ -236,6 +243,7 @@ def test_torn_journal_is_discarded_and_the_old_state_kept(tmp_path):
     assert not os.path.exists(jpath)
 
 
+@pytest.mark.slow
 def test_file_size_stays_bounded_over_many_saves(tmp_path):
     """Many incremental saves keep the file about the size of the data."""
     path = tmp_path / "b.nsb"
@@ -283,6 +291,7 @@ def test_recover_is_a_no_op_without_a_journal(tmp_path):
     assert os.stat(path).st_mtime_ns == before.st_mtime_ns
 
 
+@pytest.mark.slow
 @needs_pages
 @pytest.mark.parametrize("mode", ["r", "c"])
 def test_other_maps_of_the_file_keep_their_data(tmp_path, mode):

@@ -28,8 +28,11 @@ import namedschema
 from namedschema.checkpoint import journal, pages
 from tests.helpers import REPO_ROOT
 
-pytestmark = pytest.mark.skipif(not pages.available() or os.name != "posix",
-                                reason="needs Linux (pagemap, SIGKILL)")
+pytestmark = [
+    pytest.mark.skipif(not pages.available() or os.name != "posix",
+                       reason="needs Linux (pagemap, SIGKILL)"),
+    pytest.mark.subprocess,
+]
 
 PHASES = ("scan", "journal_torn", "journal_done", "apply_mid", "apply_done", "header_mid",
           "finish", "random")

@@ -128,6 +128,7 @@ def _run(script: str, *args: str, tracking: str = "auto", timeout: float = 120):
                           capture_output=True, timeout=timeout)
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("tracking", TRACKING)
 @pytest.mark.parametrize("scenario", ["second_process", "fork_child", "truncate", "delete",
                                       "rename", "copy_over"])
@@ -169,6 +170,7 @@ save(link)
 """
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("phase", ["mid", "done"])
 def test_save_through_a_symlink_killed_mid_save_loads_new_state(tmp_path, phase):
     """The journal is next to the real file, so a load of the real file finishes the save."""
@@ -232,6 +234,7 @@ def small_fs(tmp_path):
         subprocess.run(["umount", str(where)], check=False)
 
 
+@pytest.mark.subprocess
 def test_committed_journal_loads_on_a_full_disk(small_fs):
     """Finishing a committed journal writes only where the file already has room."""
     path = str(small_fs / "ckpt.nsb")
@@ -309,6 +312,7 @@ def test_finishing_a_journal_without_space_names_what_to_free(tmp_path, monkeypa
     assert np.array_equal(namedschema.load(path, verify=True).obs, buf.obs)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("tracking", TRACKING)
 def test_a_failed_save_loses_no_write(tmp_path, monkeypatch, tracking):
     """A save that fails after its scan re-armed tracking: the next one still sees those writes."""

@@ -20,6 +20,8 @@ import namedschema
 from namedschema.buffer import buffer_from_example, np_mp_array
 from tests.helpers import run_fresh
 
+pytestmark = pytest.mark.slow
+
 S = namedschema.NamedArrayTupleSchema("S", "obs reward step")
 ROWS = 1200
 SOURCES = ("buffer_from_example", "mmap_c", "np_zeros", "shared", "torch")
@@ -129,6 +131,7 @@ def test_any_writes_between_incremental_saves_load_equal(tmp_path_factory, sourc
         _apply(state, step)
 
 
+@pytest.mark.subprocess
 def test_incremental_saves_load_in_a_fresh_interpreter(tmp_path):
     """After several incremental saves, a fresh interpreter loads the same bytes."""
     path = str(tmp_path / "ckpt.nsb")

@@ -27,7 +27,7 @@ import namedschema
 from namedschema.buffer import buffer_from_example
 from namedschema.checkpoint import incremental, pages
 
-pytestmark = pytest.mark.skipif(not pages.available(), reason="needs Linux")
+pytestmark = [pytest.mark.skipif(not pages.available(), reason="needs Linux"), pytest.mark.slow]
 
 S = namedschema.NamedArrayTupleSchema("S", "obs reward")
 ROWS = 400                    # obs: 400 x 3000 bytes = 1.2 MB (owned memory from 1 MiB)

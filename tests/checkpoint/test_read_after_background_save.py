@@ -8,6 +8,8 @@ import pytest
 
 import namedschema
 
+pytestmark = pytest.mark.slow
+
 Step = namedschema.NamedArrayTupleSchema("Step", "obs action")
 
 

@@ -47,6 +47,7 @@ def test_an_older_token_sees_every_write_since_it():
     region.close()
 
 
+@pytest.mark.slow
 def test_alternating_two_files_keeps_kernel_tracking(tmp_path, monkeypatch):
     Step = namedschema.NamedArrayTupleSchema("Step", "obs action")
     buf = buffer_from_example(Step(np.zeros((84, 84), np.uint8), np.int64(0)), 2000)

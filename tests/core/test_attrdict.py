@@ -124,6 +124,7 @@ def test_namedschema_save_load(tmp_path):
     assert back["Length"] == 2 and back["Return"] == 1.0
 
 
+@pytest.mark.subprocess
 def test_fresh_interpreter():
     """A pickle of a module-level AttrDict subclass loads self-dict in a fresh interpreter."""
     t = Traj(info=AttrDict(k=1))
@@ -146,6 +147,7 @@ def test_functions_are_the_class_methods():
     assert AttrDict.__setstate__ is setstate_attrdict
 
 
+@pytest.mark.slow
 @given(st.dictionaries(identifiers.filter(lambda k: k not in dir(dict)),
                        st.one_of(st.integers(), st.floats(allow_nan=False), st.text(),
                                  st.none()), max_size=8),

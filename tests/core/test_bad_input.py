@@ -42,6 +42,7 @@ WRONG = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("factory", [NamedTupleSchema, NamedArrayTupleSchema, namedtuple,
                                      namedarraytuple])
 @pytest.mark.parametrize("fields, expected, message", WRONG, ids=repr)
@@ -135,6 +136,7 @@ def test_crafted_pickle_naming_a_conflicting_schema_is_refused():
 _shapes = st.lists(st.integers(1, 4), min_size=1, max_size=3)
 
 
+@pytest.mark.slow
 @given(field_shapes=st.lists(_shapes, min_size=1, max_size=6),
        value_shape=_shapes, loc=st.integers(-5, 5), same_schema=st.booleans(),
        none_at=st.one_of(st.none(), st.integers(0, 5)))

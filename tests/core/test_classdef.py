@@ -341,6 +341,7 @@ def test_checkpoint_round_trip_in_process(tmp_path):
         assert back["cfg"].discount(0) == 1.0
 
 
+@pytest.mark.subprocess
 def test_bench_core_times_class_syntax_against_the_factory(tmp_path):
     import json
 

@@ -55,6 +55,7 @@ def class_syntax_namedtuple(typename, field_names, *, rename=False, defaults=Non
     return cls
 
 
+@pytest.mark.slow
 def test_cpython_testnamedtuple_passes_with_class_statements():
     mod = test_collections
     saved = {name: mod.__dict__[name] for name in ("namedtuple", "collections", "TestNT")}

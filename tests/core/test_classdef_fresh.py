@@ -19,6 +19,8 @@ import namedschema
 from tests.core import class_schemas as cs
 from tests.helpers import REPO_ROOT, echo_fresh, run_fresh
 
+pytestmark = pytest.mark.subprocess
+
 START_METHODS = [m for m in ("spawn", "forkserver") if m in mp.get_all_start_methods()]
 
 

@@ -7,12 +7,15 @@ import pickle
 import types
 from typing import Any
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from namedschema import NamedArrayTuple, NamedArrayTupleSchema, NamedTuple, NamedTupleSchema
 from namedschema._core.classdef import declared_dtypes, has_class_body
 from tests.strategies import field_lists, identifiers, plain_values
+
+pytestmark = pytest.mark.slow
 
 
 def _class_statement(base, typename, fields, defaults):

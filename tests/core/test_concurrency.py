@@ -35,6 +35,7 @@ def _payloads():
     return out
 
 
+@pytest.mark.subprocess
 def test_many_threads_unpickling_many_schemas_get_one_complete_class_each():
     """48 threads unpickling 24 unseen schemas in random order get one complete class per schema."""
     proc = run_fresh(f"""
@@ -73,6 +74,7 @@ def test_many_threads_unpickling_many_schemas_get_one_complete_class_each():
     record("concurrency.threads", N_THREADS)
 
 
+@pytest.mark.subprocess
 def test_threads_creating_and_reloading_schemas_while_gc_runs():
     """Creating, pickling and reloading schemas while another thread collects garbage stays consistent."""
     # In a fresh interpreter: full collections in this process's heap (torch and
@@ -151,6 +153,7 @@ def test_conflicting_ids_from_many_threads_give_one_class_per_definition():
     record("concurrency.threads", 20)
 
 
+@pytest.mark.subprocess
 def test_cloudpickle_skeleton_not_published_half_built():
     """A schema rebuilt by value by cloudpickle is registered only once fully built."""
     pytest.importorskip("cloudpickle")
@@ -176,6 +179,7 @@ def test_cloudpickle_skeleton_not_published_half_built():
     assert out == "[True]", out
 
 
+@pytest.mark.subprocess
 def test_pickle_then_cloudpickle_in_one_process_give_one_class():
     """A schema loaded with pickle and then with cloudpickle in one process is one class."""
     pytest.importorskip("cloudpickle")
@@ -197,6 +201,7 @@ def test_pickle_then_cloudpickle_in_one_process_give_one_class():
     assert out == "True"
 
 
+@pytest.mark.subprocess
 def test_many_processes_memory_map_and_read_one_checkpoint(tmp_path):
     """8 processes map one checkpoint at once; every one verifies it and reads the same sums."""
     from namedschema.checkpoint import save

@@ -4,6 +4,7 @@ import copy
 import pickle
 
 import numpy as np
+import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
@@ -31,12 +32,14 @@ def assert_same_structure(a, b):
         assert a == b or (a != a and b != b)
 
 
+@pytest.mark.slow
 @given(plain_instances(), PROTOCOLS)
 def test_plain_instances_roundtrip_every_protocol(x, protocol):
     """Any schema instance of plain values round-trips with every protocol to the same schema."""
     assert_same_structure(pickle.loads(pickle.dumps(x, protocol)), x)
 
 
+@pytest.mark.slow
 @given(nested_instances(), PROTOCOLS)
 def test_nested_array_instances_roundtrip(x, protocol):
     """Nested array tuples with None fields round-trip with every protocol, deepcopy too."""
@@ -44,12 +47,14 @@ def test_nested_array_instances_roundtrip(x, protocol):
     assert_same_structure(copy.deepcopy(x), x)
 
 
+@pytest.mark.slow
 @given(schemas(), PROTOCOLS)
 def test_schemas_roundtrip_to_themselves(schema, protocol):
     """A schema pickled on its own loads as the very same class in this process."""
     assert pickle.loads(pickle.dumps(schema, protocol)) is schema
 
 
+@pytest.mark.slow
 @given(identifiers, field_lists, st.booleans())
 def test_valid_definitions_match_namedtuple(typename, fields, array):
     """Any namedtuple-valid definition is accepted, with the same fields and repr."""
@@ -92,12 +97,14 @@ def index_reference(x, loc):
     return x[loc]
 
 
+@pytest.mark.slow
 @given(nested_instances(), locs)
 def test_getitem_equals_per_field_indexing(x, loc):
     """x[loc] equals indexing every field separately, None fields kept."""
     assert_same_structure(x[loc], index_reference(x, loc))
 
 
+@pytest.mark.slow
 @given(nested_instances(), st.integers(-3, 2), st.data())
 def test_reading_a_slot_returns_what_was_assigned(x, loc, data):
     """After x[i] = y (y drawn from another instance's row), x[i] equals y."""

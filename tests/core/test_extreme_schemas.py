@@ -20,6 +20,7 @@ from tests.helpers import echo_fresh, run_fresh
 KINDS = [NamedTupleSchema, NamedArrayTupleSchema]
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("kind", KINDS)
 def test_zero_field_schema_round_trips_in_a_fresh_interpreter(kind):
     """A schema with no fields, and its empty instance, load in a fresh interpreter."""
@@ -42,6 +43,7 @@ def test_zero_field_array_tuple_assignment_and_indexing_are_no_ops():
     record("extreme.schemas")
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("kind", KINDS)
 def test_one_field_schema_round_trips_with_default(kind):
     """A one-field schema with a default keeps its signature and default through pickling."""
@@ -52,6 +54,7 @@ def test_one_field_schema_round_trips_with_default(kind):
     record("extreme.schemas")
 
 
+@pytest.mark.subprocess
 def test_ten_thousand_fields_pickle_in_a_fresh_interpreter():
     """A 10,000-field array schema and an instance load in a fresh interpreter as one class."""
     names = [f"f{i}" for i in range(10_000)]
@@ -63,6 +66,7 @@ def test_ten_thousand_fields_pickle_in_a_fresh_interpreter():
     record("extreme.schemas")
 
 
+@pytest.mark.slow
 def test_ten_thousand_fields_partial_assignment_names_the_failing_field():
     """A shape error in the last of 10,000 fields names it and says the others were written."""
     n = 10_000
@@ -77,6 +81,7 @@ def test_ten_thousand_fields_partial_assignment_names_the_failing_field():
     record("extreme.schemas")
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("typename, fields", [
     ("Größe", ["länge", "breite", "λ"]),
     ("数据", ["观测", "奖励"]),
@@ -112,6 +117,7 @@ INTERNAL_TYPENAMES = ["_tuple_new", "_cls", "NamedTuple", "NamedArrayTuple", "tu
                       "__builtins__", "__new__", "rebuild_schema", "_registry", "object"]
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("typename", INTERNAL_TYPENAMES)
 def test_typenames_equal_to_internal_identifiers(typename):
     """Type names that the library uses internally make working, picklable schemas."""
@@ -152,6 +158,7 @@ def _nested(depth, leaf):
     return x
 
 
+@pytest.mark.subprocess
 def test_three_hundred_levels_of_nesting_work_everywhere():
     """300 nested array tuples index, assign, repr, compare and pickle into a fresh interpreter."""
     x = _nested(300, np.arange(4))
@@ -199,6 +206,7 @@ except (RecursionError, FieldError) as exc:
 """
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("op", ["setitem", "repr", "pickle", "eq"])
 def test_thousand_levels_of_nesting_work_or_fail_cleanly(op):
     """At 1,000 levels each operation works or raises RecursionError/FieldError promptly."""
@@ -213,6 +221,7 @@ def test_thousand_levels_of_nesting_work_or_fail_cleanly(op):
     record("extreme.schemas")
 
 
+@pytest.mark.subprocess
 def test_thousand_levels_of_nesting_getitem_does_not_hang():
     """Indexing 1,000 nested array tuples works or raises within 5 s (it hangs today)."""
     proc = run_fresh(_DEEP_CHILD.format(op="getitem", limit=5), timeout=60, check=False)

@@ -10,6 +10,8 @@ from namedschema import NamedArrayTupleSchema, NamedTupleSchema
 from tests.core import workers
 from tests.helpers import echo_fresh, run_fresh
 
+pytestmark = pytest.mark.subprocess
+
 
 def make_schemas():
     """Schemas made inside a function (cannot be found by module and name)."""

@@ -18,6 +18,7 @@ def test_identical_module_level_definitions_stay_distinct():
     assert type(pickle.loads(pickle.dumps(ms.Twin(1, 2)))) is ms.Twin
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("method", [m for m in ("spawn", "forkserver")
                                     if m in mp.get_all_start_methods()])
 def test_spawned_child_sees_its_own_module_class(method):
@@ -33,6 +34,7 @@ def test_spawned_child_sees_its_own_module_class(method):
     assert type(reply) is ms.Traj and type(reply.act) is ms.Info and type(point) is ms.Point
 
 
+@pytest.mark.subprocess
 def test_pickle_loaded_before_module_import_is_adopted():
     """If an instance arrives before its module is imported, the module's schema is that class."""
     data = pickle.dumps([ms.Traj(1, 2), ms.Twin(3, 4)])

@@ -76,6 +76,7 @@ def test_same_schema_gives_same_bytes():
     assert a == b
 
 
+@pytest.mark.slow
 def test_schema_stored_once_per_pickle():
     """Many instances of one schema pickle to about the size of the namedtuple list."""
     Point, _ = make_local_schemas()
@@ -93,6 +94,7 @@ def test_unpickle_returns_original_even_after_equal_schema_made():
     assert type(pickle.loads(data)) is Point
 
 
+@pytest.mark.slow
 def test_schema_rebuilt_after_original_is_gone_and_reused():
     """Once the original is collected, loading builds one schema and reuses it for later loads."""
     Point, _ = make_local_schemas()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pickle
 
 import numpy as np
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
@@ -108,6 +109,7 @@ def test_in_band_when_no_callback():
     np.testing.assert_array_equal(y.obs, x.obs)
 
 
+@pytest.mark.subprocess
 def test_fresh_interpreter_loads_out_of_band():
     """A fresh interpreter loads the stream plus raw buffers into the same schema structure."""
     x = _example()
@@ -156,6 +158,7 @@ def _leaves(tree):
             yield value
 
 
+@pytest.mark.slow
 @given(_trees())
 def test_out_of_band_roundtrip_property(tree):
     """Any nesting of arrays and None round-trips out of band, one buffer per array, no copies."""

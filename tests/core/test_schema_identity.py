@@ -81,6 +81,7 @@ _CHECK_POINT = """
 """
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("defaults", [[False], [0.0], ["0"]])
 def test_file_loaded_first_does_not_pre_empt_the_module_class(user_dir, defaults):
     """4: a file with the module's id and ==-equal defaults loaded first; the module keeps its own."""
@@ -94,6 +95,7 @@ def test_file_loaded_first_does_not_pre_empt_the_module_class(user_dir, defaults
         """)
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("changes", [{"defaults": ["PWNED"]}, {"defaults": [False]},
                                      {"fields": ["x", "y", "z"], "defaults": [0]},
                                      {"typename": "Pt"}])
@@ -118,6 +120,7 @@ def test_file_loaded_first_cannot_change_or_block_the_users_checkpoint(user_dir,
         """)
 
 
+@pytest.mark.subprocess
 def test_weights_only_file_loaded_first_does_not_pre_empt_the_module_class(user_dir):
     """4: the same through torch.load(weights_only=True): a forged .pt file first."""
     # Forge in a process that never saw the module: same id, defaults ('PWNED',).
@@ -175,6 +178,7 @@ def test_forged_variant_id_cannot_pre_empt_either():
 # 5. A file does not choose an importable __module__
 # ---------------------------------------------------------------------------
 
+@pytest.mark.subprocess
 def test_file_built_class_does_not_name_an_unimported_module(tmp_path):
     """5: a schema entry naming module 'train' builds a class whose pickling imports nothing."""
     (tmp_path / "train.py").write_text(
@@ -197,6 +201,7 @@ def test_file_built_class_does_not_name_an_unimported_module(tmp_path):
     assert not (tmp_path / "IMPORTED").exists()
 
 
+@pytest.mark.subprocess
 def test_file_built_class_keeps_a_module_that_is_already_imported(tmp_path):
     """5: the rule's other half: a module name already imported is kept (importing it runs nothing)."""
     seed = tmp_path / "seed.nsb"
@@ -262,12 +267,14 @@ class _BigSchemaPickle:
                                  tuple(f"f{i}" for i in range(self.n)), (), "m"))
 
 
+@pytest.mark.slow
 def test_schema_field_count_is_limited_in_the_factory():
     """3: NamedTupleSchema with more fields than the documented limit is a SchemaDefinitionError."""
     with pytest.raises(SchemaDefinitionError, match="fields"):
         NamedTupleSchema("Big", [f"f{i}" for i in range(1_000_000)])
 
 
+@pytest.mark.subprocess
 def test_schema_field_count_is_limited_through_pickle_and_weights_only(tmp_path):
     """3: a 3M-field schema in a pickle, a 200k-field one in a weights_only file: prompt errors.
 

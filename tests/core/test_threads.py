@@ -3,10 +3,13 @@
 import pickle
 import threading
 
+import pytest
+
 from namedschema import NamedArrayTupleSchema, NamedTupleSchema
 from tests.helpers import run_fresh
 
 
+@pytest.mark.subprocess
 def test_concurrent_unpickling_in_fresh_process_yields_one_class():
     """32 threads unpickling one never-seen schema at once all get the same, complete class."""
     Obs = NamedArrayTupleSchema("Obs", "pos vel", defaults=(None,))
@@ -32,6 +35,7 @@ def test_concurrent_unpickling_in_fresh_process_yields_one_class():
     assert proc.stdout.strip() == b"ok"
 
 
+@pytest.mark.slow
 def test_concurrent_schema_creation_is_safe():
     """Threads creating and pickling schemas concurrently never see each other's classes."""
     errors = []

@@ -198,6 +198,7 @@ def _attempt(field_dtype, value):
     return True
 
 
+@pytest.mark.slow
 @settings(max_examples=200 if LONG else 8, suppress_health_check=[HealthCheck.too_slow])
 @given(st.integers(0, 2**32 - 1))
 def test_random_values_into_every_dtype_against_an_oracle(seed):

@@ -77,6 +77,7 @@ def test_unsafe_is_the_explicit_opt_in_to_changed_values():
     assert new.a.tolist() == [1, 4464] and math.isinf(new.b[1])
 
 
+@pytest.mark.subprocess
 def test_value_changing_cast_through_load(tmp_path):
     """4: load(schemas=..., casting='same_kind') refuses the same way, in a fresh process."""
     path = tmp_path / "old.nsb"
@@ -98,6 +99,7 @@ def test_value_changing_cast_through_load(tmp_path):
 # 5. Aliasing across numpy and torch
 # ---------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_torch_tensor_sharing_memory_with_a_cast_field_refuses_the_cast():
     """5: before, the field became a new array and the tensor kept the old memory."""
     torch = pytest.importorskip("torch")
@@ -129,6 +131,7 @@ def test_aliasing_through_a_loaded_checkpoint(tmp_path):
 # 6. Allocation bounded by the file
 # ---------------------------------------------------------------------------
 
+@pytest.mark.subprocess
 def test_768_byte_file_cannot_force_an_8_gib_fill(tmp_path):
     """6: empty (2**33, 0) arrays plus a new field defaulting to True: FillLimitError.
 
@@ -228,6 +231,7 @@ def _values(rng, dtype, n=12):
     return np.concatenate([chosen, noise.astype(dtype)])[rng.permutation(len(chosen) + n)]
 
 
+@pytest.mark.slow
 @settings(max_examples=200 if LONG else 6, suppress_health_check=[HealthCheck.too_slow])
 @given(st.integers(0, 2**32 - 1))
 def test_random_dtype_pairs_and_values_against_an_oracle(seed):

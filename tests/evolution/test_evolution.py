@@ -408,6 +408,7 @@ def test_cycles():
     assert holder[0] is node
 
 
+@pytest.mark.slow
 def test_deep_structures_raise_a_clear_error():
     """Nesting deeper than the interpreter allows is a SchemaEvolutionError, not a crash."""
     deep: list = []

@@ -13,6 +13,7 @@ import textwrap
 import uuid
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -21,6 +22,8 @@ from namedschema import NamedArrayTupleSchema, upgrade
 from namedschema.errors import SchemaEvolutionError
 from tests.evolution import pairs as ep
 from tests.helpers import run_fresh
+
+pytestmark = pytest.mark.subprocess
 
 # The child describes what it got in the same form, so parent and child compare.
 DESCRIBE = textwrap.dedent("""

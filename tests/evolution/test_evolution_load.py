@@ -102,6 +102,7 @@ def test_pickled_graph_upgrades_while_loading(tmp_path):
     assert back.samples.done.shape == (T, B) and _mapped(back.samples.observation)
 
 
+@pytest.mark.subprocess
 def test_mmap_evolution_reads_nothing_of_the_rest(tmp_path):
     """A 64 MiB buffer mapped with mmap_mode='r' and a new field: no data read, no RSS growth."""
     path = str(tmp_path / "big.nsb")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -18,6 +19,7 @@ def make_schema(typename, fields, defaults=None):
     return NamedArrayTupleSchema(typename, fields, defaults=defaults or None)
 
 
+@pytest.mark.slow
 @given(ep.pairs(), LEADING, st.sampled_from(ep.EXTRAS), st.sampled_from(ep.CASTINGS))
 def test_random_schema_changes_follow_the_rules(pair, leading, extra, casting):
     """Compatible pairs upgrade to exactly what the rules say; others raise a documented error naming the field."""
@@ -39,6 +41,7 @@ def test_random_schema_changes_follow_the_rules(pair, leading, extra, casting):
     ep.check_upgraded(holder["buf"], old, pair, classes, leading, extra, report, "buf")
 
 
+@pytest.mark.slow
 @given(ep.pairs(compatible=True), LEADING, st.sampled_from(["ignore", "keep"]))
 def test_compatible_changes_give_what_the_rules_say(pair, leading, extra):
     """Pairs the rules accept always upgrade, to exactly the values the rules give."""
@@ -51,6 +54,7 @@ def test_compatible_changes_give_what_the_rules_say(pair, leading, extra):
     ep.check_upgraded(holder["buf"], old, pair, classes, leading, extra, report, "buf")
 
 
+@pytest.mark.slow
 @given(ep.pairs(depth=0), LEADING)
 def test_reordering_alone_keeps_every_array(pair, leading):
     """Permuting the fields (nothing added, removed or retyped) maps every array by name."""
@@ -62,6 +66,7 @@ def test_reordering_alone_keeps_every_array(pair, leading):
         assert getattr(new, name) is getattr(old, name)
 
 
+@pytest.mark.slow
 @given(ep.pairs(), LEADING, st.sampled_from(ep.CASTINGS))
 def test_upgrade_is_idempotent(pair, leading, casting):
     """Upgrading an upgraded structure again changes nothing."""

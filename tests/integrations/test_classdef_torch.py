@@ -24,6 +24,7 @@ def test_weights_only_load_keeps_the_class_and_its_methods():
     assert torch.equal(back["samples"].reward, step.reward)
 
 
+@pytest.mark.subprocess
 def test_weights_only_load_in_a_fresh_interpreter_imports_nothing(tmp_path):
     path = tmp_path / "ckpt.pt"
     torch.save(cs.Transition(torch.zeros(2, 2), torch.arange(2), torch.ones(2)), path)

@@ -157,6 +157,7 @@ def test_vmap_all_tensor_fields_default_dims():
     assert type(y) is TwinA and torch.allclose(y.a, x.a.sum(1) + x.b)
 
 
+@pytest.mark.slow
 def test_func_grad_through_instance():
     """torch.func.grad differentiates a loss of a NamedArrayTuple and returns the same schema."""
     x = Inner(torch.tensor([1.0, 2.0]), torch.tensor([3.0]))
@@ -189,6 +190,7 @@ def _same_structure(a, b):
     return torch.equal(a, b)
 
 
+@pytest.mark.slow
 @given(_trees())
 def test_pytree_roundtrip_property(tree):
     """Any nesting round-trips through torch pytree and optree with the exact types."""

@@ -8,6 +8,8 @@ pytest.importorskip("torch")
 
 from tests.helpers import run_fresh
 
+pytestmark = pytest.mark.subprocess
+
 # What ``import namedschema`` does once the hook line is in ``__init__``;
 # calling install() again is harmless, so these tests hold either way.
 _IMPORT = ("import namedschema as ns\n"

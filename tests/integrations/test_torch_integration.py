@@ -93,6 +93,7 @@ def test_weights_only_shared_storage_kept():
     assert y.vel[1].item() == -1.0
 
 
+@pytest.mark.slow
 @settings(max_examples=20)
 @given(fields=st.lists(st.from_regex(r"[a-z][a-z0-9]{0,6}", fullmatch=True),
                        min_size=1, max_size=5, unique=True),
@@ -236,6 +237,7 @@ def _child_write(queue_in, queue_out, received):
     received.wait(60)
 
 
+@pytest.mark.subprocess
 def test_multiprocessing_spawn_shares_tensors():
     """A spawned torch.multiprocessing child writes into shared tensor fields; the parent sees it."""
     mp = torch.multiprocessing.get_context("spawn")

@@ -272,6 +272,7 @@ def _run_page(path: Path, blocks: list[Block], extra_path: list[str], tmp_path: 
                           capture_output=True, text=True, timeout=600)
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize(("path", "need"), _variants())
 def test_page_blocks_run_as_written(path: Path, need: str | None, tmp_path: Path):
     blocks = page_blocks(path)
@@ -297,12 +298,14 @@ def _fake_page(tmp_path: Path, name: str, text: str) -> Path:
     return path
 
 
+@pytest.mark.subprocess
 def test_a_block_that_raises_fails_its_page(tmp_path):
     path = _fake_page(tmp_path, "page.md", "```python\nx = 1\n```\n\n```python\nx + y\n```\n")
     proc = _run_page(path, page_blocks(path), [], tmp_path)
     assert proc.returncode != 0 and "NameError" in proc.stderr and "page.md:6" in proc.stderr
 
 
+@pytest.mark.subprocess
 def test_a_wrong_doctest_fails_and_blocks_share_one_namespace(tmp_path):
     text = ".. code-block:: python\n\n    x = 2\n\nText.\n\n>>> x + 1\n4\n"
     path = _fake_page(tmp_path, "page.rst", text)
@@ -314,6 +317,7 @@ def test_a_wrong_doctest_fails_and_blocks_share_one_namespace(tmp_path):
     assert _run_page(path, page_blocks(path), [], again).returncode == 0
 
 
+@pytest.mark.subprocess
 def test_file_blocks_are_written_and_marks_parsed(tmp_path):
     text = ("<!-- doc-test: file train.py -->\n```python\nVALUE = 7\n```\n\n"
             "<!-- doc-test: needs rlpyt -->\n```python\nimport rlpyt\n```\n\n"

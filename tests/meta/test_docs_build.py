@@ -11,6 +11,8 @@ import pytest
 
 from tests.helpers import REPO_ROOT
 
+pytestmark = pytest.mark.subprocess
+
 INVENTORIES = os.path.join(REPO_ROOT, "docs", "inventories")
 
 # Public names documented on another page, under their defining module's name.

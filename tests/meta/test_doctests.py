@@ -17,6 +17,8 @@ import pytest
 
 from tests.helpers import REPO_ROOT
 
+pytestmark = pytest.mark.subprocess
+
 
 def _doctests(*paths, legacy: bool) -> subprocess.CompletedProcess:
     plugin = ["-p", "tests.meta.numpy1_reprs"] if legacy else []

@@ -16,6 +16,8 @@ import namedschema
 import namedschema.errors as errors
 from namedschema.errors import NamedSchemaError, NamedSchemaWarning
 
+pytestmark = pytest.mark.slow
+
 PACKAGE = Path(namedschema.__file__).parent
 
 # Exceptions that never leave namedschema: internal control flow, caught where raised.
@@ -147,6 +149,7 @@ def test_errors_keep_the_builtin_class_their_layer_raised_before():
         assert issubclass(cls, builtin), dotted
 
 
+@pytest.mark.subprocess
 def test_import_namedschema_errors_stays_light():
     """namedschema.errors (imported by ``import namedschema``) needs nothing heavier."""
     from tests.helpers import run_fresh

@@ -137,6 +137,7 @@ def test_graph_reader_sees_function_level_imports_and_cycles(tmp_path):
     assert find_cycles(graph) == [["pkg.a", "pkg.b", "pkg.a"]]
 
 
+@pytest.mark.slow
 def test_no_import_cycles_among_namedschema_modules():
     """No module of namedschema reaches itself through imports, at any level."""
     graph = import_graph()
@@ -147,6 +148,7 @@ def test_no_import_cycles_among_namedschema_modules():
     assert not cycles, "import cycles:\n" + "\n".join(described)
 
 
+@pytest.mark.slow
 def test_core_imports_only_core_modules():
     """The core modules import nothing of namedschema outside the core."""
     graph = import_graph()
@@ -184,6 +186,7 @@ print('ok', 'numpy' in sys.modules)
 """
 
 
+@pytest.mark.subprocess
 def test_core_imports_and_works_with_the_standard_library_alone():
     """A fresh interpreter without site-packages (``-S``) that cannot import numpy (or
     anything else outside the stdlib) imports namedschema and uses schemas over lists."""
@@ -194,6 +197,7 @@ def test_core_imports_and_works_with_the_standard_library_alone():
     assert proc.stdout.split() == ["ok", "False"]
 
 
+@pytest.mark.subprocess
 def test_blocking_numpy_really_blocks_it():
     """The blocker used above refuses numpy (so the test above can fail)."""
     code = _BLOCK_NON_STDLIB.split("import namedschema")[0] + "import numpy\n"
@@ -202,6 +206,7 @@ def test_blocking_numpy_really_blocks_it():
     assert proc.returncode != 0 and "blocked: numpy" in proc.stderr
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("module", sorted(set(_modules()) - {"namedschema.__main__"}))
 def test_every_module_imports_on_its_own(module):
     """Each module imports first in a fresh interpreter (no hidden order dependency)."""

@@ -6,6 +6,8 @@ import subprocess
 import sys
 import tarfile
 
+import pytest
+
 from tests.helpers import REPO_ROOT
 
 
@@ -24,6 +26,7 @@ def test_classifiers_name_the_supported_pythons_and_the_status():
     assert _metadata()["author"]
 
 
+@pytest.mark.subprocess
 def test_sdist_holds_the_tests_docs_and_benchmarks_they_need(tmp_path):
     """Built from this checkout, the sdist has every file the tests import or read."""
     proc = subprocess.run(

@@ -96,6 +96,7 @@ def test_the_readme_file_is_a_strict_user_file_of_the_whole_api():
     assert "\n# pyright: strict\n" in source
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("checker", ["mypy", "pyright"])
 def test_checker_accepts_pass_files_and_rejects_exactly_the_marked_lines(checker, tmp_path):
     found = _mypy(tmp_path) if checker == "mypy" else _pyright_or_skip(tmp_path)

@@ -23,6 +23,8 @@ import namedschema.integrations  # noqa: E402
 
 namedschema.integrations.install()
 
+pytestmark = pytest.mark.subprocess  # a local Ray cluster: raylet and worker processes
+
 TIMEOUT = 120  # seconds for every ray.get; a first task also starts a worker
 
 Inner = ns.NamedArrayTupleSchema("Inner", "pos vel")

@@ -34,6 +34,7 @@ def test_last_routed_is_the_last_call_routed_to_each_shard(writer, upto, n):
         assert last_routed(writer, upto, shard, n) == (calls[-1] if calls else -1)
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None)
 @given(n=st.integers(1, 4), plan=st.lists(st.tuples(st.integers(0, 2), st.booleans()),
                                           min_size=1, max_size=40),

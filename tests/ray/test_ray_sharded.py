@@ -29,7 +29,7 @@ from namedschema.ray import ShardedReplay, ShardedReplayError  # noqa: E402
 
 from . import ray_scenario  # noqa: E402
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.subprocess  # a local Ray cluster: raylet and worker processes
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 Step = ns.NamedArrayTupleSchema("Step", "obs action reward")

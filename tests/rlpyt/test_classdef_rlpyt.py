@@ -9,7 +9,7 @@ import pytest
 from tests.helpers import run_fresh
 
 # tests/conftest.py skips rlpyt-marked tests without RLPYT_SRC (and fails them in CI).
-pytestmark = pytest.mark.rlpyt
+pytestmark = [pytest.mark.rlpyt, pytest.mark.subprocess]
 
 
 def _run(body):

@@ -22,7 +22,7 @@ from tests.helpers import REPO_ROOT, run_fresh
 from tests.rlpyt.test_twins import assert_same_from, drive
 
 # tests/conftest.py skips rlpyt-marked tests without RLPYT_SRC (and fails them in CI).
-pytestmark = pytest.mark.rlpyt
+pytestmark = [pytest.mark.rlpyt, pytest.mark.subprocess]
 
 
 def docs_example() -> str:

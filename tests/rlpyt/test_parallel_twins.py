@@ -34,7 +34,7 @@ from tests.helpers import REPO_ROOT
 from tests.rlpyt.test_twins import drive
 
 # tests/conftest.py skips rlpyt-marked tests without RLPYT_SRC (and fails them in CI).
-pytestmark = pytest.mark.rlpyt
+pytestmark = [pytest.mark.rlpyt, pytest.mark.subprocess]
 
 _ALONE: dict = {}
 # Training-trajectory rows (see the module's docstring); for MinibatchRlEval only

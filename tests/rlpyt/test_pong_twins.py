@@ -27,7 +27,7 @@ import pytest
 from tests.rlpyt.test_twins import assert_same_from, drive
 
 # tests/conftest.py skips rlpyt-marked tests without RLPYT_SRC (and fails them in CI).
-pytestmark = pytest.mark.rlpyt
+pytestmark = [pytest.mark.rlpyt, pytest.mark.subprocess]
 
 _ALONE: dict = {}
 ORDER = {"pong": "namedschema-first", "pong_eval": "rlpyt-first"}

@@ -23,7 +23,7 @@ from tests.figures import record
 from tests.helpers import run_fresh
 
 # tests/conftest.py skips rlpyt-marked tests without RLPYT_SRC (and fails them in CI).
-pytestmark = pytest.mark.rlpyt
+pytestmark = [pytest.mark.rlpyt, pytest.mark.subprocess]
 
 PRELUDE = """
 import json, os, sys, warnings, pickle

@@ -25,7 +25,7 @@ from tests.helpers import REPO_ROOT
 # tests/conftest.py skips rlpyt-marked tests without RLPYT_SRC (and fails them in CI).
 pytestmark = [
     pytest.mark.rlpyt,
-    pytest.mark.slow,
+    pytest.mark.subprocess,
     pytest.mark.skipif(not os.path.exists("/proc/self/clear_refs"),
                        reason="measures VmHWM through /proc (Linux)"),
 ]

@@ -51,6 +51,7 @@ def _driver(root, call):
     return _last_json(_run(root, "from tests.rlpyt.replay_driver import *\n" + call))
 
 
+@pytest.mark.subprocess
 def test_patch_without_rlpyt_raises_clear_import_error():
     """patch_rlpyt() raises RlpytImportError (ImportError + NamedSchemaError) without rlpyt."""
     proc = run_fresh("""
@@ -70,6 +71,7 @@ def test_patch_without_rlpyt_raises_clear_import_error():
     assert "rlpyt is not importable" in out["msg"]
 
 
+@pytest.mark.subprocess
 def test_patch_rebinds_loaded_modules_and_unpatch_restores(rlpyt_tree):
     """Globals of already imported rlpyt modules point at namedschema; unpatch restores them."""
     out = _last_json(_run(rlpyt_tree, """
@@ -106,6 +108,7 @@ def test_patch_rebinds_loaded_modules_and_unpatch_restores(rlpyt_tree):
     assert out["undone"] is True and out["same"] is True and out["again"] is False
 
 
+@pytest.mark.subprocess
 def test_patch_is_idempotent(rlpyt_tree):
     """A second patch_rlpyt() changes nothing already patched; one unpatch undoes all."""
     out = _last_json(_run(rlpyt_tree, """
@@ -124,6 +127,7 @@ def test_patch_is_idempotent(rlpyt_tree):
                        restored=True)
 
 
+@pytest.mark.subprocess
 def test_modules_imported_after_patch_use_schemas_and_are_restored(rlpyt_tree):
     """Import hook: later imports get schemas; unpatch puts the originals back there too."""
     out = _last_json(_run(rlpyt_tree, """
@@ -147,6 +151,7 @@ def test_modules_imported_after_patch_use_schemas_and_are_restored(rlpyt_tree):
     assert out["nat_back"] and out["env_back"]
 
 
+@pytest.mark.subprocess
 def test_stdlib_namedtuple_flag_leaves_stdlib_references(rlpyt_tree):
     """patch_rlpyt(stdlib_namedtuple=False) leaves modules' own collections.namedtuple alone."""
     out = _last_json(_run(rlpyt_tree, """
@@ -160,6 +165,7 @@ def test_stdlib_namedtuple_flag_leaves_stdlib_references(rlpyt_tree):
     assert out == dict(env=True, coll=True, example="type")
 
 
+@pytest.mark.subprocess
 def test_unpatched_frame_buffer_pickle_fails_in_fresh_interpreter(rlpyt_tree, tmp_path):
     """Without the patch the issue reproduces: the lazily assigned global is None on load."""
     path = str(tmp_path / "frame.pkl")
@@ -173,6 +179,7 @@ def test_unpatched_frame_buffer_pickle_fails_in_fresh_interpreter(rlpyt_tree, tm
     assert b"NoneType" in proc.stderr
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("construct_first", [True, False])
 def test_uniform_buffer_resumes_from_plain_pickle(rlpyt_tree, tmp_path, construct_first):
     """A patched uniform buffer pickled mid-training resumes exactly in a fresh process."""
@@ -184,6 +191,7 @@ def test_uniform_buffer_resumes_from_plain_pickle(rlpyt_tree, tmp_path, construc
     assert resumed["resumed"] == twin["twin"]
 
 
+@pytest.mark.subprocess
 def test_frame_buffer_resumes_without_being_built_first(rlpyt_tree, tmp_path):
     """A patched frame buffer's pickle carries its lazy global: no buffer need be built first."""
     path = str(tmp_path / "frame.pkl")
@@ -194,6 +202,7 @@ def test_frame_buffer_resumes_without_being_built_first(rlpyt_tree, tmp_path):
     assert len(twin["twin"]) == 10 and resumed["resumed"] == twin["twin"]
 
 
+@pytest.mark.subprocess
 def test_plain_pickle_keeps_sum_tree_view_and_resumes_exactly(rlpyt_tree, tmp_path):
     """The patch gives SumTree a view-keeping reduction: plain pickle resumes exactly."""
     path = str(tmp_path / "pri.pkl")
@@ -202,6 +211,7 @@ def test_plain_pickle_keeps_sum_tree_view_and_resumes_exactly(rlpyt_tree, tmp_pa
     assert len(twin["twin"]) > 5 and resumed["resumed"] == twin["twin"]
 
 
+@pytest.mark.subprocess
 def test_plain_pickle_without_view_pickling_breaks_sum_tree_view(rlpyt_tree, tmp_path):
     """Negative control: with pickling=False, pickle copies the priorities view apart."""
     path = str(tmp_path / "pri.pkl")
@@ -213,6 +223,7 @@ def test_plain_pickle_without_view_pickling_breaks_sum_tree_view(rlpyt_tree, tmp
     assert resumed["resumed"] != twin["twin"]
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("kind", ["UniformReplayBuffer", "UniformReplayFrameBuffer",
                                   "PrioritizedReplayBuffer", "PrioritizedReplayFrameBuffer"])
 def test_buffer_resumes_from_save_load(rlpyt_tree, tmp_path, kind):
@@ -224,6 +235,7 @@ def test_buffer_resumes_from_save_load(rlpyt_tree, tmp_path, kind):
     assert resumed["resumed"] == twin["twin"]
 
 
+@pytest.mark.subprocess
 def test_reading_a_checkpoint_needs_no_patch(rlpyt_tree, tmp_path):
     """A fresh interpreter that never patches can load and read a patched pickle."""
     path = str(tmp_path / "frame.pkl")
@@ -272,6 +284,7 @@ def test_property_patched_buffer_pickle_round_trip(patched_rlpyt, sizes, seed):
         np.testing.assert_array_equal(a, b)
 
 
+@pytest.mark.subprocess
 def test_import_swap_buffer_loads_in_fresh_interpreter(tmp_path):
     """rlpyt-style code with only its imports swapped builds buffers that load anywhere."""
     pytest.importorskip("torch")

@@ -26,7 +26,7 @@ import pytest
 from tests.helpers import REPO_ROOT
 
 # tests/conftest.py skips rlpyt-marked tests without RLPYT_SRC (and fails them in CI).
-pytestmark = pytest.mark.rlpyt
+pytestmark = [pytest.mark.rlpyt, pytest.mark.subprocess]
 
 # Every run: 64 iterations of 8 steps; replay of 200 (192 for R2D1) steps, so
 # the cursor wraps at iteration 25; checkpoints every 10 iterations.

@@ -213,6 +213,7 @@ def test_subclass_getstate_and_reduce_are_respected():
     assert list(vars(back)) == ["only"]
 
 
+@pytest.mark.subprocess
 def test_spawning_uses_the_default_reduction():
     """While multiprocessing starts a child, shared memory and locks go by handle."""
     code = """

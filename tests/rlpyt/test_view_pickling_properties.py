@@ -9,6 +9,7 @@ elements of every other array as it does in the original.
 import pickle
 
 import numpy as np
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -64,6 +65,7 @@ def _attach(arrays):
     return h
 
 
+@pytest.mark.slow
 @given(aliased_sets(), st.integers(0, pickle.HIGHEST_PROTOCOL))
 def test_property_aliasing_survives(arrays, protocol):
     """Property: equal values, same strides of views, and writes alias as before."""
@@ -84,6 +86,7 @@ def test_property_aliasing_survives(arrays, protocol):
                 assert np.array_equal(x, y), "a write reached different elements"
 
 
+@pytest.mark.slow
 @given(aliased_sets())
 def test_property_pickle_holds_each_byte_once(arrays):
     """Property: the pickle is no bigger than the distinct memory plus a bounded overhead."""

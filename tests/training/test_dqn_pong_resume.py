@@ -19,6 +19,8 @@ import pytest
 
 from tests.helpers import REPO_ROOT
 
+pytestmark = pytest.mark.subprocess
+
 pytest.importorskip("gymnasium")
 pytest.importorskip("ale_py")
 pytest.importorskip("torch")

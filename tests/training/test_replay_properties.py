@@ -13,12 +13,15 @@ example also continues in a fresh interpreter.
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 import namedschema
 from namedschema.training.replay import PrioritizedReplayBuffer, ReplayBuffer
 from tests.helpers import run_fresh
+
+pytestmark = pytest.mark.slow
 
 Step = namedschema.NamedArrayTupleSchema("ReplayPropStep", "obs action")
 CAPACITY = 7
@@ -102,6 +105,7 @@ def test_save_load_at_any_point_continues_identically(tmp_path_factory, prioriti
     assert final(rb) == final(twin)
 
 
+@pytest.mark.subprocess
 def test_continues_identically_in_a_fresh_interpreter(tmp_path):
     sequence = [("extend", 5), ("sample", 4), ("update", [(1, 3.0), (4, 0.5)]),
                 ("extend", 9), ("sample", 6), ("add", 1), ("update", [(2, 9.0)]),

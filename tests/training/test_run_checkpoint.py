@@ -12,6 +12,8 @@ import pytest
 import namedschema
 from namedschema.training.run_checkpoint import RunCheckpointError, RunCheckpointWarning
 
+pytestmark = pytest.mark.slow
+
 torch = pytest.importorskip("torch")
 gym = pytest.importorskip("gymnasium")
 
