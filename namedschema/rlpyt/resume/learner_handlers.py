@@ -7,13 +7,8 @@ from __future__ import annotations
 
 import copy
 
-from .data_state import (
-    data_state,
-    fresh_copy,
-    is_tensor,
-    restore_data_state,
-    torch_if_loaded,
-)
+from ..._core.optional import is_tensor, torch_if_loaded
+from .data_state import data_state, fresh_copy, restore_data_state
 from .registry import StateMismatchError, capture, register_handler, restore
 
 __all__ = ["install"]

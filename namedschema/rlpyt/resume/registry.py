@@ -8,11 +8,12 @@ rlpyt's own classes live in ``_learner_handlers`` and ``_sampling_handlers``;
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ..._core.optional import is_tensor
+from ..._core.tree import is_named
 from ...errors import NamedSchemaError
 
 __all__ = ["Handler", "StateMismatchError", "handler_key", "register_handler",
@@ -112,9 +113,8 @@ def writable_copy(value):
         return [writable_copy(v) for v in value]
     if isinstance(value, tuple):
         items = [writable_copy(v) for v in value]
-        return type(value)(*items) if hasattr(value, "_fields") else type(value)(items)
-    module = sys.modules.get("torch")
-    if module is not None and isinstance(value, module.Tensor):
+        return type(value)(*items) if is_named(value) else type(value)(items)
+    if is_tensor(value):
         return value.clone()
     return value
 
