@@ -14,15 +14,11 @@ from typing import Any
 
 from ..._core.optional import is_tensor
 from ..._core.tree import is_named
-from ...errors import NamedSchemaError
+from ...errors import StateMismatchError
 
 __all__ = ["Handler", "StateMismatchError", "handler_key", "register_handler",
            "handlers_for", "capture", "restore", "prepare", "check", "handlers_below",
            "owned_attributes", "writable_copy"]
-
-class StateMismatchError(NamedSchemaError, ValueError):
-    """A checkpoint's state does not fit the freshly built component (config changed)."""
-
 
 @dataclass(frozen=True)
 class Handler:
