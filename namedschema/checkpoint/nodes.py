@@ -63,7 +63,13 @@ def _is_schema_class(cls: Any) -> bool:
     return _pickle.is_registered_schema(cls)
 
 
-def _is_named_tuple_type(cls: type) -> bool:
+def _stored_as_instance(cls: type) -> bool:
+    """The format's policy: which named tuple classes an instance node stores.
+
+    Registered schemas, classes made by ``namedtuple()`` itself and rlpyt's
+    classic named array tuples; other named tuple classes (subclasses with
+    their own code) need pickle.
+    """
     return _is_schema_class(cls) or (
         is_classic_namedtuple_class(cls)
         and (cls.__bases__ == (tuple,) or is_classic_nat_class(cls)))
@@ -400,7 +406,7 @@ class _Instance(NodeKind):
             '(a schema, a stdlib namedtuple or an rlpyt namedarraytuple)')
 
     def encodes(self, obj):
-        return _is_named_tuple_type(type(obj))
+        return _stored_as_instance(type(obj))
 
     def encode(self, enc, obj, path):
         cls = type(obj)

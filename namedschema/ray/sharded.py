@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from .._core.tree import is_named
 from ..errors import ShardedReplayError
 from ..state.rng import pcg64_words, set_pcg64_words
 from . import manifest as _manifest
@@ -58,7 +59,7 @@ def _split(capacity: int, num_shards: int) -> list[int]:
 def _concat(parts: list) -> Any:
     """One batch from same-schema batches (nested fields; None fields stay None)."""
     first = parts[0]
-    if isinstance(first, tuple) and hasattr(first, "_fields"):
+    if is_named(first):
         return type(first)(*(_concat(list(fields)) for fields in zip(*parts, strict=True)))
     if first is None:
         return None
@@ -66,7 +67,7 @@ def _concat(parts: list) -> Any:
 
 
 def _row_bytes(example: Any) -> int:
-    if isinstance(example, tuple) and hasattr(example, "_fields"):
+    if is_named(example):
         return sum(_row_bytes(v) for v in example)
     return 0 if example is None else int(np.asarray(example).nbytes)
 
@@ -441,14 +442,14 @@ def _positive(value: Any, name: str) -> int:
 
 def _one(step: Any) -> Any:
     """A step as a batch of one."""
-    if isinstance(step, tuple) and hasattr(step, "_fields"):
+    if is_named(step):
         return type(step)(*(_one(v) for v in step))
     return None if step is None else np.asarray(step)[None]
 
 
 def _first_step(storage: Any) -> Any:
     """One step (a copy) of a buffer's storage: the example its shards are built from."""
-    if isinstance(storage, tuple) and hasattr(storage, "_fields"):
+    if is_named(storage):
         return type(storage)(*(_first_step(v) for v in storage))
     return None if storage is None else np.array(storage[0])
 

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from .._core.optional import torch_if_loaded
-from .._core.tree import is_named
+from .._core.tree import is_named, join_path
 
 __all__ = ["to_data", "from_data", "NotDataValue"]
 
@@ -47,16 +47,16 @@ def to_data(value: Any, path: str, allow_pickle: bool = False) -> Any:
     if isinstance(value, dict):
         # a dict that looks like one of the markers is stored keyed, so it stays a dict
         if all(isinstance(k, str) for k in value) and set(value) not in ({_KEYED}, {_BIG_INT}):
-            return {k: to_data(v, f"{path}[{k!r}]", allow_pickle) for k, v in value.items()}
+            return {k: to_data(v, join_path(path, k), allow_pickle) for k, v in value.items()}
         return {_KEYED: [[to_data(k, f"{path} key", allow_pickle),
-                          to_data(v, f"{path}[{k!r}]", allow_pickle)]
+                          to_data(v, join_path(path, k), allow_pickle)]
                          for k, v in value.items()]}
     if isinstance(value, tuple) and not is_named(value):
-        return tuple(to_data(v, f"{path}[{i}]", allow_pickle) for i, v in enumerate(value))
+        return tuple(to_data(v, join_path(path, i), allow_pickle) for i, v in enumerate(value))
     if isinstance(value, tuple):   # schema instances and named tuples are data as they are
         return value
     if isinstance(value, list):
-        return [to_data(v, f"{path}[{i}]", allow_pickle) for i, v in enumerate(value)]
+        return [to_data(v, join_path(path, i), allow_pickle) for i, v in enumerate(value)]
     if allow_pickle:
         return value
     raise NotDataValue(path, value)

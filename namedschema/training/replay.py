@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from .._core.tree import is_named
 from ..buffer import buffer_from_example
 from ..errors import BufferShapeError, StructureMismatchError
 from ..state.rng import pcg64_words, set_pcg64_words
@@ -33,7 +34,7 @@ __all__ = ["ReplayBuffer", "PrioritizedReplayBuffer"]
 
 def _leaves(x: Any) -> list:
     """The arrays of a (nested) named tuple, in field order (None fields skipped)."""
-    if isinstance(x, tuple) and hasattr(x, "_fields"):
+    if is_named(x):
         out: list = []
         for value in x:
             out.extend(_leaves(value))
@@ -105,7 +106,7 @@ class ReplayBuffer:
 
     def __init__(self, example: Any, capacity: int, *, seed: Any = None):
         name = type(self).__name__
-        if not (isinstance(example, tuple) and hasattr(example, "_fields")):
+        if not is_named(example):
             raise StructureMismatchError(f"{name}(example)", "one step as a schema instance "
                                          "(or a named tuple)", type(example).__name__)
         self.capacity = _count(capacity, name, "capacity", 1)
@@ -129,7 +130,7 @@ class ReplayBuffer:
         within their kind (numpy's ``same_kind``: no float into an int field),
         so a bad batch is refused before anything is written.
         """
-        if not (isinstance(batch, tuple) and hasattr(batch, "_fields")):
+        if not is_named(batch):
             raise StructureMismatchError(f"{self._name}.extend(batch)", "a schema instance "
                                          "with a leading batch dimension",
                                          type(batch).__name__)
