@@ -17,6 +17,8 @@ RunCheckpoint                             checkpoint and resume a whole training
 namedschema.buffer                        rlpyt's buffer helpers, shared memory
 namedschema.errors                        the exception classes (re-exported here)
 same_definition                           whether two schemas have one definition
+declared_dtypes, has_class_body           what a class-syntax schema declares: field
+                                          dtypes, and whether its body runs here
 
 The lazy names load their module on first use, so ``import namedschema``
 costs only the core (the standard library). They are not in ``__all__``:
@@ -27,8 +29,8 @@ them through the ``TYPE_CHECKING`` imports below, with their real signatures.
 
 import typing as _typing
 
-from ._core import classdef as _classdef  # noqa: F401 - installs class syntax (class P(NamedTuple): ...)
 from ._core.attrdict import AttrDict
+from ._core.classdef import declared_dtypes, has_class_body  # also installs class syntax
 from ._core.factories import (
     NamedArrayTupleSchema_like,
     is_namedarraytuple,
@@ -99,18 +101,19 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str):
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'namedschema' has no attribute {name!r}")
-    from importlib import import_module
+if not _typing.TYPE_CHECKING:  # checkers see the imports above, and flag any other name
+    def __getattr__(name):
+        module = _LAZY.get(name)
+        if module is None:
+            raise AttributeError(f"module 'namedschema' has no attribute {name!r}")
+        from importlib import import_module
 
-    value = getattr(import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
+        value = getattr(import_module(f"{__name__}.{module}"), name)
+        globals()[name] = value
+        return value
 
 
-def __dir__():
+def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_LAZY))
 
 
@@ -138,6 +141,8 @@ __all__ = [
     "StructureMismatchError",
     "UnpicklableError",
     "UnsafeLoadError",
+    "declared_dtypes",
+    "has_class_body",
     "is_namedarraytuple",
     "is_namedarraytuple_class",
     "is_namedtuple",

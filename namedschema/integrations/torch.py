@@ -15,15 +15,19 @@ share_memory_           move every tensor field (nested too) to shared memory
 
 from __future__ import annotations
 
+from typing import Any, TypeVar
+
 import torch
 
 from .._core import tree as _tree
 from . import _torch_hook
 
+_Tree = TypeVar("_Tree")
+
 __all__ = ["safe_globals", "register_safe_globals", "batch_dims", "share_memory_"]
 
 
-def safe_globals() -> list:
+def safe_globals() -> list[tuple[Any, str]]:
     """The entries ``torch.load(weights_only=True)`` needs for schema instances.
 
     ``import namedschema`` registers them already; use this list where code
@@ -50,7 +54,7 @@ def register_safe_globals() -> bool:
     return _torch_hook.register()
 
 
-def batch_dims(tree, dim: int | None = 0):
+def batch_dims(tree: Any, dim: int | None = 0) -> Any:
     """Return ``tree`` with ``dim`` at every tensor and ``None`` elsewhere.
 
     ``torch.func.vmap`` refuses ``in_dims=0`` when an input holds a ``None``
@@ -70,13 +74,13 @@ def batch_dims(tree, dim: int | None = 0):
     >>> batch_dims(S(torch.zeros(4, 2), None))
     S(obs=0, mask=None)
     """
-    def spec(leaf, _path):
+    def spec(leaf: Any, _path: str | None) -> int | None:
         return dim if isinstance(leaf, torch.Tensor) else None
 
     return _tree.map_structure(tree, spec, subclasses=True, shared=False)
 
 
-def share_memory_(tree):
+def share_memory_(tree: _Tree) -> _Tree:
     """Move every tensor in ``tree`` to shared memory, in place, and return ``tree``.
 
     After this, passing the instance through a ``torch.multiprocessing``
@@ -89,7 +93,7 @@ def share_memory_(tree):
     Returns:
         ``tree`` itself.
     """
-    def share(leaf, _path):
+    def share(leaf: Any, _path: str | None) -> Any:
         if isinstance(leaf, torch.Tensor):
             leaf.share_memory_()
         return leaf

@@ -13,6 +13,7 @@ generators travel in checkpoints that way.
 from __future__ import annotations
 
 import random
+from typing import Any
 
 import numpy as np
 
@@ -43,7 +44,7 @@ def set_pcg64_words(rng: np.random.Generator, words: object, where: str) -> None
                                "has_uint32": v[4], "uinteger": v[5]}
 
 
-def rng_state() -> dict:
+def rng_state() -> dict[str, Any]:
     """States of Python's ``random``, numpy's global generator and torch's (CPU, CUDA)."""
     kind, keys, pos, has_gauss, gauss = np.random.get_state()
     state = {"python": random.getstate(),
@@ -57,7 +58,7 @@ def rng_state() -> dict:
     return state
 
 
-def set_rng_state(state: dict) -> None:
+def set_rng_state(state: dict[str, Any]) -> None:
     """Restore what :func:`rng_state` captured."""
     version, internal, gauss = state["python"]
     random.setstate((version, tuple(internal), gauss))

@@ -22,12 +22,10 @@ import pytest
 from namedschema import NamedArrayTupleSchema, NamedTupleSchema
 from tests.rlpyt.fake_rlpyt import FILES
 
-pytestmark = pytest.mark.rlpyt  # tests/conftest.py skips it without RLPYT_SRC
-
 
 @pytest.fixture(scope="module")
-def real():
-    path = os.path.join(os.environ.get("RLPYT_SRC", ""), "rlpyt", "utils", "collections.py")
+def real(rlpyt_root):
+    path = os.path.join(rlpyt_root, "rlpyt", "utils", "collections.py")
     spec = importlib.util.spec_from_file_location("real_rlpyt_collections", path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
@@ -50,7 +48,7 @@ def _outcome(func):
     """What calling ``func`` did: ('ok', value description) or ('raised', type, message)."""
     try:
         value = func()
-    except Exception as exc:  # noqa: BLE001 - the outcome is what is compared
+    except Exception as exc:
         # rlpyt's own messages (naming the failing field) must match; a TypeError
         # from a predicate may word its reason differently.
         message = str(exc).replace("real_rlpyt_collections", "M")

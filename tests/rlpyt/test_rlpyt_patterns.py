@@ -256,7 +256,7 @@ def test_property_patched_buffer_pickle_round_trip(patched_fake, sizes, seed):
     back = pickle.loads(pickle.dumps(buf, protocol=4))
     assert back.t == buf.t and back.full == buf.full
     assert type(back.samples) is type(buf.samples)
-    for a, b in zip(back.samples, buf.samples):
+    for a, b in zip(back.samples, buf.samples, strict=True):
         np.testing.assert_array_equal(a, b)
 
 

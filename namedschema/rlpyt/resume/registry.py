@@ -8,7 +8,7 @@ rlpyt's own classes live in ``_learner_handlers`` and ``_sampling_handlers``;
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,9 +16,18 @@ from ..._core.optional import is_tensor
 from ..._core.tree import is_named
 from ...errors import StateMismatchError
 
-__all__ = ["Handler", "StateMismatchError", "handler_key", "register_handler",
+__all__ = ["Handler", "CaptureFunction", "RestoreFunction", "CheckFunction", "PrepareFunction",
+           "StateMismatchError", "handler_key", "register_handler",
            "handlers_for", "capture", "restore", "prepare", "check", "handlers_below",
            "owned_attributes", "writable_copy"]
+
+# What a handler is made of: capture(obj, ctx) -> state, restore(obj, state, ctx),
+# check(obj, ctx) -> reasons, prepare(obj, saved state or None); ctx: the resume context.
+CaptureFunction = Callable[[Any, Any], dict[str, Any]]
+RestoreFunction = Callable[[Any, dict[str, Any], Any], object]
+CheckFunction = Callable[[Any, Any], list[str]]
+PrepareFunction = Callable[[Any, Any], object]
+
 
 @dataclass(frozen=True)
 class Handler:
@@ -34,13 +43,13 @@ class Handler:
     ``TrajInfoCls`` and collects notes.
     """
 
-    capture: Callable[[Any, Any], dict]
-    restore: Callable[[Any, dict, Any], None]
-    check: Callable[[Any, Any], list] | None = None
-    prepare: Callable[[Any, Any], None] | None = None
+    capture: CaptureFunction
+    restore: RestoreFunction
+    check: CheckFunction | None = None
+    prepare: PrepareFunction | None = None
     # Instance attributes this handler captures and restores itself: the
     # handlers of base classes leave them alone (an env's emulator, say).
-    attributes: tuple = ()
+    attributes: tuple[str, ...] = ()
     # Whether restore() gets writable copies of the state's arrays; False
     # hands over the checkpoint's (read-only, mapped) arrays as they are.
     writable: bool = True
@@ -54,8 +63,10 @@ def handler_key(cls) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"
 
 
-def register_handler(cls, capture, restore, check=None, prepare=None, *,
-                     attributes=(), writable=False) -> None:
+def register_handler(cls: type[Any] | str, capture: CaptureFunction, restore: RestoreFunction,
+                     check: CheckFunction | None = None,
+                     prepare: PrepareFunction | None = None, *,
+                     attributes: str | Iterable[str] = (), writable: bool = False) -> None:
     """Handle the state that class ``cls`` (a class or ``"module.QualName"``) adds.
 
     Handlers of every class in a component's MRO run, base classes first, so
@@ -76,7 +87,7 @@ def register_handler(cls, capture, restore, check=None, prepare=None, *,
                              bool(writable))
 
 
-def handlers_for(obj) -> list[tuple[str, Handler]]:
+def handlers_for(obj: object) -> list[tuple[str, Handler]]:
     """The handlers that apply to ``obj``, base classes first."""
     found = []
     for cls in reversed(type(obj).__mro__):
@@ -115,12 +126,13 @@ def writable_copy(value):
     return value
 
 
-def capture(obj, ctx) -> dict:
+def capture(obj: Any, ctx: Any) -> dict[str, Any]:
     """The state of ``obj``: ``{handler key: state}`` (empty if no handler applies)."""
     return {key: handler.capture(obj, ctx) for key, handler in handlers_for(obj)}
 
 
-def restore(obj, state: dict, ctx, what: str, partial: bool = False) -> None:
+def restore(obj: Any, state: dict[str, Any], ctx: Any, what: str,
+            partial: bool = False) -> None:
     """Restore ``state`` (from :func:`capture`) into ``obj``, a freshly built component.
 
     With ``partial``, handlers without state in ``state`` are left out.
@@ -142,7 +154,7 @@ def restore(obj, state: dict, ctx, what: str, partial: bool = False) -> None:
                         ctx)
 
 
-def prepare(obj, state: dict | None) -> None:
+def prepare(obj: Any, state: dict[str, Any] | None) -> None:
     """Run the ``prepare`` hooks of ``obj``'s handlers, before rlpyt's startup.
 
     ``state`` is what the checkpoint holds for ``obj`` (from :func:`capture`),
@@ -153,7 +165,7 @@ def prepare(obj, state: dict | None) -> None:
             handler.prepare(obj, None if state is None else state.get(key))
 
 
-def check(obj, ctx) -> list[str]:
+def check(obj: Any, ctx: Any) -> list[str]:
     """Reasons why ``obj`` cannot be resumed exactly; empty when it can."""
     reasons = []
     if not handlers_for(obj):

@@ -169,7 +169,7 @@ def _async_sampler_check(sampler, ctx):
             "RNGs) is restored exactly"]
 
 
-def is_async_sampler(sampler) -> bool:
+def is_async_sampler(sampler: object) -> bool:
     """Whether ``sampler`` is one of rlpyt's async samplers (its own process)."""
     return any(handler_key(c) == "rlpyt.samplers.async_.base.AsyncSamplerMixin"
                for c in type(sampler).__mro__)

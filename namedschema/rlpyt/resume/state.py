@@ -31,6 +31,9 @@ rng_state / set_rng_state         the global RNGs (Python, numpy, torch)
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import Any
+
 from . import atari_state as _atari_state
 from . import learner_handlers as _learner_handlers
 from . import registry as _registry
@@ -45,7 +48,11 @@ from .data_state import (
     traj_infos_state,
 )
 from .registry import (
+    CaptureFunction,
+    CheckFunction,
     Handler,
+    PrepareFunction,
+    RestoreFunction,
     StateMismatchError,
     capture,
     check,
@@ -62,8 +69,10 @@ __all__ = ["register_handler", "capture", "restore", "check", "prepare", "data_s
 
 
 
-def register_handler(cls, capture, restore, check=None, prepare=None, *,
-                     attributes=(), writable=True) -> None:
+def register_handler(cls: type[Any] | str, capture: CaptureFunction, restore: RestoreFunction,
+                     check: CheckFunction | None = None,
+                     prepare: PrepareFunction | None = None, *,
+                     attributes: str | Iterable[str] = (), writable: bool = True) -> None:
     """Capture and restore the state that class ``cls`` adds to a component.
 
     ``capture(obj, ctx) -> dict`` returns the state (data where it can be:
