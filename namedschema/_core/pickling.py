@@ -248,10 +248,3 @@ def adopt_rebuilt(cls, module) -> None:
         if _REBUILT_FROM in cls.__dict__:
             type.__delattr__(cls, _REBUILT_FROM)
             cls.__module__ = module
-
-
-# The wire module must be imported whenever this one is: cloudpickle pickles a
-# function by value (with this module's registry and lock) when the module its
-# ``__module__`` names is not in ``sys.modules``.
-from .. import _pickle  # noqa: E402, F401 - after rebuild_schema exists
-
