@@ -18,6 +18,25 @@ namedschema.buffer                        rlpyt's buffer helpers, shared memory
 namedschema.errors                        the exception classes (re-exported here)
 same_definition                           whether two schemas have one definition
 
+Layers, lowest first: a module imports only its own layer and lower ones (function
+bodies included), and nothing inside the package imports a front door
+(tests/unit/test_layers.py reads this table and checks it):
+
+    standalone     rlpyt/atari_py_adapter.py (loaded from its file: imports nothing)
+    leaves         errors.py _version.py
+    core           _core/ _pickle.py
+    integrations   integrations/
+    state          state/
+    buffer         buffer/
+    evolution      evolution/
+    rlpyt.patch    rlpyt/patch/
+    checkpoint     checkpoint/
+    training       training/
+    rlpyt.resume   rlpyt/resume/
+    ray            ray/
+    front doors    __init__.py rlpyt/__init__.py
+    apps           apps/ __main__.py
+
 The lazy names load their module on first use, so ``import namedschema``
 costs only the core (the standard library). They are not in ``__all__``:
 ``from namedschema import *`` would otherwise import them all and replace
