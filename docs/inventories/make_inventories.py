@@ -8,7 +8,7 @@ address of its entry in that project's documentation, in Sphinx's inventory form
 docs/conf.py reads them first and falls back to the project's own inventory online.
 
 To link another outside name, add it below and run ``python docs/inventories/make_inventories.py``;
-tests/test_docs_build.py fails if the files are not what this script writes.
+tests/meta/test_docs_build.py fails if the files are not what this script writes.
 """
 
 from __future__ import annotations

@@ -1,0 +1,86 @@
+"""A seeded ShardedReplay run, in-process or as a script killed mid-checkpoint.
+
+``python -m tests.ray.ray_scenario DIR`` builds the replay, checkpoints
+generation 1, writes more, prints ``CHECKPOINT2`` and checkpoints generation 2
+(the test SIGKILLs the process group somewhere in there), then prints ``DONE``.
+:func:`expected` runs the same program uninterrupted and returns, for each
+generation, what a replay restored from it samples.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+
+import numpy as np  # noqa: E402
+
+import namedschema as ns  # noqa: E402
+
+Step = ns.NamedArrayTupleSchema("Step", "obs action reward")
+EXAMPLE = Step(np.zeros((64, 64), np.uint8), np.int64(0), np.float32(0))
+CAPACITY, SHARDS, SEED = 3000, 3, 11
+
+
+def batch(k: int, n: int = 50) -> object:
+    return Step(np.full((n, 64, 64), k % 251, np.uint8), np.arange(n) + 1000 * k,
+                np.full(n, k, np.float32))
+
+
+def build() -> object:
+    from namedschema.ray import ShardedReplay
+    return ShardedReplay(EXAMPLE, CAPACITY, num_shards=SHARDS, prioritized=True, seed=SEED)
+
+
+def phase1(replay: object) -> None:
+    for k in range(40):
+        replay.extend(batch(k))
+    _, idx, _ = replay.sample(64)
+    replay.update_priorities(idx, np.linspace(0.1, 5.0, len(idx)))
+
+
+def phase2(replay: object) -> None:
+    for k in range(40, 70):
+        replay.extend(batch(k))
+
+
+def digest(replay: object) -> list:
+    """What a restored replay does next: three prioritized samples."""
+    out = []
+    for _ in range(3):
+        b, idx, w = replay.sample(32)
+        out.append((b.action.tolist(), idx.tolist(), w.tolist()))
+    return out
+
+
+def expected(directory: str) -> dict[int, list]:
+    """Generation -> the digest of a replay restored from it (uninterrupted run)."""
+    from namedschema.ray import ShardedReplay
+    replay = build()
+    out = {}
+    for generation, phase in ((1, phase1), (2, phase2)):
+        phase(replay)
+        replay.checkpoint(directory)
+        restored = ShardedReplay.restore(directory)
+        out[generation] = digest(restored)
+        restored.close()
+    replay.close()
+    return out
+
+
+def main(directory: str) -> None:
+    import ray
+    ray.init(address="local", num_cpus=2, include_dashboard=False,
+             object_store_memory=128 * 2**20, logging_level="ERROR")
+    replay = build()
+    phase1(replay)
+    replay.checkpoint(directory)
+    phase2(replay)
+    print("CHECKPOINT2", flush=True)
+    replay.checkpoint(directory)
+    print("DONE", flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

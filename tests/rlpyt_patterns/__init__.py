@@ -1,1 +1,0 @@
-"""Pattern modules and a shared driver for the rlpyt drop-in tests."""
