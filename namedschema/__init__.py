@@ -20,7 +20,7 @@ same_definition                           whether two schemas have one definitio
 
 Layers, lowest first: a module imports only its own layer and lower ones (function
 bodies included), and nothing inside the package imports a front door
-(tests/unit/test_layers.py reads this table and checks it):
+(tests/meta/test_layers.py reads this table and checks it):
 
     standalone     rlpyt/atari_py_adapter.py (loaded from its file: imports nothing)
     leaves         errors.py _version.py
@@ -68,6 +68,7 @@ if _typing.TYPE_CHECKING:
 else:
     from ._core.instance import NamedTuple
 from ._core.schema import NamedArrayTupleSchema, NamedTupleSchema, same_definition
+from ._version import __version__ as __version__
 from .errors import (
     BackgroundSaveError,
     ExtraFieldError,
@@ -87,8 +88,6 @@ from .errors import (
     UnpicklableError,
     UnsafeLoadError,
 )
-
-__version__ = "0.1.0"
 
 if _typing.TYPE_CHECKING:  # what the lazy names below are, for type checkers
     # ``x as x``: an explicit re-export (PEP 484), though not in __all__.

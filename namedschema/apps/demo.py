@@ -56,7 +56,7 @@ def _schemas():
     A child interpreter that imports this module therefore still knows no
     schema until it loads a checkpoint.
     """
-    from .. import NamedArrayTupleSchema, NamedTupleSchema
+    from .._core.schema import NamedArrayTupleSchema, NamedTupleSchema
     transition = NamedArrayTupleSchema("Transition", FIELDS)
     state = NamedTupleSchema("ReplayState", ("samples", "cursor", "filled", "rng_state"))
     return transition, state
