@@ -40,8 +40,7 @@ from namedschema.rlpyt import atari_py_adapter
 from namedschema.rlpyt.resume import state as rstate
 
 
-def Ctx():
-    """A resume context whose notes go nowhere."""
+def Ctx():  # a resume context whose notes go nowhere
     return rstate.context(note_once=lambda message: None)
 
 
