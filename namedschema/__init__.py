@@ -46,6 +46,7 @@ them through the ``TYPE_CHECKING`` imports below, with their real signatures.
 
 import typing as _typing
 
+from . import _pickle as _pickle  # the module pickles name: cloudpickle wants it loaded
 from ._core import classdef as _classdef  # noqa: F401 - installs class syntax (class P(NamedTuple): ...)
 from ._core.attrdict import AttrDict
 from ._core.factories import (
