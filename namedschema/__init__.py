@@ -89,6 +89,7 @@ from .errors import (
     UnpicklableError,
     UnsafeLoadError,
 )
+from .integrations import install as _install_integrations
 
 if _typing.TYPE_CHECKING:  # what the lazy names below are, for type checkers
     # ``x as x``: an explicit re-export (PEP 484), though not in __all__.
@@ -168,8 +169,7 @@ __all__ = [
 ]
 
 # Hooks that wait for torch / cloudpickle to be imported (neither is imported
-# here): torch.load(weights_only=True) accepts schemas, and cloudpickle (so Ray)
-# ships schema classes by id.
-from .integrations import install as _install_integrations  # noqa: E402
-
+# here, nothing of theirs is changed now): torch.load(weights_only=True) accepts
+# schemas (torch's add_safe_globals), and cloudpickle (so Ray) ships schema
+# classes by id (its Pickler.reducer_override, wrapped once cloudpickle loads).
 _install_integrations()

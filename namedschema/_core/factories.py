@@ -180,11 +180,11 @@ def namedarraytuple_like(namedtuple_or_class, classname_suffix=False):
 
 
 @overload
-def NamedArrayTupleSchema_like(example: type[_NAT] | _NAT) -> type[_NAT]: ...  # noqa: N802
+def NamedArrayTupleSchema_like(example: type[_NAT] | _NAT) -> type[_NAT]: ...
 @overload
-def NamedArrayTupleSchema_like(example: Any) -> type[DynamicNamedArrayTuple]: ...  # noqa: N802
+def NamedArrayTupleSchema_like(example: Any) -> type[DynamicNamedArrayTuple]: ...
 
 
-def NamedArrayTupleSchema_like(example):  # noqa: N802 - rlpyt's name
+def NamedArrayTupleSchema_like(example):  # rlpyt's name
     """rlpyt's name for :func:`namedarraytuple_like` (returns a schema)."""
     return namedarraytuple_like(example)
