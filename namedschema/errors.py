@@ -26,6 +26,25 @@ MissingFieldError       a new field without a default (a SchemaEvolutionError)
 FillLimitError          new fields would fill more memory than the file justifies (likewise)
 ExtraFieldError         a saved field today's schema lacks (a SchemaEvolutionError)
 FieldMismatchError      a saved dtype/shape differs from the declared one (likewise)
+EnvStateError           a captured env state does not fit the env it goes into (ValueError)
+RunCheckpointError      a run checkpoint that does not fit the run (ValueError)
+ShardedReplayError      a shard of a ShardedReplay failed, or its checkpoint (RuntimeError)
+RlpytImportError        rlpyt cannot be imported for patch_rlpyt (ImportError)
+ResumeError             an rlpyt runner or checkpoint that cannot be resumed (RuntimeError)
+StateMismatchError      a saved rlpyt component state does not fit the new one (ValueError)
+SamplerWorkerError      a parallel sampler's worker failed in a resumable run (RuntimeError)
+
+NamedSchemaWarning      base of namedschema's warnings (a UserWarning)
+RunCheckpointWarning    part of a run that RunCheckpoint restarts rather than resumes
+ResumeWarning           part of an rlpyt run that resumable cannot restore exactly
+
+Every class is defined here, the lowest layer, so that one import reaches them all
+and ``import namedschema`` stays light; the modules that raise them re-export
+theirs (``namedschema.rlpyt.ResumeError`` is ``namedschema.errors.ResumeError``).
+
+One exception is not here, on purpose: ``namedschema.rlpyt.atari_py_adapter``
+raises its own ``AdapterError``, a plain ImportError, because that module must
+import nothing of namedschema (runs of rlpyt alone load it from its file).
 """
 
 from __future__ import annotations
@@ -61,6 +80,16 @@ __all__ = [
     "FillLimitError",
     "ExtraFieldError",
     "FieldMismatchError",
+    "EnvStateError",
+    "RunCheckpointError",
+    "ShardedReplayError",
+    "RlpytImportError",
+    "ResumeError",
+    "StateMismatchError",
+    "SamplerWorkerError",
+    "NamedSchemaWarning",
+    "RunCheckpointWarning",
+    "ResumeWarning",
 ]
 
 _short = reprlib.Repr()
@@ -425,3 +454,47 @@ class FieldMismatchError(SchemaEvolutionError):
     def __init__(self, message: str, *, saved=None, expected=None, **kwargs):
         super().__init__(message, **kwargs)
         self.saved, self.expected = saved, expected
+
+
+# --------------------------------------------------------------------------
+# Errors of the higher layers (state, training, ray, rlpyt), defined here too
+# --------------------------------------------------------------------------
+
+class EnvStateError(NamedSchemaError, ValueError):
+    """A captured env state does not fit the env it is restored into (built differently)."""
+
+
+class RunCheckpointError(NamedSchemaError, ValueError):
+    """A checkpoint that does not fit the run (``RunCheckpoint.restore``)."""
+
+
+class ShardedReplayError(NamedSchemaError, RuntimeError):
+    """A shard failed, or a checkpoint could not be taken or restored."""
+
+
+class RlpytImportError(NamedSchemaError, ImportError):
+    """rlpyt (``rlpyt.utils.collections`` / ``rlpyt.utils.buffer``) cannot be imported."""
+
+
+class ResumeError(NamedSchemaError, RuntimeError):
+    """A runner or checkpoint that cannot be resumed; raised before training starts."""
+
+
+class StateMismatchError(NamedSchemaError, ValueError):
+    """A checkpoint's state does not fit the freshly built component (config changed)."""
+
+
+class SamplerWorkerError(NamedSchemaError, RuntimeError):
+    """A sampler worker process failed; raised in the main process, naming it and why."""
+
+
+class NamedSchemaWarning(UserWarning):
+    """Base class of the warnings namedschema gives."""
+
+
+class RunCheckpointWarning(NamedSchemaWarning):
+    """Part of the run that will be restarted, not resumed (an env that cannot be captured)."""
+
+
+class ResumeWarning(NamedSchemaWarning):
+    """Part of a run that will not be resumed exactly (said once, before training)."""

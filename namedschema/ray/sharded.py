@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import NamedSchemaError
+from ..errors import ShardedReplayError
 from ..state.rng import pcg64_words, set_pcg64_words
 from . import manifest as _manifest
 from .shard import CUT_WAIT_SECONDS, ReplayShard, ordered_rows, route
@@ -27,10 +27,6 @@ __all__ = ["ShardedReplay", "ShardedReplayError", "CheckpointInfo"]
 
 _CHUNK_BYTES = 32 << 20       # rows moved per call when re-sharding
 _MAX_IN_FLIGHT = 8            # extend calls a handle has on their way before it waits
-
-
-class ShardedReplayError(NamedSchemaError, RuntimeError):
-    """A shard failed, or a checkpoint could not be taken or restored."""
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import NamedSchemaError
+from ..errors import EnvStateError
 
 __all__ = ["capture_env", "restore_env", "EnvStateError"]
 
@@ -43,10 +43,6 @@ _CONFIG_NAMES = frozenset({
     "env", "envs", "env_fns", "_saved_kwargs", "_ezpickle_args", "_ezpickle_kwargs", "spec",
     "_cached_spec", "metadata", "_metadata", "render_mode", "_action_set",
 })
-
-
-class EnvStateError(NamedSchemaError, ValueError):
-    """A captured env state does not fit the env it is restored into (built differently)."""
 
 
 class _Unknown(Exception):

@@ -33,7 +33,7 @@ import numpy as np
 
 from ..checkpoint import load, save
 from ..checkpoint.background import written
-from ..errors import NamedSchemaError, UnexpectedKindError
+from ..errors import RunCheckpointError, RunCheckpointWarning, UnexpectedKindError
 from ..state import plain as _plain_state
 from ..state import rng as _rng_state
 from ..state.env import capture_env, restore_env
@@ -43,14 +43,6 @@ __all__ = ["RunCheckpoint", "RunCheckpointError", "RunCheckpointWarning"]
 
 FORMAT = "namedschema.RunCheckpoint"
 VERSION = 1
-
-
-class RunCheckpointError(NamedSchemaError, ValueError):
-    """A checkpoint that does not fit the run."""
-
-
-class RunCheckpointWarning(UserWarning):
-    """Part of the run that will be restarted, not resumed (an env that cannot be captured)."""
 
 
 def _torch() -> Any:
@@ -267,10 +259,10 @@ class RunCheckpoint:
         tracked arrays, are checked against the file before anything is written.
         Other parts (a model, an optimizer, a replay buffer) check their own
         state as they load it: one that does not fit raises
-        :class:`~namedschema.training.run_checkpoint.RunCheckpointError` naming it and the
+        :class:`~namedschema.errors.RunCheckpointError` naming it and the
         parts already restored (rebuild those before going on). Envs that were not
         captured are left as they are and listed in ``ckpt.restarted`` (with a
-        :class:`~namedschema.training.run_checkpoint.RunCheckpointWarning`): reset them.
+        :class:`~namedschema.errors.RunCheckpointWarning`): reset them.
         """
         written(self.path)   # a background save of this process to it, if one runs
         if not os.path.exists(self.path):

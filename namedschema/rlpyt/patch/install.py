@@ -27,7 +27,7 @@ from ..._core import factories as _factories
 from ..._core.attrdict import reduce_attrdict, setstate_attrdict
 from ..._core.instance import NamedArrayTuple, NamedTuple
 from ..._core.schema import NamedArrayTupleSchema, NamedTupleSchema, build_schema
-from ...errors import NamedSchemaError
+from ...errors import RlpytImportError
 from ...integrations import import_hooks
 from . import pickling
 from .lazy_globals import GLOBALS_KEY, assign_lazy_globals, used_lazy_globals
@@ -92,10 +92,6 @@ _BUFFER_NAMES = (
     "numpify_buffer", "buffer_to", "buffer_method", "buffer_func",
     "get_leading_dims",
 )
-
-
-class RlpytImportError(NamedSchemaError, ImportError):
-    """rlpyt (``rlpyt.utils.collections`` / ``rlpyt.utils.buffer``) cannot be imported."""
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ and is the public face of all this.
 Handler         how to capture and restore the state one class adds
 HandlerTable    handler key -> Handler, and capture / restore / check / prepare over it
 ResumeContext   what the handlers of one capture, check, restore or prepare share (``ctx``)
-StateMismatchError  a checkpoint's state does not fit the freshly built component
+StateMismatchError  (re-exported from namedschema.errors) the state does not fit the component
 """
 
 from __future__ import annotations
@@ -19,14 +19,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...errors import NamedSchemaError
+from ...errors import StateMismatchError
 
 __all__ = ["Handler", "HandlerTable", "ResumeContext", "StateMismatchError", "handler_key",
            "writable_copy", "say_on_stderr"]
-
-
-class StateMismatchError(NamedSchemaError, ValueError):
-    """A checkpoint's state does not fit the freshly built component (config changed)."""
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ runner *instance* (nothing in rlpyt's classes changes):
 ``startup``
     runs rlpyt's own startup (which builds the sampler, agent, algorithm and
     replay buffer as usual), then, if ``path`` holds a checkpoint, writes its
-    state into those freshly built objects (:mod:`namedschema.rlpyt.resume.state`),
+    state into those freshly built objects (``namedschema.rlpyt.resume.state``),
     and says once, before training, what cannot be resumed exactly.
 ``train``
     runs rlpyt's own ``train``; while it runs, ``logger.set_iteration`` (the
@@ -38,7 +38,7 @@ import os
 import warnings
 
 from ... import checkpoint as _checkpoint
-from ...errors import NamedSchemaError, UnexpectedKindError
+from ...errors import ResumeError, ResumeWarning, UnexpectedKindError
 from . import arguments as _arguments
 from . import async_offsets as _offsets
 from . import portable as _portable
@@ -62,14 +62,6 @@ _REFUSED = {
         "SyncRl/SyncRlEval run one optimizer per process, and their state is not "
         "gathered in the main process",
 }
-
-
-class ResumeError(NamedSchemaError, RuntimeError):
-    """A runner or checkpoint that cannot be resumed; raised before training starts."""
-
-
-class ResumeWarning(UserWarning):
-    """Part of a run that will not be resumed exactly (said once, before training)."""
 
 
 def _class_names(obj) -> list:

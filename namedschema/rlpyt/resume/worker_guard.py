@@ -38,7 +38,7 @@ import time
 import traceback
 from multiprocessing.connection import wait as wait_for_ready
 
-from ...errors import NamedSchemaError
+from ...errors import SamplerWorkerError
 
 __all__ = ["SamplerWorkerError", "die_with_parent", "report", "Watch"]
 
@@ -46,10 +46,6 @@ _PR_SET_PDEATHSIG = 1
 _POLL = 0.1            # seconds between two looks at the error queue
 _GRACE = 1.0           # seconds a failed worker's message may take to arrive
 _STOP_OTHERS = 2.0     # seconds the other workers get to end on SIGTERM
-
-
-class SamplerWorkerError(NamedSchemaError, RuntimeError):
-    """A sampler worker process failed; raised in the main process, naming it and why."""
 
 
 # -- in the workers --------------------------------------------------------------------
