@@ -27,6 +27,7 @@ INVENTORIES = {
         ("copyreg", "py:module", "library/copyreg.html#module-$"),
         ("tracemalloc", "py:module", "library/tracemalloc.html#module-$"),
         ("collections.namedtuple", "py:function", "library/collections.html#$"),
+        ("collections.abc.Callable", "py:class", "library/collections.abc.html#$"),
         ("collections.abc.Iterable", "py:class", "library/collections.abc.html#$"),
         ("collections.abc.Iterator", "py:class", "library/collections.abc.html#$"),
         ("collections.abc.Mapping", "py:class", "library/collections.abc.html#$"),

@@ -79,15 +79,15 @@ class ResumeContext:
     note_once: Callable[[str], None] = say_on_stderr
 
     def capture(self, obj: Any) -> dict[str, Any]:
-        """The state of ``obj`` (see :meth:`HandlerTable.capture`)."""
+        """The state of ``obj``: ``{handler key: state}`` for each of its handlers."""
         return self.handlers.capture(obj, self)
 
     def restore(self, obj: Any, state: dict[str, Any], what: str, partial: bool = False) -> None:
-        """Restore ``state`` into ``obj`` (see :meth:`HandlerTable.restore`)."""
+        """Restore ``state`` (from :meth:`capture`) into ``obj``; ``what`` names it in errors."""
         self.handlers.restore(obj, state, self, what, partial)
 
     def check(self, obj: Any) -> list[str]:
-        """Reasons why ``obj`` cannot be resumed exactly (see :meth:`HandlerTable.check`)."""
+        """Reasons why ``obj`` cannot be resumed exactly; empty when it can."""
         return self.handlers.check(obj, self)
 
 
