@@ -35,6 +35,8 @@ intersphinx_timeout = 5
 # Every cross-reference must resolve (sphinx-build -n -W), except these names, which
 # exist only for type checkers (namedschema._core.dynamic_types, TypeVars of overloads) and show up in
 # signatures; each is explained in the text where it matters (typed.rst).
+# numpy's alias by its public name, not spelled out into numpy's private types
+autodoc_type_aliases = {"DTypeLike": "numpy.typing.DTypeLike"}
 nitpicky = True
 nitpick_ignore = [
     ("py:class", "DynamicNamedTuple"),
@@ -43,4 +45,7 @@ nitpick_ignore = [
     ("py:class", "namedschema._core.dynamic_types.DynamicNamedArrayTuple"),
     ("py:class", "namedschema._core.factories._NAT"),
     ("py:class", "namedschema.buffer.builders._ArrayTuple"),
+    # type variables of generic signatures (the argument's type comes back)
+    ("py:class", "namedschema.buffer.builders._Buffer"),
+    ("py:class", "namedschema.rlpyt.resume.runner._Runner"),
 ]

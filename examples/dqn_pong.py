@@ -149,7 +149,7 @@ def main(argv=None):
         ckpt.track(q_network=q_network, target_network=target_network, optimizer=optimizer,
                    replay=rb, envs=envs)
         if ckpt.restore():
-            start, obs = ckpt.step + 1, ckpt.loop["obs"]
+            start, obs = ckpt.next_step, ckpt.loop["obs"]
             print(f"resumed at step {start}", file=sys.stderr, flush=True)
 
     for global_step in range(start, args.total_timesteps):

@@ -17,6 +17,8 @@ RunCheckpoint                             checkpoint and resume a whole training
 namedschema.buffer                        rlpyt's buffer helpers, shared memory
 namedschema.errors                        the exception classes (re-exported here)
 same_definition                           whether two schemas have one definition
+declared_dtypes, has_class_body           what a class-syntax schema declares: field
+                                          dtypes, and whether its body runs here
 
 Layers, lowest first: a module imports only its own layer and lower ones (function
 bodies included), and nothing inside the package imports a front door
@@ -46,9 +48,12 @@ them through the ``TYPE_CHECKING`` imports below, with their real signatures.
 
 import typing as _typing
 
-from . import _pickle as _pickle  # the module pickles name: cloudpickle wants it loaded
-from ._core import classdef as _classdef  # noqa: F401 - installs class syntax (class P(NamedTuple): ...)
+# The wire module of schema pickles (namedschema._pickle.rebuild_schema), loaded with the
+# core: cloudpickle pickles a function by value (with the registry and its lock) when the
+# module its ``__module__`` names is not in ``sys.modules``.
+from . import _pickle as _pickle
 from ._core.attrdict import AttrDict
+from ._core.classdef import declared_dtypes, has_class_body  # also installs class syntax
 from ._core.factories import (
     NamedArrayTupleSchema_like,
     is_namedarraytuple,
@@ -119,18 +124,19 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str):
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'namedschema' has no attribute {name!r}")
-    from importlib import import_module
+if not _typing.TYPE_CHECKING:  # checkers see the imports above, and flag any other name
+    def __getattr__(name):
+        module = _LAZY.get(name)
+        if module is None:
+            raise AttributeError(f"module 'namedschema' has no attribute {name!r}")
+        from importlib import import_module
 
-    value = getattr(import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
+        value = getattr(import_module(f"{__name__}.{module}"), name)
+        globals()[name] = value
+        return value
 
 
-def __dir__():
+def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_LAZY))
 
 
@@ -158,6 +164,8 @@ __all__ = [
     "StructureMismatchError",
     "UnpicklableError",
     "UnsafeLoadError",
+    "declared_dtypes",
+    "has_class_body",
     "is_namedarraytuple",
     "is_namedarraytuple_class",
     "is_namedtuple",

@@ -50,6 +50,7 @@ import nothing of namedschema (runs of rlpyt alone load it from its file).
 from __future__ import annotations
 
 import reprlib
+from collections.abc import Mapping
 
 __all__ = [
     "NamedSchemaError",
@@ -144,8 +145,8 @@ class FieldError(NamedSchemaError):
             (assignments only; empty for reads).
     """
 
-    def __init__(self, schema: str, path: tuple, loc, reason: str,
-                 written: tuple = (), assigning: bool = False):
+    def __init__(self, schema: str, path: tuple[str, ...], loc: object, reason: str,
+                 written: tuple[str, ...] = (), assigning: bool = False):
         self.schema, self.path, self.loc = schema, tuple(path), loc
         self.reason, self.written, self.assigning = reason, tuple(written), assigning
         # id() of the instance that raised it, so an enclosing array tuple can
@@ -293,8 +294,8 @@ class UnexpectedKindError(FormatError):
         expected: what ``load(..., expect_metadata=)`` asked for.
     """
 
-    def __init__(self, message: str, metadata: dict | None = None,
-                 expected: dict | None = None):
+    def __init__(self, message: str, metadata: Mapping[str, str] | None = None,
+                 expected: Mapping[str, str] | None = None):
         super().__init__(message)
         self.metadata, self.expected = dict(metadata or {}), dict(expected or {})
 
@@ -451,8 +452,9 @@ class FieldMismatchError(SchemaEvolutionError):
         expected: the declared dtype (text) or shape.
     """
 
-    def __init__(self, message: str, *, saved=None, expected=None, **kwargs):
-        super().__init__(message, **kwargs)
+    def __init__(self, message: str, *, saved: object = None, expected: object = None,
+                 schema: str | None = None, field: str | None = None, path: str = ""):
+        super().__init__(message, schema=schema, field=field, path=path)
         self.saved, self.expected = saved, expected
 
 

@@ -2,6 +2,7 @@
 
 import os
 
+import pytest
 from hypothesis import HealthCheck, settings
 
 settings.register_profile(
@@ -32,6 +33,19 @@ def rlpyt_src() -> str | None:
     return root if root and os.path.isdir(os.path.join(root, "rlpyt")) else None
 
 
+@pytest.fixture(scope="session")
+def rlpyt_root() -> str:
+    """The real rlpyt source tree (RLPYT_SRC); a test that asks for it is marked ``rlpyt``.
+
+    The one place that decides whether real-rlpyt tests run: the marker (added here for
+    the fixture's users) skips them without a tree, and fails the run in CI.
+    """
+    root = rlpyt_src()
+    if root is None:
+        pytest.skip("real rlpyt needed: " + RLPYT_HOW)
+    return root
+
+
 def _require_rlpyt() -> bool:
     return os.environ.get("NAMEDSCHEMA_REQUIRE_RLPYT") == "1"
 
@@ -41,7 +55,9 @@ _rlpyt_outcomes: dict[str, int] = {}
 
 
 def pytest_collection_modifyitems(config, items):
-    import pytest
+    for item in items:
+        if "rlpyt_root" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.rlpyt)
     marked = [item for item in items if item.get_closest_marker("rlpyt") is not None]
     _rlpyt_ids.update(item.nodeid for item in marked)
     if rlpyt_src() is not None:

@@ -41,6 +41,7 @@ INVENTORIES = {
         ("pickle.PickleBuffer", "py:class", "library/pickle.html#$"),
         ("pickle.PicklingError", "py:exception", "library/pickle.html#$"),
         ("pickle.UnpicklingError", "py:exception", "library/pickle.html#$"),
+        ("types.ModuleType", "py:class", "library/types.html#$"),
         ("typing.Any", "py:data", "library/typing.html#$"),
         ("typing.NamedTuple", "py:class", "library/typing.html#$"),
         ("typing.dataclass_transform", "py:function", "library/typing.html#$"),
@@ -81,6 +82,7 @@ INVENTORIES = {
         ("numpy.random.Generator", "py:class", "reference/random/generator.html#$"),
         ("numpy.random.SeedSequence", "py:class",
          "reference/random/bit_generators/generated/$.html#$"),
+        ("numpy.typing.DTypeLike", "py:class", "reference/typing.html#$"),  # as annotations cite it
         ("numpy.typing.NDArray", "py:data", "reference/typing.html#$"),
     ]),
     "torch": ("2", [

@@ -17,6 +17,8 @@ rebuild_attrdict       what its pickles call to make the object
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any, Self
+
 __all__ = ["AttrDict", "reduce_attrdict", "setstate_attrdict", "rebuild_attrdict"]
 
 
@@ -47,7 +49,7 @@ def setstate_attrdict(self, state):
         dict.update(self, state)
 
 
-class AttrDict(dict):
+class AttrDict(dict[str, Any]):
     """A dict with attribute access: ``d['key']`` and ``d.key`` are one entry.
 
     Subclasses must call ``AttrDict.__init__``. ``copy()`` copies nested
@@ -60,14 +62,18 @@ class AttrDict(dict):
     (32, 0.001)
     """
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.__dict__ = self
+
+    if TYPE_CHECKING:  # keys are attributes: ``d.lr`` is ``d["lr"]``
+        def __getattr__(self, name: str) -> Any: ...
+        def __setattr__(self, name: str, value: Any) -> None: ...
 
     __reduce_ex__ = reduce_attrdict
     __setstate__ = setstate_attrdict
 
-    def copy(self):
+    def copy(self) -> Self:
         """Copy, recursing into nested AttrDicts only."""
         return type(self)(**{k: v.copy() if isinstance(v, AttrDict) else v
                              for k, v in self.items()})

@@ -27,11 +27,14 @@ from __future__ import annotations
 
 import sys
 import typing
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import SchemaClassError, SchemaConflictError, SchemaDefinitionError
 from .instance import NamedArrayTuple, NamedTuple, SchemaBaseMeta
 from .schema import NamedArrayTupleSchema, NamedTupleSchema, build_schema
+
+if TYPE_CHECKING:
+    import numpy  # only for annotations: the core does not import numpy
 
 __all__ = ["class_statement", "declared_dtypes", "has_class_body"]
 
@@ -223,7 +226,7 @@ def class_statement(mcls, name, bases, namespace, kwargs):
     return _class_syntax(base, name, namespace)
 
 
-def has_class_body(schema) -> bool:
+def has_class_body(schema: type[Any]) -> bool:
     """Whether ``schema`` was made (or completed) by a class statement in this process.
 
     False for factory-made schemas and for class-syntax schemas loaded by value
@@ -278,7 +281,7 @@ def _dtype_of(annotation, np):
     return None
 
 
-def declared_dtypes(schema) -> dict[str, Any]:
+def declared_dtypes(schema: type[Any]) -> dict[str, numpy.dtype[Any] | None]:
     """Field name -> the numpy dtype its annotation declares, or None, for every field.
 
     ``npt.NDArray[np.float32]``, ``np.ndarray[Any, np.dtype[np.float32]]`` and
@@ -290,9 +293,13 @@ def declared_dtypes(schema) -> dict[str, Any]:
 
     Raises:
         SchemaDefinitionError: a string annotation cannot be evaluated.
+        TypeError: ``schema`` is not a schema (or named tuple) class.
     """
+    fields = getattr(schema, "_fields", None)
+    if not isinstance(schema, type) or not isinstance(fields, tuple):
+        raise TypeError(f"declared_dtypes: expected a schema class, got {schema!r:.100}")
     annotations = _field_annotations(schema)
-    result: dict[str, Any] = dict.fromkeys(schema._fields)
+    result: dict[str, numpy.dtype[Any] | None] = dict.fromkeys(fields)
     np = sys.modules.get("numpy")
     for field, annotation in annotations.items():
         annotation = _resolve(schema, field, annotation)

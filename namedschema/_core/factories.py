@@ -67,8 +67,8 @@ def namedarraytuple(typename: str, field_names: str | Iterable[str],
                           | tuple[type[DynamicNamedArrayTuple], type[DynamicNamedTuple]]): ...
 
 
-def namedarraytuple(typename, field_names, return_namedtuple_cls=False,
-                    classname_suffix=False):
+def namedarraytuple(typename: str, field_names: str | Iterable[str],
+                    return_namedtuple_cls: bool = False, classname_suffix: bool = False) -> Any:
     """rlpyt's ``namedarraytuple``, returning a :class:`NamedArrayTupleSchema`.
 
     Args:
@@ -112,31 +112,31 @@ def is_classic_nat_class(obj) -> bool:
             and hasattr(obj, "get") and hasattr(obj, "items"))
 
 
-def is_namedtuple_class(obj) -> bool:
+def is_namedtuple_class(obj: object) -> bool:
     """True for named tuple classes that are not array tuples (classic or schema)."""
     if isinstance(obj, NamedTupleSchema):
         return not issubclass(obj, NamedArrayTuple)
     return is_classic_namedtuple_class(obj) and not is_classic_nat_class(obj)
 
 
-def is_namedarraytuple_class(obj) -> bool:
+def is_namedarraytuple_class(obj: object) -> bool:
     """True for named array tuple classes (rlpyt's classic ones or schemas)."""
     if isinstance(obj, NamedTupleSchema):
         return issubclass(obj, NamedArrayTuple)
     return is_classic_nat_class(obj)
 
 
-def is_namedtuple(obj) -> bool:
+def is_namedtuple(obj: object) -> bool:
     """True if ``obj`` is a named tuple instance that is not an array tuple."""
     return is_namedtuple_class(type(obj))
 
 
-def is_namedarraytuple(obj) -> bool:
+def is_namedarraytuple(obj: object) -> bool:
     """True if ``obj`` is a named array tuple instance (classic or schema)."""
     return is_namedarraytuple_class(type(obj))
 
 
-def _name_and_fields(example):
+def _name_and_fields(example: Any) -> tuple[str, tuple[str, ...]] | None:
     """(typename, fields) of a named tuple instance or class, or None."""
     cls: Any = example if isinstance(example, type) else type(example)
     if isinstance(cls, NamedTupleSchema) or issubclass(cls, NamedTuple):
@@ -154,7 +154,7 @@ def namedarraytuple_like(namedtuple_or_class: Any,
                          classname_suffix: bool = False) -> type[DynamicNamedArrayTuple]: ...
 
 
-def namedarraytuple_like(namedtuple_or_class, classname_suffix=False):
+def namedarraytuple_like(namedtuple_or_class: Any, classname_suffix: bool = False) -> Any:
     """An array schema with the name and fields of a named tuple instance or class.
 
     An array-tuple schema instance or class is returned as is (its class);
@@ -185,6 +185,6 @@ def NamedArrayTupleSchema_like(example: type[_NAT] | _NAT) -> type[_NAT]: ...
 def NamedArrayTupleSchema_like(example: Any) -> type[DynamicNamedArrayTuple]: ...
 
 
-def NamedArrayTupleSchema_like(example):  # rlpyt's name
+def NamedArrayTupleSchema_like(example: Any) -> Any:  # rlpyt\'s name
     """rlpyt's name for :func:`namedarraytuple_like` (returns a schema)."""
     return namedarraytuple_like(example)

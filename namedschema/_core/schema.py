@@ -30,7 +30,7 @@ import threading
 import unicodedata
 import uuid
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any, overload
+from typing import TYPE_CHECKING, Any, cast, overload
 
 from ..errors import SchemaDefinitionError
 from . import pickling as _pickle
@@ -197,7 +197,7 @@ def _defaults_equal(a: tuple, b: tuple) -> bool:
     return True
 
 
-def same_definition(a, b) -> bool:
+def same_definition(a: object, b: object) -> bool:
     """True if schemas ``a`` and ``b`` have one kind, typename, fields and defaults.
 
     Schema classes compare by identity; this compares what defines them.
@@ -212,9 +212,10 @@ def same_definition(a, b) -> bool:
     """
     if not (_pickle.is_registered_schema(a) and _pickle.is_registered_schema(b)):
         return False
-    return (type(a) is type(b) and a._typename == b._typename and a._fields == b._fields
-            and _defaults_equal(tuple(a._field_defaults.values()),
-                                tuple(b._field_defaults.values())))
+    x, y = cast(Any, a), cast(Any, b)  # schema classes
+    return (type(x) is type(y) and x._typename == y._typename and x._fields == y._fields
+            and _defaults_equal(tuple(x._field_defaults.values()),
+                                tuple(y._field_defaults.values())))
 
 
 class NamedTupleSchema(SchemaBaseMeta):

@@ -26,9 +26,11 @@ from __future__ import annotations
 import errno
 import sys
 import weakref
+from collections.abc import Callable
 from typing import Any, TypeVar, overload
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 from .._core.extras import extra_hint
 from .._core.factories import is_namedarraytuple, is_namedtuple, namedarraytuple_like
@@ -38,6 +40,7 @@ from . import owned_memory as _owned_memory
 from . import shared_memory as _shared_memory
 
 _ArrayTuple = TypeVar("_ArrayTuple", bound=NamedArrayTuple)
+_Buffer = TypeVar("_Buffer")
 _Dims = int | tuple[int, ...] | list[int]
 
 __all__ = [
@@ -254,7 +257,7 @@ def buffer_from_example(example: Any, leading_dims: _Dims, share_memory: bool = 
     return _assemble(skeleton, _allocate(leaves, leading, bool(share_memory)))
 
 
-def build_array(example, leading_dims, share_memory=False):
+def build_array(example: Any, leading_dims: _Dims, share_memory: bool = False) -> np.ndarray:
     """Allocate a zero-filled array matching ``example``'s dtype and shape.
 
     Args:
@@ -276,7 +279,7 @@ def build_array(example, leading_dims, share_memory=False):
                      bool(share_memory))[0]
 
 
-def np_mp_array(shape, dtype):
+def np_mp_array(shape: _Dims, dtype: DTypeLike) -> np.ndarray:
     """Allocate a zero-filled array in shared memory.
 
     The memory is an anonymous segment (no name in ``/dev/shm``) that the
@@ -307,7 +310,7 @@ def np_mp_array(shape, dtype):
     return _shared_memory.allocate(dims, dtype)
 
 
-def is_shared_memory(array) -> bool:
+def is_shared_memory(array: object) -> bool:
     """True if ``array`` is a numpy array in shared memory allocated here.
 
     Arrays made by :func:`np_mp_array`, ``buffer_from_example(...,
@@ -317,7 +320,7 @@ def is_shared_memory(array) -> bool:
     return _shared_memory.is_shared(array)
 
 
-def to_shared_memory(buffer_):
+def to_shared_memory(buffer_: _Buffer) -> _Buffer:
     """Copy every array of ``buffer_`` into one new shared-memory segment.
 
     Use it to put a buffer loaded from a checkpoint (where shared arrays come
@@ -405,7 +408,7 @@ def _import_torch(func_name: str):
     return torch
 
 
-def torchify_buffer(buffer_):
+def torchify_buffer(buffer_: Any) -> Any:
     """Turn every numpy array of ``buffer_`` into a torch tensor sharing its memory.
 
     Args:
@@ -431,7 +434,7 @@ def torchify_buffer(buffer_):
                           (np.ndarray, np.generic, torch.Tensor))
 
 
-def numpify_buffer(buffer_):
+def numpify_buffer(buffer_: Any) -> Any:
     """Turn every torch tensor of ``buffer_`` into a numpy array (via ``.cpu()``).
 
     CPU tensors share memory with the arrays returned; numpy leaves and
@@ -458,7 +461,7 @@ def numpify_buffer(buffer_):
                           (np.ndarray, np.generic, torch.Tensor))
 
 
-def buffer_to(buffer_, device=None):
+def buffer_to(buffer_: _Buffer, device: Any = None) -> _Buffer:
     """Move every tensor of ``buffer_`` to ``device`` (``Tensor.to(device)``).
 
     Args:
@@ -487,7 +490,7 @@ def buffer_to(buffer_, device=None):
                           (np.ndarray, np.generic, torch.Tensor))
 
 
-def buffer_method(buffer_, method_name, *args, **kwargs):
+def buffer_method(buffer_: Any, method_name: str, *args: Any, **kwargs: Any) -> Any:
     """Call ``leaf.method_name(*args, **kwargs)`` on every leaf; return the results.
 
     Works on numpy-only buffers without torch installed; tensors are leaves
@@ -515,7 +518,7 @@ def buffer_method(buffer_, method_name, *args, **kwargs):
                           _root_name(buffer_, "buffer"), _leaf_types())
 
 
-def buffer_func(buffer_, func, *args, **kwargs):
+def buffer_func(buffer_: Any, func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     """Call ``func(leaf, *args, **kwargs)`` on every leaf; return the results.
 
     Works on numpy-only buffers without torch installed; tensors are leaves
@@ -537,7 +540,13 @@ def buffer_func(buffer_, func, *args, **kwargs):
                           _root_name(buffer_, "buffer"), _leaf_types())
 
 
-def get_leading_dims(buffer_, n_dim=1):
+@overload
+def get_leading_dims(buffer_: None, n_dim: int = ...) -> None: ...
+@overload
+def get_leading_dims(buffer_: Any, n_dim: int = ...) -> tuple[int, ...]: ...
+
+
+def get_leading_dims(buffer_: Any, n_dim: int = 1) -> tuple[int, ...] | None:
     """The first ``n_dim`` dimensions shared by every leaf of ``buffer_``.
 
     Args:

@@ -33,7 +33,11 @@ The package, one module per concern (each imports only those listed before it):
 * ``pages``: which pages of memory were written since read from a file (Linux)
 * ``journal``: the redo journal of in-place incremental saves
 * ``tracking``: the changed ranges of each block; memory remapped onto the file
-* ``incremental``: ``save(..., incremental=True)``, journal recovery at load
+* ``writer``: the one full-file writer (header room, blocks, checksums, header,
+  atomically) and its two layout policies: ``PLAIN``, and ``PAGE_ALIGNED`` for
+  files that incremental saves update in place
+* ``incremental``: ``save(..., incremental=True)``: in-place updates through
+  the journal, baselines, journal recovery at load
 * ``background``: ``save(..., background=True)``: a fork snapshot, written by
   the child while the caller goes on
 * ``saver``, ``loader``, ``inspector``: ``save``, ``load``, ``inspect``

@@ -4,8 +4,8 @@
 ``path``. When both have the same arrays (shapes, dtypes, strides, views,
 hence the same blocks), it writes only the changed bytes, in place, through
 the redo journal (``journal.py``), so that a crash leaves the old or the new
-checkpoint; otherwise it writes a full checkpoint, atomically, laid out so
-that the next save can be incremental.
+checkpoint; otherwise it writes a full checkpoint through ``writer`` with
+the ``PAGE_ALIGNED`` layout, so that the next save can be incremental.
 
 What changed is found by ``tracking.py`` (write protection armed at the last
 save, else page checksums, else a comparison with the file); the caller's
@@ -17,6 +17,9 @@ twice, plus ``tracking.RANGE_COST`` per scattered range), a full save is
 cheaper and is done instead.
 
 save           save ``obj`` to ``path``, incrementally when the file allows it
+save_encoded   the same for a graph already encoded and laid out
+full_save      a full save laid out for incremental ones, recorded as their baseline
+begin_background  the caller's half of a background incremental save
 recover        finish or discard the journal an interrupted incremental save left
 reading        hold off incremental saves while a loader reads the file
 wait           wait for the background sync of an incremental save to end
@@ -31,32 +34,21 @@ import functools
 import os
 import struct
 import threading
-import uuid
 import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import Any
 
 from ..errors import FormatError
-from . import baselines, journal, layout, pages, tracking
-from .atomic import AtomicFile, check_target, final_target, fsync_dir
-from .blocks import MemorySpan, Progress, write_all, write_blocks
-from .constants import ALIGN
+from . import baselines, journal, layout, tracking, writer
+from .atomic import check_target, final_target, fsync_dir
+from .blocks import MemorySpan, Progress
 from .graph import EncodedGraph, encode_graph
-from .header import (
-    Description,
-    Header,
-    PickleEntry,
-    SaveRecord,
-    TensorEntry,
-    read_header,
-)
-from .nodes import features_of
+from .header import Header, SaveRecord, TensorEntry, read_header
 
 __all__ = ["save", "save_encoded", "full_save", "recover", "reading", "wait",
            "begin_background"]
 
-PAGE = pages.PAGE
 #: Above this fraction of changed data, a full save is done instead.
 FULL_FRACTION = 0.25
 
@@ -76,15 +68,6 @@ def _close_locked_in_child() -> None:
 
 
 os.register_at_fork(after_in_child=_close_locked_in_child)
-
-
-def _description(enc: EncodedGraph, plan: layout.Layout, blocks, saved: SaveRecord) -> Description:
-    pickle_entry = None if enc.not_data is None else PickleEntry(len(blocks) - 1,
-                                                                 str(enc.not_data))
-    return Description(blocks=tuple(blocks), arrays=plan.arrays,
-                       schemas=tuple(enc.encoder.schemas), structure=enc.structure,
-                       pickle=pickle_entry, checkpoint_id=uuid.uuid4().hex, saved=saved,
-                       features=features_of(enc.encoder.schemas), metadata=enc.metadata)
 
 
 # --------------------------------------------------------------------------
@@ -214,102 +197,24 @@ def reading(f: Any, path: str) -> Iterator[None]:
 # Full saves laid out for incremental ones
 # --------------------------------------------------------------------------
 
-def _page_layout(plan: layout.Layout, pickle_slack: bool):
-    """The plan's tensors and blocks, large blocks at their memory's page offset.
+def full_save(enc: EncodedGraph, plan: layout.Layout, path: str, progress: bool) -> SaveRecord:
+    """A full save laid out for incremental ones, recorded as the baseline of the next.
 
-    A pickle block (always last) gets room to grow after it.
+    Tracking is armed before any byte is read, so writes during the save are
+    seen by the next one. (A background save's child runs this too.)
     """
-    table: dict[str, TensorEntry] = {}
-    blocks = []
-    offset = pads = 0
-    for block, source in zip(plan.blocks, plan.sources, strict=True):
-        want = tracking.congruence(source, block.nbytes)
-        pad = -offset % ALIGN if want is None else (want - offset) % PAGE
-        if pad:
-            table[f"__pad__.{pads}"] = TensorEntry("U8", (pad,), offset, offset + pad)
-            pads += 1
-            offset += pad
-        declared = plan.tensors[block.tensor]
-        table[block.tensor] = TensorEntry(declared.dtype, declared.shape, offset,
-                                          offset + block.nbytes)
-        blocks.append(replace(block, start=offset))
-        offset += block.nbytes
-    pad = -offset % ALIGN
-    if pickle_slack:
-        pad += max(PAGE, blocks[-1].nbytes // 8)
-    if pad:
-        table[f"__pad__.{pads}"] = TensorEntry("U8", (pad,), offset, offset + pad)
-    return table, blocks
-
-
-def _reserved_length(header: Header) -> int:
-    """Header room with space to grow, so that the data starts page-aligned."""
-    raw = len(header.encode())
-    return raw + max(1024, raw // 8) + (-(8 + raw + max(1024, raw // 8)) % PAGE)
-
-
-def _full_save(enc: EncodedGraph, plan: layout.Layout, path: str, progress: bool) -> SaveRecord:
-    table, blocks = _page_layout(plan, enc.pickle_bytes is not None)
-    data_bytes = plan.data_bytes
-    saved = SaveRecord("full", data_bytes, len(blocks), data_bytes)
-    header = Header(_description(enc, plan, blocks, saved), table, name=path)
-    length = _reserved_length(header)
-    data_start = 8 + length
-    end = max(t.end for t in table.values()) if table else 0
-    bar = Progress(data_bytes, "saving", progress)
-    # Armed before any byte is read: writes during the save are seen by the next one.
-    known = tracking.arm_for_full_save(plan.sources, [b.nbytes for b in blocks])
-    with AtomicFile(path) as fd:
-        write_all(fd, struct.pack("<Q", length) + b" " * length)
-        crcs: list[int] = []
-        run: list[int] = []
-        # Blocks that follow one another at plain alignment are written in one go.
-        for i, block in enumerate(blocks):
-            if run and block.start != _aligned_end(blocks[run[-1]]):
-                crcs += _write_run(fd, data_start, blocks, plan.sources, run, bar)
-                run = []
-            run.append(i)
-        if run:
-            crcs += _write_run(fd, data_start, blocks, plan.sources, run, bar)
-        os.ftruncate(fd, data_start + end)
-        _allocate(fd, data_start + end)
-        os.lseek(fd, 8, os.SEEK_SET)
-        header = header.with_crcs(crcs)
-        write_all(fd, header.encode(length))
-        written = os.fstat(fd)
+    known = tracking.arm_for_full_save(plan.sources, [b.nbytes for b in plan.blocks])
+    written = writer.write(enc, plan, path, writer.PAGE_ALIGNED, progress=progress)
+    saved = written.header.description.saved
+    assert saved is not None  # PAGE_ALIGNED records the save
     real = os.path.realpath(path)
     try:
         now = os.stat(real)
     except OSError:
         return saved
-    if (now.st_dev, now.st_ino) == (written.st_dev, written.st_ino):
-        baselines.record(real, now, header.description.checkpoint_id, known)
+    if (now.st_dev, now.st_ino) == (written.stat.st_dev, written.stat.st_ino):
+        baselines.record(real, now, written.header.description.checkpoint_id, known)
     return saved
-
-
-def _allocate(fd: int, size: int) -> None:
-    """Give the file's holes (padding, the pickle's room) disk blocks now.
-
-    Later in-place writes then never need free space, so finishing an
-    interrupted incremental save (which ``load`` does) cannot fail for lack of it.
-    """
-    try:
-        os.posix_fallocate(fd, 0, size)
-    except OSError as exc:
-        if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
-            raise
-    except AttributeError:  # not on this platform
-        pass
-
-
-def _aligned_end(block) -> int:
-    end = block.start + block.nbytes
-    return end + (-end % ALIGN)
-
-
-def _write_run(fd, data_start, blocks, sources, run, bar) -> list[int]:
-    os.lseek(fd, data_start + blocks[run[0]].start, os.SEEK_SET)
-    return write_blocks(fd, tuple(sources[i] for i in run), bar)
 
 
 # --------------------------------------------------------------------------
@@ -371,7 +276,7 @@ def save_encoded(enc: EncodedGraph, plan: layout.Layout, path: str,
     try:
         fd = os.open(path, os.O_RDWR | getattr(os, "O_CLOEXEC", 0))
     except OSError:
-        return _full_save(enc, plan, path, progress)
+        return full_save(enc, plan, path, progress)
     handed_over = False
     try:
         _lock(fd, fcntl.LOCK_EX)
@@ -381,7 +286,7 @@ def save_encoded(enc: EncodedGraph, plan: layout.Layout, path: str,
         except OSError:
             now = None
         if now is None or (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino):
-            return _full_save(enc, plan, path, progress)  # replaced while we waited
+            return full_save(enc, plan, path, progress)  # replaced while we waited
         _recover_locked(path, fd)
         try:
             record = _incremental(enc, plan, path, real, fd, progress)
@@ -389,7 +294,7 @@ def save_encoded(enc: EncodedGraph, plan: layout.Layout, path: str,
             baselines.forget(real)  # tracking was re-armed for a save that did not happen
             raise
         if record is None:
-            return _full_save(enc, plan, path, progress)
+            return full_save(enc, plan, path, progress)
         handed_over = True
         return record
     finally:
@@ -465,7 +370,7 @@ def _write_changes(enc: EncodedGraph, plan: layout.Layout, path: str, real: str,
             written += len(new)
         blocks[-1] = replace(blocks[-1], nbytes=len(new), crc32=zlib.crc32(new))
     saved = SaveRecord("incremental", written, len(pieces), data_bytes)
-    header = Header(_description(enc, plan, blocks, saved), table, name=path)
+    header = Header(writer.describe(enc, plan, tuple(blocks), saved), table, name=path)
     length = old.data_start - 8
     if len(header.encode()) > length:
         return None
@@ -551,11 +456,6 @@ def _finish_background(enc: EncodedGraph, plan: layout.Layout, path: str, real: 
         raise
     finally:
         _close(fd)
-
-
-def full_save(enc: EncodedGraph, plan: layout.Layout, path: str, progress: bool) -> SaveRecord:
-    """A full save laid out for incremental ones (a background save's child runs it)."""
-    return _full_save(enc, plan, path, progress)
 
 
 def _finish_later(path: str, fd: int, jpath: str) -> None:

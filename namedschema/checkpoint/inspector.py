@@ -30,7 +30,7 @@ class FieldInfo:
     """
 
     path: str
-    shape: tuple
+    shape: tuple[int, ...]
     dtype: str
     nbytes: int
     block: str | None
@@ -65,11 +65,11 @@ class CheckpointInfo:
     data_bytes: int
     needs_pickle: bool
     pickle_reason: str | None
-    fields: tuple
+    fields: tuple[FieldInfo, ...]
     checkpoint_id: str
     tree: str
     last_save: SaveRecord | None = None
-    metadata: dict = field(default_factory=dict)
+    metadata: dict[str, str] = field(default_factory=dict)
 
     def __str__(self) -> str:
         # Every string from the file is escaped (the tree's lines already are):

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import io
 import os
-from typing import Any, BinaryIO, Literal, cast
+from collections.abc import Mapping
+from typing import Any, BinaryIO, Literal, cast, overload
 
 from .._core.printable import printable
 from ..errors import (
@@ -14,7 +15,7 @@ from ..errors import (
     UnexpectedKindError,
     UnsafeLoadError,
 )
-from ..evolution import upgrader
+from ..evolution import CastingChoice, ExtraChoice, SchemaSpec, UpgradeReport, upgrader
 from . import pickled
 from .arrays import make_arrays
 from .background import written
@@ -25,11 +26,35 @@ from .metadata import check_metadata_argument
 from .nodes import Decoder
 from .opening import file_errors, open_checkpoint
 
+_Path = str | os.PathLike[str] | BinaryIO
+_MmapMode = Literal["r", "r+", "c"] | None
 
-def load(path: str | os.PathLike[str] | BinaryIO, *, mmap_mode: Literal["r", "r+", "c"] | None = None,
-         allow_pickle: bool = False, verify: bool = False, schemas: Any = None,
-         extra: str = "error", casting: str = "no", defaults: Any = None,
-         report: bool = False, expect_metadata: Any = None, progress: bool = False) -> Any:
+
+@overload
+def load(path: _Path, *, mmap_mode: _MmapMode = ..., allow_pickle: bool = ...,
+         verify: bool = ..., schemas: SchemaSpec | None = ..., extra: ExtraChoice = ...,
+         casting: CastingChoice = ..., defaults: Mapping[str, Any] | None = ...,
+         report: Literal[False] = ..., expect_metadata: Mapping[str, str] | None = ...,
+         progress: bool = ...) -> Any: ...
+@overload
+def load(path: _Path, *, mmap_mode: _MmapMode = ..., allow_pickle: bool = ...,
+         verify: bool = ..., schemas: SchemaSpec, extra: ExtraChoice = ...,
+         casting: CastingChoice = ..., defaults: Mapping[str, Any] | None = ...,
+         report: Literal[True], expect_metadata: Mapping[str, str] | None = ...,
+         progress: bool = ...) -> tuple[Any, UpgradeReport]: ...
+@overload
+def load(path: _Path, *, mmap_mode: _MmapMode = ..., allow_pickle: bool = ...,
+         verify: bool = ..., schemas: SchemaSpec | None = ..., extra: ExtraChoice = ...,
+         casting: CastingChoice = ..., defaults: Mapping[str, Any] | None = ...,
+         report: bool, expect_metadata: Mapping[str, str] | None = ...,
+         progress: bool = ...) -> Any: ...
+
+
+def load(path: _Path, *, mmap_mode: _MmapMode = None, allow_pickle: bool = False,
+         verify: bool = False, schemas: SchemaSpec | None = None,
+         extra: ExtraChoice = "error", casting: CastingChoice = "no",
+         defaults: Mapping[str, Any] | None = None, report: bool = False,
+         expect_metadata: Mapping[str, str] | None = None, progress: bool = False) -> Any:
     """Load a checkpoint written by :func:`save`.
 
     Arrays that were views of one another come back as views of one block.

@@ -1,27 +1,26 @@
-"""``save``: encode the graph, lay out its blocks, write them and the header atomically."""
+"""``save``: check the target, encode the graph, lay out its blocks, hand them to a writer.
+
+Plain saves go to ``writer`` (``PLAIN`` layout), incremental ones to
+``incremental``, background ones through ``background``.
+"""
 
 from __future__ import annotations
 
 import io
 import os
 import shutil
-import struct
 import tempfile
 import time
-import uuid
 from collections.abc import Mapping
 from typing import Any, Literal, overload
 
 from . import background as _background
 from . import incremental as _incremental
-from . import layout
-from .atomic import AtomicFile, check_target, final_target
+from . import layout, writer
+from .atomic import check_target, final_target
 from .background import BackgroundSave
-from .blocks import Progress, write_all, write_blocks
-from .graph import EncodedGraph, encode_graph
-from .header import Description, Header, PickleEntry
+from .graph import encode_graph
 from .metadata import check_metadata_argument
-from .nodes import features_of
 
 _Path = str | os.PathLike[str] | io.RawIOBase | io.BufferedIOBase
 
@@ -134,7 +133,7 @@ def save(obj: Any, path: str | os.PathLike[str] | io.RawIOBase | io.BufferedIOBa
             if incremental:
                 _incremental.save_encoded(graph, plan, target, progress)
             else:
-                _write_encoded(graph, plan, target, target, progress)
+                writer.write(graph, plan, target, writer.PLAIN, progress=progress)
             return None
         plan = _background.replace_sources(plan, _background.freeze_shared(plan.sources))
         if incremental:
@@ -145,7 +144,7 @@ def save(obj: Any, path: str | os.PathLike[str] | io.RawIOBase | io.BufferedIOBa
             return _background.start(target, job, began, on_done)
 
         def job_full() -> tuple[None, None]:
-            _write_encoded(graph, plan, target, target, progress)
+            writer.write(graph, plan, target, writer.PLAIN, progress=progress)
             return None, None
         return _background.start(target, job_full, began)
 
@@ -193,26 +192,4 @@ def _write(obj: Any, path: str, shown: str, allow_pickle: bool, progress: bool,
     """A full save of ``obj`` to the file ``path`` (``shown`` names it in messages)."""
     graph = encode_graph(obj, shown, allow_pickle, metadata)
     plan = layout.plan(graph.encoder.arrays.entries, graph.pickle_bytes)
-    _write_encoded(graph, plan, path, shown, progress)
-
-
-def _write_encoded(graph: EncodedGraph, plan: layout.Layout, path: str, shown: str,
-                   progress: bool) -> None:
-    """A full save of an encoded graph to the file ``path``, atomically."""
-    pickle_entry = None if graph.not_data is None else PickleEntry(len(plan.blocks) - 1,
-                                                                   str(graph.not_data))
-    header = Header(
-        Description(blocks=plan.blocks, arrays=plan.arrays,
-                    schemas=tuple(graph.encoder.schemas), structure=graph.structure,
-                    pickle=pickle_entry, checkpoint_id=uuid.uuid4().hex,
-                    features=features_of(graph.encoder.schemas), metadata=graph.metadata),
-        plan.tensors, name=shown)
-    # The data starts after the header, whose checksums are known only once
-    # the data is written: reserve the header's room (its fixed-width fields
-    # keep its length), write the data, then the header.
-    length = len(header.encode())
-    with AtomicFile(path) as fd:
-        write_all(fd, struct.pack("<Q", length) + b" " * length)
-        crcs = write_blocks(fd, plan.sources, Progress(plan.data_bytes, "saving", progress))
-        os.lseek(fd, 8, os.SEEK_SET)
-        write_all(fd, header.with_crcs(crcs).encode(length))
+    writer.write(graph, plan, path, writer.PLAIN, shown=shown, progress=progress)

@@ -28,16 +28,17 @@ SchemaMapping   one saved schema and the current schema it became
 KeptField       one saved field kept aside by ``extra="keep"``
 field_dtype     the dtype and element shape a schema declares for a field
 
-The machinery lives beside this module: ``_evolution_schemas`` (what a schema
-declares, the report types, the current schemas by typename),
-``_evolution_upgrader`` (one saved class onto its target) and
-``_evolution_walk`` (the pass over a structure).
+The machinery lives beside this module: ``reports`` (what a schema declares,
+the report types, the current schemas by typename), ``conversion`` (one saved
+class onto its target) and ``walk`` (the pass over a structure).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+import types
+from collections.abc import Iterable, Mapping
+from typing import Any, Literal, Protocol, get_args, overload
 
 from ..errors import SchemaEvolutionError, short_repr
 from .conversion import Upgrader
@@ -52,16 +53,32 @@ from .reports import (
 from .walk import Walk, check_aliases
 
 __all__ = ["upgrade", "upgrader", "UpgradeReport", "SchemaMapping", "KeptField", "field_dtype",
+           "ExtraChoice", "CastingChoice", "SchemaSpec", "UpgradeFunction",
            "EXTRA_CHOICES", "CASTING_CHOICES"]
 
 _log = logging.getLogger("namedschema.evolution")
 
-EXTRA_CHOICES = ("error", "ignore", "keep")
-CASTING_CHOICES = ("no", "equiv", "safe", "same_kind", "unsafe")
+ExtraChoice = Literal["error", "ignore", "keep"]
+"""What to do with a saved field today's schema lacks (``upgrade(..., extra=)``)."""
+CastingChoice = Literal["no", "equiv", "safe", "same_kind", "unsafe"]
+"""numpy's casting rule for a saved dtype that differs (``upgrade(..., casting=)``)."""
+EXTRA_CHOICES: tuple[ExtraChoice, ...] = get_args(ExtraChoice)
+CASTING_CHOICES: tuple[CastingChoice, ...] = get_args(CastingChoice)
+
+SchemaSpec = types.ModuleType | type[Any] | Mapping[str, type[Any]] | Iterable[
+    types.ModuleType | type[Any] | Mapping[str, type[Any]]]
+"""The current schemas: a module, a schema class, saved typename -> schema, or a list."""
+
+
+class UpgradeFunction(Protocol):
+    """What :func:`upgrader` returns: ``upgrade`` with its options already checked."""
+
+    def __call__(self, obj: Any, report: bool = False,
+                 fill_budget: int | None = None) -> Any: ...
 
 
 
-def _check_options(extra, casting):
+def _check_options(extra: object, casting: object) -> None:
     if extra not in EXTRA_CHOICES:
         raise ValueError(f"upgrade: extra must be one of {EXTRA_CHOICES}, got {extra!r}")
     if casting not in CASTING_CHOICES:
@@ -96,7 +113,23 @@ def _check_defaults_name_fields(fills, targets):
                              f"schemas given (a typo, or a schema missing from schemas=?)")
 
 
-def upgrade(obj, schemas, *, extra="error", casting="no", defaults=None, report=False):
+@overload
+def upgrade(obj: Any, schemas: SchemaSpec, *, extra: ExtraChoice = ...,
+            casting: CastingChoice = ..., defaults: Mapping[str, Any] | None = ...,
+            report: Literal[False] = ...) -> Any: ...
+@overload
+def upgrade(obj: Any, schemas: SchemaSpec, *, extra: ExtraChoice = ...,
+            casting: CastingChoice = ..., defaults: Mapping[str, Any] | None = ...,
+            report: Literal[True]) -> tuple[Any, UpgradeReport]: ...
+@overload
+def upgrade(obj: Any, schemas: SchemaSpec, *, extra: ExtraChoice = ...,
+            casting: CastingChoice = ..., defaults: Mapping[str, Any] | None = ...,
+            report: bool) -> Any: ...
+
+
+def upgrade(obj: Any, schemas: SchemaSpec, *, extra: ExtraChoice = "error",
+            casting: CastingChoice = "no", defaults: Mapping[str, Any] | None = None,
+            report: bool = False) -> Any:
     """Rebuild every schema instance in ``obj`` as an instance of a current schema.
 
     Saved schemas are matched to current ones by typename (the typename the
@@ -168,7 +201,9 @@ def upgrade(obj, schemas, *, extra="error", casting="no", defaults=None, report=
         obj, report=report)
 
 
-def upgrader(schemas, *, extra="error", casting="no", defaults=None):
+def upgrader(schemas: SchemaSpec, *, extra: ExtraChoice = "error",
+             casting: CastingChoice = "no",
+             defaults: Mapping[str, Any] | None = None) -> UpgradeFunction:
     """Check the options of :func:`upgrade` now; return ``apply(obj, report=False)``.
 
     ``load(path, schemas=...)`` uses it to refuse bad options before reading
@@ -182,7 +217,7 @@ def upgrader(schemas, *, extra="error", casting="no", defaults=None):
     targets, fills = Targets(schemas), _check_defaults(defaults)
     _check_defaults_name_fields(fills, targets)
 
-    def apply(obj, report=False, fill_budget=None):
+    def apply(obj: Any, report: bool = False, fill_budget: int | None = None) -> Any:
         up = Upgrader(targets, extra, casting, fills, fill_budget)
         casts: dict = {}
         try:

@@ -42,7 +42,7 @@ def stored_typename(cls) -> str:
     return cls.__name__
 
 
-def field_dtype(schema, field: str):
+def field_dtype(schema: type[Any], field: str) -> tuple[np.dtype[Any], tuple[int, ...] | None] | None:
     """The ``(dtype, element shape)`` that ``schema`` declares for ``field``, or None.
 
     Two things declare a dtype. An annotation of a class-syntax schema
@@ -59,11 +59,13 @@ def field_dtype(schema, field: str):
     >>> field_dtype(S, 'reward'), field_dtype(S, 'obs')
     ((dtype('float32'), ()), None)
     """
-    if field not in schema._fields:
-        raise KeyError(f"{stored_typename(schema)} has no field {field!r} "
-                       f"(fields: {', '.join(schema._fields)})")
-    dtype = shape = None
-    default = schema._field_defaults.get(field, MISSING)
+    cls: Any = schema
+    if field not in cls._fields:
+        raise KeyError(f"{stored_typename(cls)} has no field {field!r} "
+                       f"(fields: {', '.join(cls._fields)})")
+    dtype: np.dtype[Any] | None = None
+    shape: tuple[int, ...] | None = None
+    default = cls._field_defaults.get(field, MISSING)
     if isinstance(default, (np.ndarray, np.generic)) and not default.dtype.hasobject:
         dtype, shape = default.dtype, tuple(default.shape)
     annotated = declared_dtypes(schema).get(field) if has_class_body(schema) else None
@@ -96,11 +98,11 @@ class SchemaMapping:
     """
 
     saved: str
-    saved_fields: tuple
+    saved_fields: tuple[str, ...]
     schema: Any
-    added: tuple
-    dropped: tuple
-    cast: tuple
+    added: tuple[str, ...]
+    dropped: tuple[str, ...]
+    cast: tuple[tuple[str, str, str], ...]
     instances: int
     classes: int
     path: str
@@ -164,11 +166,11 @@ class UpgradeReport:
         kept: the :class:`KeptField` entries of ``extra="keep"``.
     """
 
-    mappings: tuple
-    unmatched: dict
-    kept: tuple
+    mappings: tuple[SchemaMapping, ...]
+    unmatched: dict[str, str]
+    kept: tuple[KeptField, ...]
 
-    def kept_fields(self, path: str) -> dict:
+    def kept_fields(self, path: str) -> dict[str, object]:
         """The fields kept aside from the instance at ``path``, by name."""
         return {k.field: k.value for k in self.kept if k.path == path}
 

@@ -15,16 +15,18 @@ share_memory_           move every tensor field (nested too) to shared memory
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
 from . import _torch_hook
 
+_Tree = TypeVar("_Tree")
+
 __all__ = ["safe_globals", "register_safe_globals", "batch_dims", "share_memory_"]
 
 
-def safe_globals() -> list:
+def safe_globals() -> list[tuple[Any, str]]:
     """The entries ``torch.load(weights_only=True)`` needs for schema instances.
 
     ``import namedschema`` registers them already; use this list where code
@@ -51,7 +53,7 @@ def register_safe_globals() -> bool:
     return _torch_hook.register()
 
 
-def batch_dims(tree, dim: int | None = 0):
+def batch_dims(tree: Any, dim: int | None = 0) -> Any:
     """Return ``tree`` with ``dim`` at every tensor and ``None`` elsewhere.
 
     ``torch.func.vmap`` refuses ``in_dims=0`` when an input holds a ``None``
@@ -86,7 +88,7 @@ def batch_dims(tree, dim: int | None = 0):
     return None
 
 
-def share_memory_(tree):
+def share_memory_(tree: _Tree) -> _Tree:
     """Move every tensor in ``tree`` to shared memory, in place, and return ``tree``.
 
     After this, passing the instance through a ``torch.multiprocessing``

@@ -95,7 +95,7 @@ class ShardedReplay:
 
     def __init__(self, example: Any, capacity: int, *, num_shards: int,
                  prioritized: bool = False, seed: Any = None, alpha: float = 0.6,
-                 beta: float = 0.4, actor_options: dict | None = None):
+                 beta: float = 0.4, actor_options: dict[str, Any] | None = None):
         n = _positive(num_shards, "num_shards")
         cap = _positive(capacity, "capacity")
         if cap < n:
@@ -117,7 +117,7 @@ class ShardedReplay:
 
     # -- construction ----------------------------------------------------------------
 
-    def _setup(self, spec: dict, capacities: list[int], actor_options: dict | None,
+    def _setup(self, spec: dict, capacities: list[int], actor_options: dict[str, Any] | None,
                entropy: int) -> None:
         self._spec = {k: v for k, v in spec.items() if k != "example"}
         self._capacities = list(capacities)
@@ -245,7 +245,7 @@ class ShardedReplay:
 
     # -- checkpoints -----------------------------------------------------------------
 
-    def checkpoint(self, path: str | os.PathLike) -> CheckpointInfo:
+    def checkpoint(self, path: str | os.PathLike[str]) -> CheckpointInfo:
         """Save every shard at one consistent cut into the directory ``path``.
 
         Writes are held only while each shard reaches the cut and takes its
@@ -322,8 +322,8 @@ class ShardedReplay:
         return [infos[i] for i in range(len(self._shards))]
 
     @classmethod
-    def restore(cls, path: str | os.PathLike, *, num_shards: int | None = None,
-                actor_options: dict | None = None) -> ShardedReplay:
+    def restore(cls, path: str | os.PathLike[str], *, num_shards: int | None = None,
+                actor_options: dict[str, Any] | None = None) -> ShardedReplay:
         """The replay as of the last checkpoint in ``path``, on ``num_shards`` shards.
 
         On the checkpoint's own shard count every shard loads its file and the

@@ -18,6 +18,19 @@ Nothing here imports rlpyt (or torch) until a name is used.
 """
 
 from importlib import import_module
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # what the lazy names below are, for type checkers (``x as x``: re-exports)
+    from ..errors import ResumeError as ResumeError
+    from ..errors import ResumeWarning as ResumeWarning
+    from ..errors import RlpytImportError as RlpytImportError
+    from ..errors import SamplerWorkerError as SamplerWorkerError
+    from .patch.install import RlpytPatch as RlpytPatch
+    from .patch.install import is_patched as is_patched
+    from .patch.install import patch_rlpyt as patch_rlpyt
+    from .patch.install import unpatch_rlpyt as unpatch_rlpyt
+    from .resume.runner import resumable as resumable
+    from .resume.state import register_handler as register_handler
 
 # public name -> submodule that defines it; loaded on first use.
 _LAZY = {
@@ -34,16 +47,17 @@ _LAZY = {
 }
 
 
-def __getattr__(name):
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
+if not TYPE_CHECKING:  # checkers see the imports above, and flag any other name
+    def __getattr__(name):
+        module = _LAZY.get(name)
+        if module is None:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        value = getattr(import_module(f"{__name__}.{module}"), name)
+        globals()[name] = value
+        return value
 
 
-def __dir__():
+def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_LAZY))
 
 

@@ -35,6 +35,7 @@ import importlib.util
 import os
 import sys
 import types
+from typing import Any
 
 import numpy as np
 
@@ -70,7 +71,7 @@ def _text(value):
 _CLASS: list = []
 
 
-def interface_class():
+def interface_class() -> type[Any]:
     """The adapter's ``ALEInterface`` (one class per process, made on first use)."""
     if not _CLASS:
         _CLASS.append(_make_interface_class(_ale_py()))
@@ -123,7 +124,7 @@ def _make_interface_class(ale_py):
     return ALEInterface
 
 
-def get_game_path(game_name) -> str:
+def get_game_path(game_name: str | bytes) -> str:
     """The ROM file of ``game_name`` (``"pong"``) that ale-py ships."""
     import warnings
 
@@ -141,7 +142,7 @@ def get_game_path(game_name) -> str:
     return os.fspath(path)
 
 
-def list_games() -> list:
+def list_games() -> list[str]:
     """The games whose ROMs ale-py ships."""
     from ale_py import roms
     return sorted(roms.get_all_rom_ids())
@@ -161,7 +162,7 @@ def make_module() -> types.ModuleType:
     return module
 
 
-def is_adapter(module) -> bool:
+def is_adapter(module: object) -> bool:
     """Whether ``module`` is this adapter (not a real atari_py)."""
     return bool(getattr(module, "__namedschema_adapter__", False))
 

@@ -154,7 +154,7 @@ def _sub_envs(env: Any) -> list | None:
     return None
 
 
-def capture_env(env: Any, name: str = "env") -> tuple[dict | None, str | None]:
+def capture_env(env: Any, name: str = "env") -> tuple[dict[str, Any] | None, str | None]:
     """``(state, None)`` for an env that can be captured exactly, else ``(None, reason)``.
 
     ``env`` is a gymnasium env (with its wrappers) or a synchronous vector env.
@@ -247,7 +247,7 @@ def _restore_chain(env: Any, states: list, path: str, memo: dict) -> None:
         _restore_layer(layer, state, path, memo)
 
 
-def restore_env(env: Any, state: dict, name: str = "env") -> None:
+def restore_env(env: Any, state: dict[str, Any], name: str = "env") -> None:
     """Put a :func:`capture_env` state into ``env``, built as the captured one was."""
     subs = _sub_envs(env)
     memo: dict = {}

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import random
 import sys
+from typing import Any
 
 import numpy as np
 
@@ -53,7 +54,7 @@ def import_torch():
     return torch
 
 
-def rng_state() -> dict:
+def rng_state() -> dict[str, Any]:
     """States of Python's ``random``, numpy's global generator and torch's (CPU, CUDA)."""
     kind, keys, pos, has_gauss, gauss = np.random.get_state()
     state = {"python": random.getstate(),
@@ -67,7 +68,7 @@ def rng_state() -> dict:
     return state
 
 
-def set_rng_state(state: dict) -> None:
+def set_rng_state(state: dict[str, Any]) -> None:
     """Restore what :func:`rng_state` captured."""
     version, internal, gauss = state["python"]
     random.setstate((version, tuple(internal), gauss))

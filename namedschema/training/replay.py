@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 import operator
 import weakref
-from typing import Any
+from typing import Any, Self
 
 import numpy as np
 
@@ -220,7 +220,7 @@ class ReplayBuffer:
 
     # -- state -----------------------------------------------------------------------
 
-    def state_dict(self) -> dict:
+    def state_dict(self) -> dict[str, Any]:
         """Everything the buffer needs to continue exactly, as plain data.
 
         The arrays are the buffer's own (not copies): save them before the
@@ -230,7 +230,7 @@ class ReplayBuffer:
                 "rng": pcg64_words(self._rng)}
 
     @classmethod
-    def from_state_dict(cls, state: dict) -> Any:
+    def from_state_dict(cls, state: dict[str, Any]) -> Self:
         """A new buffer holding ``state`` (from :meth:`state_dict`, maybe loaded from a file).
 
         The example and capacity are read from the saved storage, so a process
@@ -267,7 +267,7 @@ class ReplayBuffer:
     def _options(cls, state: dict) -> dict:
         return {}
 
-    def load_state_dict(self, state: dict) -> None:
+    def load_state_dict(self, state: dict[str, Any]) -> None:
         """Put back what :meth:`state_dict` gave, writing into this buffer's arrays."""
         where = f"{self._name}.load_state_dict"
         try:
@@ -390,7 +390,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         self._set(index, value ** self.alpha)
         self._max_priority = max(self._max_priority, float(value.max()))
 
-    def state_dict(self) -> dict:
+    def state_dict(self) -> dict[str, Any]:
         state = super().state_dict()
         state.update(sum_tree=self._sum, min_tree=self._min,
                      max_priority=self._max_priority, alpha=self.alpha, beta=self.beta)
@@ -414,7 +414,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         _claim([self._sum, self._min])
         self._max_priority = 1.0
 
-    def load_state_dict(self, state: dict) -> None:
+    def load_state_dict(self, state: dict[str, Any]) -> None:
         where = f"{self._name}.load_state_dict"
         try:
             trees = (state["sum_tree"], state["min_tree"])

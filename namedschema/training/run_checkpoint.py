@@ -110,10 +110,9 @@ class RunCheckpoint:
         ckpt.track(q_network=q_network, target=target_network, optimizer=optimizer,
                    replay=rb, envs=envs, rng=rng)
         obs, _ = envs.reset(seed=seed)
-        start = 0
         if ckpt.restore():
-            start, obs = ckpt.step + 1, ckpt.loop["obs"]
-        for global_step in range(start, total_timesteps):
+            obs = ckpt.loop["obs"]
+        for global_step in range(ckpt.next_step, total_timesteps):
             ...                                  # act, store, learn
             ckpt.maybe_save(global_step, obs=obs)
     """
@@ -188,7 +187,7 @@ class RunCheckpoint:
             warnings.warn(f"namedschema.RunCheckpoint: {message}", RunCheckpointWarning,
                           stacklevel=4)
 
-    def state(self, step: int, **loop: Any) -> dict:
+    def state(self, step: int, **loop: Any) -> dict[str, Any]:
         """The checkpoint's content for ``step`` (what :meth:`save` writes)."""
         components = {}
         for name, (kind, obj) in self._components.items():
@@ -234,10 +233,20 @@ class RunCheckpoint:
         if pending is not None:
             pending.wait()
 
+    @property
+    def next_step(self) -> int:
+        """One past the last step saved or restored (0 before any), so the step to run next.
+
+        ``ckpt.restore()`` then ``for step in range(ckpt.next_step, total)``
+        continues a run, and starts a new one; unlike ``step`` (None until a
+        save or restore), it is always an int.
+        """
+        return 0 if self.step is None else self.step + 1
+
     def due(self, step: int) -> bool:
         """Whether :meth:`maybe_save` would save at ``step``."""
         if self.every_steps is not None:
-            last = -1 if self.step is None else self.step
+            last = self.next_step - 1
             if step // self.every_steps > last // self.every_steps and step > last:
                 return True
         return self.every_seconds is not None and \

@@ -239,7 +239,6 @@ def test_harness_atari_data_is_one_definition_for_demo_and_benchmarks():
     import numpy as np
 
     from namedschema import NamedArrayTupleSchema
-
     from namedschema.apps import demo
     from namedschema.apps.bench import buffer as bench_buffer
     from namedschema.apps.bench import checkpoint as bench_checkpoint

@@ -17,7 +17,7 @@ import pytest
 import namedschema
 from namedschema._core import extras as _extras
 from namedschema.apps import cli
-from namedschema.apps.bench import TOPICS, _write_json_atomic
+from namedschema.apps.bench import TOPICS, write_json_atomic
 from tests.helpers import REPO_ROOT
 
 
@@ -112,7 +112,7 @@ def test_bench_json_honours_the_umask(tmp_path):
     old = os.umask(0o022)
     try:
         path = tmp_path / "r.json"
-        _write_json_atomic(str(path), {"a": 1})
+        write_json_atomic(str(path), {"a": 1})
     finally:
         os.umask(old)
     assert json.loads(path.read_text()) == {"a": 1}

@@ -9,12 +9,10 @@ import subprocess
 import sys
 
 import numpy as np
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from namedschema import NamedArrayTupleSchema, NamedTupleSchema
-
 from namedschema.apps import demo
 from tests.helpers import REPO_ROOT, echo_fresh, run_fresh
 

@@ -8,11 +8,23 @@ from multiprocessing.reduction import ForkingPickler
 import numpy as np
 import pytest
 
-from namedschema import (NamedArrayTuple, NamedArrayTupleSchema, NamedTupleSchema,
-                         StructureMismatchError, is_namedarraytuple)
-from namedschema.buffer import (buffer_from_example, buffer_func, buffer_method,
-                                build_array, get_leading_dims, is_shared_memory,
-                                np_mp_array, to_shared_memory)
+from namedschema import (
+    NamedArrayTuple,
+    NamedArrayTupleSchema,
+    NamedTupleSchema,
+    StructureMismatchError,
+    is_namedarraytuple,
+)
+from namedschema.buffer import (
+    buffer_from_example,
+    buffer_func,
+    buffer_method,
+    build_array,
+    get_leading_dims,
+    is_shared_memory,
+    np_mp_array,
+    to_shared_memory,
+)
 from namedschema.errors import BufferShapeError
 
 Samples = collections.namedtuple("Samples", "agent_info env")
@@ -30,7 +42,7 @@ def classic_nat(typename, fields):
         return tuple.__getitem__(self, index)
 
     def items(self):
-        return zip(self._fields, self)
+        return zip(self._fields, self, strict=True)
 
     return type(typename, (base,), {"__slots__": (), "__getitem__": __getitem__,
                                     "get": get, "items": items})

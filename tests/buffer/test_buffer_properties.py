@@ -28,7 +28,7 @@ def classic_nat(typename, fields):
         "__slots__": (),
         "__getitem__": lambda self, loc: type(self)(*(v if v is None else v[loc] for v in self)),
         "get": lambda self, i: tuple.__getitem__(self, i),
-        "items": lambda self: zip(self._fields, self)})
+        "items": lambda self: zip(self._fields, self, strict=True)})
 
 
 MAKERS = {
@@ -66,7 +66,7 @@ def check_matches(buf, ex, lead):
         assert isinstance(buf, NamedArrayTuple) and isinstance(type(buf), NamedArrayTupleSchema)
         assert type(buf)._fields == tuple(type(ex)._fields)
         assert type(buf)._typename == type(ex).__name__
-        for b, e in zip(buf, ex):
+        for b, e in zip(buf, ex, strict=True):
             check_matches(b, e, lead)
     else:
         a = np.asarray(ex)

@@ -7,9 +7,16 @@ import numpy as np
 import pytest
 
 from namedschema import NamedArrayTupleSchema, StructureMismatchError
-from namedschema.buffer import (buffer_from_example, buffer_func, buffer_method, buffer_to,
-                                get_leading_dims, is_shared_memory, numpify_buffer,
-                                torchify_buffer)
+from namedschema.buffer import (
+    buffer_from_example,
+    buffer_func,
+    buffer_method,
+    buffer_to,
+    get_leading_dims,
+    is_shared_memory,
+    numpify_buffer,
+    torchify_buffer,
+)
 from namedschema.errors import BufferShapeError
 from tests.helpers import run_fresh
 

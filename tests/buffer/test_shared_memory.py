@@ -9,10 +9,9 @@ import signal
 import numpy as np
 import pytest
 
-from namedschema.buffer import shared_memory as _shared_memory
-from namedschema.buffer import buffer_from_example, is_shared_memory, np_mp_array
-from namedschema.buffer import to_shared_memory
 from namedschema import namedtuple
+from namedschema.buffer import buffer_from_example, is_shared_memory, np_mp_array, to_shared_memory
+from namedschema.buffer import shared_memory as _shared_memory
 from tests.helpers import run_fresh
 
 METHODS = ["fork", "spawn", "forkserver"]

@@ -23,8 +23,8 @@ import numpy as np
 import pytest
 
 import namedschema
-from tests.helpers import REPO_ROOT
 from tests.checkpoint.background_kill_child import state
+from tests.helpers import REPO_ROOT
 
 # (mode, os function, nth call in the writer, before/after it, expected state)
 PHASES = [

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import struct
-import sys
 import warnings
 import zlib
 
@@ -42,6 +40,18 @@ def test_every_module_of_the_package_is_short():
         if name.endswith(".py"):
             with open(os.path.join(PACKAGE_DIR, name)) as f:
                 assert sum(1 for _ in f) < 600, name
+
+
+def test_one_module_writes_whole_checkpoint_files():
+    """Only ``writer`` writes blocks into a new file: saver and incremental hand it a layout."""
+    writers = set()
+    for name in os.listdir(PACKAGE_DIR):
+        if name.endswith(".py") and name not in ("atomic.py", "blocks.py"):
+            with open(os.path.join(PACKAGE_DIR, name)) as f:
+                text = f.read()
+            if "AtomicFile(" in text or "write_blocks(" in text:
+                writers.add(name)
+    assert writers == {"writer.py"}
 
 
 @pytest.mark.parametrize("record", [

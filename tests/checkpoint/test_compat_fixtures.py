@@ -23,7 +23,7 @@ def assert_same_contents(got, want, path="obj"):
         assert type(got).__name__ == type(want).__name__, path
         assert got._fields == want._fields and got._field_defaults == want._field_defaults, path
         assert isinstance(got, NamedArrayTuple) == isinstance(want, NamedArrayTuple), path
-        for name, a, b in zip(want._fields, got, want):
+        for name, a, b in zip(want._fields, got, want, strict=True):
             assert_same_contents(a, b, f"{path}.{name}")
     elif isinstance(want, dict):
         assert got.keys() == want.keys(), path

@@ -67,7 +67,7 @@ def _kill_trials(path, rng, trials, strays=None):
     env = dict(os.environ, PYTHONPATH=REPO_ROOT)
     versions = []
     previous = _check(path)
-    for trial in range(trials):
+    for _ in range(trials):
         first = previous + 1
         proc = subprocess.Popen([sys.executable, "-c", _SAVER, path, str(first)],
                                 stdout=subprocess.PIPE, env=env)

@@ -90,7 +90,7 @@ def test_simulated_enospc_at_every_write_keeps_the_old_file(tmp_path, monkeypatc
     for fail_at in range(1, total + 1):
         calls = {"n": 0}
 
-        def write(fd, data):
+        def write(fd, data, calls=calls, fail_at=fail_at):
             calls["n"] += 1
             if calls["n"] >= fail_at:
                 raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))

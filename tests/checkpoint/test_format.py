@@ -66,7 +66,7 @@ def test_schema_structure_round_trips(path, mode):
     assert back["meta"] == [1, 2.5, "x", None, True, (3, -4)]
     assert back["n"] == 10**30
     for got, want in zip(tuple(back["traj"].obs) + tuple(back["traj"])[1:],
-                         tuple(traj.obs) + tuple(traj)[1:]):
+                         tuple(traj.obs) + tuple(traj)[1:], strict=True):
         assert got.dtype == want.dtype and np.array_equal(got, want)
 
 
@@ -163,7 +163,7 @@ def test_rlpyt_style_namedarraytuple_becomes_array_schema(path):
             return tuple.__getitem__(self, index)
 
         def items(self):
-            return zip(self._fields, self)
+            return zip(self._fields, self, strict=True)
 
     back = roundtrip(Samp(np.arange(4), np.ones(4)), path)
     assert isinstance(back, namedschema.NamedArrayTuple)

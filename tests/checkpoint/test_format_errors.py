@@ -194,7 +194,7 @@ def test_bad_structure_nodes_refused(saved):
     """Structure nodes that are unknown or point at missing arrays or schemas are refused."""
     for structure in [{"eval": "x"}, {"array": 99}, {"nt": 5, "values": []},
                       {"nt": 0, "values": [1]}, {"dict": [[1, 2]]}]:
-        rewrite(saved, lambda h, d: d.update(structure=structure))
+        rewrite(saved, lambda h, d, structure=structure: d.update(structure=structure))
         with pytest.raises(FormatError, match="structure"):
             namedschema.load(saved)
 
@@ -202,7 +202,7 @@ def test_bad_structure_nodes_refused(saved):
 def test_bad_schema_definition_refused(saved):
     """A schema entry with an invalid field name or unknown kind raises FormatError."""
     for change in [{"fields": ["ok", "not valid"]}, {"kind": "os.system"}, {"typename": 3}]:
-        rewrite(saved, lambda h, d: d["schemas"][0].update(change))
+        rewrite(saved, lambda h, d, change=change: d["schemas"][0].update(change))
         with pytest.raises(FormatError, match="schema 0 is invalid"):
             namedschema.load(saved)
 

@@ -10,6 +10,7 @@ import sys
 import textwrap
 
 import numpy as np
+import pytest
 
 import namedschema
 from tests.helpers import REPO_ROOT, run_fresh
@@ -44,6 +45,7 @@ def test_fresh_interpreter_loads_schemas_views_and_mmap(tmp_path):
 
 def test_file_written_by_fresh_interpreter_loads_here(tmp_path):
     """A file saved in a child (schema defined in its __main__) loads here with a torch tensor."""
+    torch = pytest.importorskip("torch")
     path = str(tmp_path / "child.nsb")
     run_fresh(f"""
         import numpy as np, torch, namedschema
@@ -51,8 +53,6 @@ def test_file_written_by_fresh_interpreter_loads_here(tmp_path):
         t = torch.arange(6.0)
         namedschema.save([S(np.ones((2, 3), np.float16), t), S(None, t[2:])], {path!r})
         """)
-    import torch
-
     back = namedschema.load(path)
     assert type(back[0]) is type(back[1]) and type(back[0])._typename == "Step"
     assert back[0].obs.dtype == np.float16 and torch.equal(back[1].act, torch.arange(2.0, 6.0))

@@ -64,7 +64,7 @@ def assert_same(got, want):
             assert_same(got[key], want[key])
     elif isinstance(want, (list, tuple)):
         assert type(got) is type(want) and len(got) == len(want)
-        for g, w in zip(got, want):
+        for g, w in zip(got, want, strict=True):
             assert_same(g, w)
     else:
         assert type(got) is type(want) and got == want
@@ -105,7 +105,7 @@ def test_views_of_views_keep_aliasing(dtype, n, data):
         namedschema.save(views + [other], path)
         back = namedschema.load(path, mmap_mode=mode)
     originals = views + [other]
-    for i, (g, w) in enumerate(zip(back, originals)):
+    for i, (g, w) in enumerate(zip(back, originals, strict=True)):
         assert_same(g, w)
         for j in range(i):
             assert np.shares_memory(back[i], back[j]) == np.shares_memory(originals[i], originals[j])

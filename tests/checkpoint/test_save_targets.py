@@ -23,6 +23,7 @@ import pytest
 
 import namedschema
 from namedschema.checkpoint import saver as saver_module
+from namedschema.checkpoint import writer as writer_module
 from namedschema.errors import NotRegularFileError
 from tests.figures import record
 
@@ -113,7 +114,7 @@ def test_directory_target_is_refused_before_anything_is_written(tmp_path, monkey
     """1: the refusal comes first; before, a directory failed at rename, after all the writing."""
     def no_writing(*args, **kwargs):
         raise AssertionError("save wrote data before refusing the target")
-    monkeypatch.setattr(saver_module, "write_blocks", no_writing)
+    monkeypatch.setattr(writer_module, "write_blocks", no_writing)
     monkeypatch.setattr(saver_module, "encode_graph", no_writing)
     with pytest.raises(NotRegularFileError) as info:
         namedschema.save(OBJ, str(tmp_path))
@@ -123,13 +124,13 @@ def test_directory_target_is_refused_before_anything_is_written(tmp_path, monkey
 def test_a_node_appearing_during_the_save_is_not_replaced(tmp_path, monkeypatch):
     """1: a FIFO made at the target while the data is written is still refused, temp removed."""
     target = str(tmp_path / "late.nsb")
-    real = saver_module.write_blocks
+    real = writer_module.write_blocks
 
     def write_then_make_fifo(*args, **kwargs):
         crcs = real(*args, **kwargs)
         os.mkfifo(target)
         return crcs
-    monkeypatch.setattr(saver_module, "write_blocks", write_then_make_fifo)
+    monkeypatch.setattr(writer_module, "write_blocks", write_then_make_fifo)
     with pytest.raises(NotRegularFileError):
         namedschema.save(OBJ, target)
     assert stat.S_ISFIFO(os.lstat(target).st_mode)
@@ -176,7 +177,7 @@ def test_save_errors_name_the_users_path_not_the_temp_file(tmp_path, monkeypatch
 
     def disk_full(*args, **kwargs):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-    monkeypatch.setattr(saver_module, "write_blocks", disk_full)
+    monkeypatch.setattr(writer_module, "write_blocks", disk_full)
     with pytest.raises(OSError) as info:
         namedschema.save(OBJ, target)
     assert info.value.filename == target and repr(target) in str(info.value)

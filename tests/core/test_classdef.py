@@ -209,7 +209,7 @@ def test_invalid_bases_metaclasses_and_keywords_are_refused():
         class M(NamedTuple, metaclass=Meta):
             x: int
     with pytest.raises(SchemaClassError, match="exactly one base class"):
-        class C(NamedTuple, B):  # noqa: F841
+        class C(NamedTuple, B):
             y: str
 
 

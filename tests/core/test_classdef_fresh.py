@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 
 import namedschema
-from tests.helpers import REPO_ROOT, echo_fresh, run_fresh
 from tests.core import class_schemas as cs
+from tests.helpers import REPO_ROOT, echo_fresh, run_fresh
 
 START_METHODS = [m for m in ("spawn", "forkserver") if m in mp.get_all_start_methods()]
 

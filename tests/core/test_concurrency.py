@@ -17,7 +17,6 @@ import numpy as np
 import pytest
 
 from namedschema import NamedArrayTupleSchema, NamedTupleSchema
-
 from namedschema._core import pickling as _pickle
 from tests.figures import record
 from tests.helpers import REPO_ROOT, run_fresh

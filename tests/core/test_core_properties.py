@@ -7,7 +7,12 @@ import numpy as np
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from namedschema import NamedArrayTuple, NamedArrayTupleSchema, NamedTupleSchema, SchemaDefinitionError
+from namedschema import (
+    NamedArrayTuple,
+    NamedArrayTupleSchema,
+    NamedTupleSchema,
+    SchemaDefinitionError,
+)
 from tests.strategies import field_lists, identifiers, nested_instances, plain_instances, schemas
 
 PROTOCOLS = st.integers(0, pickle.HIGHEST_PROTOCOL)
@@ -18,7 +23,7 @@ def assert_same_structure(a, b):
     assert type(a) is type(b)
     if isinstance(a, tuple):
         assert len(a) == len(b)
-        for x, y in zip(a, b):
+        for x, y in zip(a, b, strict=True):
             assert_same_structure(x, y)
     elif isinstance(a, np.ndarray):
         assert a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
@@ -71,12 +76,13 @@ def test_rename_matches_namedtuple(names):
             NamedTupleSchema("T", names, rename=True)
         except SchemaDefinitionError:
             return
-        raise AssertionError("namedtuple refused a definition that NamedTupleSchema accepted")
+        raise AssertionError(
+            "namedtuple refused a definition that NamedTupleSchema accepted") from None
     assert NamedTupleSchema("T", names, rename=True)._fields == expected
 
 
 locs = st.one_of(st.integers(-3, 2), st.slices(3),
-                 st.lists(st.integers(0, 2), max_size=4).map(lambda l: np.array(l, dtype=np.intp)))
+                 st.lists(st.integers(0, 2), max_size=4).map(lambda idx: np.array(idx, dtype=np.intp)))
 
 
 def index_reference(x, loc):

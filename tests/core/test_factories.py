@@ -5,10 +5,19 @@ import collections
 import numpy as np
 import pytest
 
-from namedschema import (AttrDict, NamedArrayTupleSchema, NamedArrayTupleSchema_like,
-                         NamedTupleSchema, is_namedarraytuple, is_namedarraytuple_class,
-                         is_namedtuple, is_namedtuple_class, namedarraytuple,
-                         namedarraytuple_like, namedtuple)
+from namedschema import (
+    AttrDict,
+    NamedArrayTupleSchema,
+    NamedArrayTupleSchema_like,
+    NamedTupleSchema,
+    is_namedarraytuple,
+    is_namedarraytuple_class,
+    is_namedtuple,
+    is_namedtuple_class,
+    namedarraytuple,
+    namedarraytuple_like,
+    namedtuple,
+)
 
 
 def classic_namedarraytuple(name, fields):
@@ -19,7 +28,7 @@ def classic_namedarraytuple(name, fields):
         return tuple.__getitem__(self, i)
 
     def items(self):
-        return zip(self._fields, self)
+        return zip(self._fields, self, strict=True)
 
     def getitem(self, loc):
         return type(self)(*(None if v is None else v[loc] for v in self))

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from namedschema import NamedArrayTupleSchema, NamedTupleSchema
-from tests.helpers import echo_fresh, run_fresh
 from tests.core import workers
+from tests.helpers import echo_fresh, run_fresh
 
 
 def make_schemas():

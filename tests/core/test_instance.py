@@ -136,7 +136,7 @@ def test_unrolled_and_generic_paths_agree(n_fields):
     fields = [None if i % 3 == 2 else np.arange(6) * (i + 1) for i in range(n_fields)]
     x = S(*fields)
     y = x[1:4]
-    for a, b in zip(y, fields):
+    for a, b in zip(y, fields, strict=True):
         assert (a is None and b is None) or np.array_equal(a, b[1:4])
     x[0] = -1
     assert all(f is None or f[0] == -1 for f in x)

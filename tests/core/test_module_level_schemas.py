@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from namedschema import same_definition
-from tests.helpers import run_fresh
 from tests.core import module_schemas as ms
+from tests.helpers import run_fresh
 
 
 def test_identical_module_level_definitions_stay_distinct():

@@ -10,8 +10,12 @@ import uuid
 import numpy as np
 import pytest
 
-from namedschema import (NamedArrayTupleSchema, NamedTupleSchema, SchemaConflictError,
-                         SchemaDefinitionError)
+from namedschema import (
+    NamedArrayTupleSchema,
+    NamedTupleSchema,
+    SchemaConflictError,
+    SchemaDefinitionError,
+)
 from namedschema._core.pickling import rebuild_schema
 from namedschema._core.schema import same_definition
 

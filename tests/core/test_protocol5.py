@@ -5,7 +5,8 @@ from __future__ import annotations
 import pickle
 
 import numpy as np
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 import namedschema as ns
@@ -163,7 +164,7 @@ def test_out_of_band_roundtrip_property(tree):
     assert len(buffers) == len(leaves)
     back = pickle.loads(data, buffers=buffers)
     assert type(back) is type(tree)
-    for a, b in zip(leaves, _leaves(back)):
+    for a, b in zip(leaves, _leaves(back), strict=True):
         assert a.dtype == b.dtype and a.shape == b.shape
         np.testing.assert_array_equal(a, b)
         assert a.size == 0 or np.shares_memory(a, b)

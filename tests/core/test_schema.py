@@ -6,8 +6,13 @@ import sys
 import pytest
 
 import namedschema
-from namedschema import (NamedArrayTuple, NamedArrayTupleSchema, NamedTuple,
-                         NamedTupleSchema, SchemaDefinitionError)
+from namedschema import (
+    NamedArrayTuple,
+    NamedArrayTupleSchema,
+    NamedTuple,
+    NamedTupleSchema,
+    SchemaDefinitionError,
+)
 from namedschema._core.schema import same_definition
 
 

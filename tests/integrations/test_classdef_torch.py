@@ -8,8 +8,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from tests.helpers import run_fresh  # noqa: E402
 from tests.core import class_schemas as cs  # noqa: E402
+from tests.helpers import run_fresh  # noqa: E402
 
 
 def test_weights_only_load_keeps_the_class_and_its_methods():

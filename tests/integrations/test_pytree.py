@@ -9,7 +9,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import torch.utils._pytree as pytree  # noqa: E402
-from hypothesis import given, strategies as st  # noqa: E402
+from hypothesis import given  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
 
 import namedschema as ns  # noqa: E402
 from namedschema._core.schema import same_definition  # noqa: E402
@@ -66,7 +67,7 @@ def test_torch_pytree_tree_map_keeps_types():
 def _outcome(func):
     try:
         return type(func())
-    except Exception as exc:  # noqa: BLE001 - the outcome is compared, not hidden
+    except Exception as exc:
         return type(exc)
 
 
@@ -81,8 +82,8 @@ def test_torch_pytree_twins_keep_own_type():
     NtA, NtB = collections.namedtuple("Twin", "a b"), collections.namedtuple("Twin", "a b")
     nta, ntb = NtA(torch.ones(1), None), NtB(torch.ones(1), None)
     for first, second, nt_first, nt_second in ((a, b, nta, ntb), (b, a, ntb, nta)):
-        ours = _outcome(lambda: pytree.tree_map(lambda u, v: u, first, second))
-        theirs = _outcome(lambda: pytree.tree_map(lambda u, v: u, nt_first, nt_second))
+        ours = _outcome(lambda x=first, y=second: pytree.tree_map(lambda u, v: u, x, y))
+        theirs = _outcome(lambda x=nt_first, y=nt_second: pytree.tree_map(lambda u, v: u, x, y))
         assert (ours is type(first)) == (theirs is type(nt_first)), (ours, theirs)
         assert ours is type(first) or ours is theirs
 
@@ -182,7 +183,7 @@ def _trees(draw, depth=0):
 def _same_structure(a, b):
     if isinstance(a, tuple):
         return (type(a) is type(b) and len(a) == len(b)
-                and all(_same_structure(u, v) for u, v in zip(a, b)))
+                and all(_same_structure(u, v) for u, v in zip(a, b, strict=True)))
     if a is None:
         return b is None
     return torch.equal(a, b)

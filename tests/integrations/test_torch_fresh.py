@@ -6,7 +6,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-from tests.helpers import run_fresh  # noqa: E402
+from tests.helpers import run_fresh
 
 # What ``import namedschema`` does once the hook line is in ``__init__``;
 # calling install() again is harmless, so these tests hold either way.

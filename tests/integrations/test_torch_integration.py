@@ -10,10 +10,11 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from hypothesis import given, settings, strategies as st  # noqa: E402
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
 
 import namedschema as ns  # noqa: E402
-from namedschema._core import pickling as _pickle
+from namedschema._core import pickling as _pickle  # noqa: E402
 from namedschema.integrations import _torch_hook  # noqa: E402
 from namedschema.integrations import torch as nst  # noqa: E402
 
@@ -108,7 +109,7 @@ def test_weights_only_roundtrip_property(fields, n, array):
     x = S(*values)
     y = _roundtrip(x)
     assert type(y) is S
-    for a, b in zip(x, y):
+    for a, b in zip(x, y, strict=True):
         assert (a is None and b is None) or torch.equal(a, b)
 
 
@@ -268,6 +269,7 @@ def test_import_hook_runs_after_import_and_removes_itself(tmp_path, monkeypatch)
     """when_imported fires once the module executed, restores its loader and leaves no watcher."""
     import importlib
     import sys
+
     from namedschema.integrations import import_hooks
     _fake_module(tmp_path, monkeypatch, "ns_fake_mod_a")
     seen = []
@@ -285,6 +287,7 @@ def test_import_hook_runs_after_import_and_removes_itself(tmp_path, monkeypatch)
 def test_import_hook_failure_warns_not_breaks(tmp_path, monkeypatch):
     """A failing callback gives a RuntimeWarning and the import still succeeds."""
     import importlib
+
     from namedschema.integrations import import_hooks
     _fake_module(tmp_path, monkeypatch, "ns_fake_mod_b")
 
@@ -299,6 +302,7 @@ def test_import_hook_failure_warns_not_breaks(tmp_path, monkeypatch):
 def test_import_hook_cancel(tmp_path, monkeypatch):
     """A cancelled callback does not run when the module is imported."""
     import importlib
+
     from namedschema.integrations import import_hooks
     _fake_module(tmp_path, monkeypatch, "ns_fake_mod_c")
     seen = []

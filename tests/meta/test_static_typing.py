@@ -4,6 +4,7 @@ rejected, by each checker."""
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import re
@@ -75,6 +76,24 @@ def test_the_typing_folder_has_both_kinds_of_file():
     assert any(name.startswith("pass_") for name in expected)
     assert all(lines for name, lines in expected.items() if name.startswith("fail_"))
     assert not any(lines for name, lines in expected.items() if name.startswith("pass_"))
+
+
+# What the README shows a user calling; the user file must call each (and type-check).
+README_CALLS = {"save", "load", "inspect", "verify", "upgrade", "buffer_from_example",
+                "resumable", "patch_rlpyt", "ReplayBuffer", "PrioritizedReplayBuffer",
+                "RunCheckpoint", "ShardedReplay", "capture_env", "restore_env",
+                "declared_dtypes"}
+
+
+def test_the_readme_file_is_a_strict_user_file_of_the_whole_api():
+    """pass_readme.py calls every entry point the README shows, and pyright checks it in
+    strict mode (mypy runs with --strict on every file)."""
+    source = (TYPING_DIR / "pass_readme.py").read_text()
+    called = {node.func.attr if isinstance(node.func, ast.Attribute) else
+              getattr(node.func, "id", None) for node in ast.walk(ast.parse(source))
+              if isinstance(node, ast.Call)}
+    assert README_CALLS - called == set()
+    assert "\n# pyright: strict\n" in source
 
 
 @pytest.mark.parametrize("checker", ["mypy", "pyright"])

@@ -14,9 +14,9 @@ import sys
 
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
-import numpy as np  # noqa: E402
+import numpy as np
 
-import namedschema as ns  # noqa: E402
+import namedschema as ns
 
 Step = ns.NamedArrayTupleSchema("Step", "obs action reward")
 EXAMPLE = Step(np.zeros((64, 64), np.uint8), np.int64(0), np.float32(0))

@@ -8,8 +8,8 @@ import os
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
+import numpy as np
+import pytest
 
 ray = pytest.importorskip("ray")
 
@@ -230,6 +230,7 @@ def test_cloudpickle_fresh_echo_keeps_identity():
     import pickle
 
     import cloudpickle
+
     from tests.helpers import run_fresh
     Local = ns.NamedArrayTupleSchema("Local", "x y", module="__main__")
     out = run_fresh("""
@@ -247,8 +248,9 @@ def test_cloudpickle_fresh_echo_keeps_identity():
 def test_cloudpickle_other_classes_untouched():
     """Local ordinary classes and class-statement subclasses of schemas still go by value."""
     import cloudpickle
-    from namedschema.integrations import _cloudpickle_hook
     import cloudpickle.cloudpickle as cp_module
+
+    from namedschema.integrations import _cloudpickle_hook
     assert _cloudpickle_hook.patch(cp_module) is True  # idempotent
     # Through the public Pickler.reducer_override; cloudpickle's private names untouched.
     assert _cloudpickle_hook.is_patched(cp_module)

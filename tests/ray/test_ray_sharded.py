@@ -18,8 +18,8 @@ import time
 
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
+import numpy as np
+import pytest
 
 ray = pytest.importorskip("ray")
 
@@ -54,7 +54,7 @@ def cluster():
 
 def all_actions(replay):
     """Every stored row's action, through a restore-independent path: a huge sample."""
-    shards = replay._shards  # noqa: SLF001 - the test reads each shard's rows directly
+    shards = replay._shards
     out = []
     for s in shards:
         rows, _ = ray.get(s.rows.remote(0, 10**9))
@@ -95,11 +95,11 @@ def test_prioritized_is_proportional_across_shards(cluster):
         for k in range(20):   # batches alternate between the two shards
             r.extend(batch(k, n=20))
         _, idx, _ = r.sample(400)
-        rows_of_0 = np.unique(idx[idx < r._stride])  # noqa: SLF001
+        rows_of_0 = np.unique(idx[idx < r._stride])
         # shard 0's rows get priority 9, shard 1's stay at 1: shard 0 holds 90% of the mass
         r.update_priorities(np.arange(200), np.full(200, 9.0))
         _, idx, w = r.sample(20000)
-        share = np.mean(idx < r._stride)  # noqa: SLF001
+        share = np.mean(idx < r._stride)
         assert abs(share - 0.9) < 0.02, share
         assert len(rows_of_0) > 0
         # weights: (p / p_min) ** -beta over all shards, so 9 ** -0.4 for shard 0
@@ -145,11 +145,11 @@ def test_restore_onto_other_shard_counts(cluster, tmp_path, new_shards):
     r.update_priorities(idx, np.arange(1, 31, dtype=np.float64))
     r.checkpoint(tmp_path)
     before = all_actions(r)
-    mass = sum(ray.get(s.stats.remote())[1] for s in r._shards)  # noqa: SLF001
+    mass = sum(ray.get(s.stats.remote())[1] for s in r._shards)
     moved = ShardedReplay.restore(tmp_path, num_shards=new_shards)
     assert moved.num_shards == new_shards and moved.capacity == 120
     assert all_actions(moved) == before            # every row, once
-    moved_mass = sum(ray.get(s.stats.remote())[1] for s in moved._shards)  # noqa: SLF001
+    moved_mass = sum(ray.get(s.stats.remote())[1] for s in moved._shards)
     assert moved_mass == pytest.approx(mass, rel=1e-9)   # priorities carried over
     b, i, w = moved.sample(16)
     assert b.obs.shape == (16, 4) and w.max() <= 1.0
@@ -213,7 +213,7 @@ def test_killed_shard_fails_checkpoint_and_keeps_previous_generation(cluster, tm
     for k in range(6, 9):
         r.extend(batch(k))
     r.flush()
-    ray.kill(r._shards[1])  # noqa: SLF001
+    ray.kill(r._shards[1])
     with pytest.raises(ShardedReplayError, match="shard actor died"):
         r.checkpoint(tmp_path)
     again = ShardedReplay.restore(tmp_path)
@@ -231,7 +231,7 @@ def test_shard_killed_during_checkpoint(cluster, tmp_path):
     for k in range(100, 150):
         r.extend(batch(k, n=30))
     after = len(r)
-    killer = threading.Timer(0.01, lambda: ray.kill(r._shards[2]))  # noqa: SLF001
+    killer = threading.Timer(0.01, lambda: ray.kill(r._shards[2]))
     killer.start()
     try:
         r.checkpoint(tmp_path)

@@ -40,8 +40,8 @@ import sys
 
 sys.path.append(os.environ["RLPYT_SRC"])
 
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
+import numpy as np
+import torch
 
 # Set by main(): namedschema, its rlpyt state module, rlpyt's logger.
 namedschema = rstate = logger = None
@@ -502,7 +502,7 @@ def main(argv=None):
     if args.config.startswith("pong"):
         install_atari_adapter(args.alone or args.import_order == "rlpyt-first")
     if args.import_order == "rlpyt-first" or args.alone:
-        import rlpyt.runners.minibatch_rl  # noqa: F401
+        import rlpyt.runners.minibatch_rl
         import rlpyt.samplers.serial.sampler  # noqa: F401
     if not args.alone:
         import_namedschema(patch=not args.no_patch)

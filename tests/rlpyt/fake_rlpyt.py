@@ -1,9 +1,11 @@
 '''A tiny stand-in for rlpyt, written for these tests, that reproduces its patterns.
 
-The CI cannot install rlpyt, so the tests write this package to a temporary
-directory and put it on ``sys.path`` of fresh interpreters. It has rlpyt's
-module and function names (so ``patch_rlpyt`` and the shared driver treat it
-like the real thing) and the patterns that break pickling there:
+Used only where no real rlpyt is present (``RLPYT_SRC`` unset: a user's clone, an
+sdist; CI always has the real one): tests/rlpyt/test_rlpyt_patterns.py writes this
+package to a temporary directory and runs its scenarios on it as on the real rlpyt.
+It has rlpyt's module paths and class names (so ``patch_rlpyt`` and the shared
+driver treat it like the real thing), and tests/rlpyt/test_fake_rlpyt_vs_real.py
+checks it against the real rlpyt. The patterns that break pickling there:
 
 * module-level ``namedarraytuple(...)`` calls (``SamplesFromReplay``);
 * a module global type that stays ``None`` until a constructor assigns it
@@ -12,7 +14,7 @@ like the real thing) and the patterns that break pickling there:
 * a ring buffer with a cursor, uniform sampling with ``np.random``;
 * a frame store with a view of another array (``samples_new_frames``);
 * a sum tree whose ``priorities`` is a view of ``tree``;
-* a namedtuple type made at run time and stored in module globals.
+* ``collections.namedtuple`` imported into a module and called at run time.
 
 write_fake_rlpyt   write the package under a directory; returns that directory
 FILES              relative path -> source of each module
@@ -25,9 +27,9 @@ import textwrap
 
 FILES = {}
 
-FILES["rlpyt/__init__.py"] = ""
-FILES["rlpyt/utils/__init__.py"] = ""
-FILES["rlpyt/replays/__init__.py"] = ""
+for _package in ("rlpyt", "rlpyt/agents", "rlpyt/envs", "rlpyt/utils", "rlpyt/replays",
+                 "rlpyt/replays/non_sequence"):
+    FILES[_package + "/__init__.py"] = ""
 
 FILES["rlpyt/utils/collections.py"] = '''
 import sys
@@ -116,7 +118,8 @@ def is_namedarraytuple(obj):
     return is_namedarraytuple_class(type(obj))
 
 
-def namedarraytuple_like(example, classname_suffix=False):
+def namedarraytuple_like(namedtuple_or_class, classname_suffix=False):
+    example = namedtuple_or_class
     cls = example if isinstance(example, type) else type(example)
     if is_namedtuple_class(cls):
         return namedarraytuple(cls.__name__, cls._fields, classname_suffix=classname_suffix)
@@ -126,7 +129,7 @@ def namedarraytuple_like(example, classname_suffix=False):
                     f" or class, got {type(example)}.")
 
 
-ExampleNat = namedarraytuple("ExampleNat", ["a", "b"])
+DocExampleNat = namedarraytuple("DocExampleNat", ["field_1", "field_2"])
 '''
 
 FILES["rlpyt/utils/buffer.py"] = '''
@@ -161,71 +164,125 @@ def get_leading_dims(buffer_, n_dim=1):
     return dims.pop()
 '''
 
-FILES["rlpyt/replays/uniform.py"] = '''
-import numpy as np
-
-from rlpyt.utils.buffer import buffer_from_example, get_leading_dims
+FILES["rlpyt/agents/base.py"] = '''
 from rlpyt.utils.collections import namedarraytuple
 
-SamplesFromReplay = namedarraytuple("SamplesFromReplay",
-                                    ["observation", "action", "reward", "index"])
+AgentInputs = namedarraytuple("AgentInputs",
+                              ["observation", "prev_action", "prev_reward"])
+'''
+
+FILES["rlpyt/envs/base.py"] = '''
+from collections import namedtuple
+
+EnvStep = namedtuple("EnvStep", ["observation", "reward", "done", "env_info"])
+EnvInfo = namedtuple("EnvInfo", [])
+EnvSpaces = namedtuple("EnvSpaces", ["observation", "action"])
+'''
+
+FILES["rlpyt/replays/base.py"] = '''
+class BaseReplayBuffer:
+
+    async_ = False
+
+    def append_samples(self, samples):
+        raise NotImplementedError
+
+    def sample_batch(self, batch_B, batch_T=None):
+        raise NotImplementedError
+'''
+
+FILES["rlpyt/replays/n_step.py"] = '''
+import numpy as np
+
+from rlpyt.replays.base import BaseReplayBuffer
+from rlpyt.utils.buffer import buffer_from_example, get_leading_dims
 
 
-class UniformRing:
-    """Ring buffer [T, B] with a cursor; samples uniformly with np.random."""
+class BaseNStepReturnBuffer(BaseReplayBuffer):
+    """Ring buffer [T, B] with a cursor (rlpyt's also keeps n-step returns)."""
 
-    def __init__(self, example, size, B):
-        self.T, self.B, self.t, self.full = size // B, B, 0, False
+    def __init__(self, example, size, B, discount=1, n_step_return=1):
+        self.T, self.B, self.t = size // B, B, 0
         self.samples = buffer_from_example(example, (self.T, B))
+        self._buffer_full = False
 
     def append_samples(self, samples):
         T, B = get_leading_dims(samples, 2)
         idxs = np.arange(self.t, self.t + T) % self.T
         self.samples[idxs] = samples
-        self.full = self.full or self.t + T >= self.T
+        self._buffer_full = self._buffer_full or self.t + T >= self.T
         self.t = (self.t + T) % self.T
         return T, idxs
+'''
 
-    def sample_idxs(self, batch_B):
-        high = self.T if self.full else self.t
-        return (np.random.randint(0, high, size=batch_B),
-                np.random.randint(0, self.B, size=batch_B))
+FILES["rlpyt/replays/non_sequence/n_step.py"] = '''
+from rlpyt.agents.base import AgentInputs
+from rlpyt.replays.n_step import BaseNStepReturnBuffer
+from rlpyt.utils.collections import namedarraytuple
 
-    def extract_observation(self, T_idxs, B_idxs):
-        return self.samples.observation[T_idxs, B_idxs]
+SamplesFromReplay = namedarraytuple("SamplesFromReplay",
+    ["agent_inputs", "action", "return_", "done", "done_n", "target_inputs"])
+
+
+class NStepReturnBuffer(BaseNStepReturnBuffer):
 
     def extract_batch(self, T_idxs, B_idxs):
         s = self.samples
-        return SamplesFromReplay(self.extract_observation(T_idxs, B_idxs),
-                                 s.action[T_idxs, B_idxs], s.reward[T_idxs, B_idxs],
-                                 T_idxs * self.B + B_idxs)
+        return SamplesFromReplay(
+            agent_inputs=AgentInputs(self.extract_observation(T_idxs, B_idxs),
+                                     s.action[T_idxs - 1, B_idxs],
+                                     s.reward[T_idxs - 1, B_idxs]),
+            action=s.action[T_idxs, B_idxs], return_=s.reward[T_idxs, B_idxs],
+            done=s.done[T_idxs, B_idxs], done_n=s.done[T_idxs, B_idxs],
+            target_inputs=None)
+
+    def extract_observation(self, T_idxs, B_idxs):
+        return self.samples.observation[T_idxs, B_idxs]
+'''
+
+FILES["rlpyt/replays/non_sequence/uniform.py"] = '''
+import numpy as np
+
+from rlpyt.replays.non_sequence.n_step import NStepReturnBuffer
+
+
+class UniformReplay:
+    """Samples uniformly with np.random."""
 
     def sample_batch(self, batch_B):
-        return self.extract_batch(*self.sample_idxs(batch_B))
+        T_idxs, B_idxs = self.sample_idxs(batch_B)
+        return self.extract_batch(T_idxs, B_idxs)
+
+    def sample_idxs(self, batch_B):
+        high = self.T if self._buffer_full else self.t
+        return (np.random.randint(0, high, size=batch_B),
+                np.random.randint(0, self.B, size=batch_B))
+
+
+class UniformReplayBuffer(UniformReplay, NStepReturnBuffer):
+    pass
 '''
 
 FILES["rlpyt/replays/frame.py"] = '''
-import numpy as np
-
-from rlpyt.replays.uniform import UniformRing
-from rlpyt.utils.buffer import buffer_from_example
+from rlpyt.utils.buffer import buffer_from_example, get_leading_dims
 from rlpyt.utils.collections import namedarraytuple
 
 BufferSamples = None
 
 
-class FrameRing(UniformRing):
+class FrameBufferMixin:
     """Stores each observation's newest frame once; old frames are a view."""
 
-    def __init__(self, example, size, B):
+    def __init__(self, example, **kwargs):
+        field_names = [f for f in example._fields if f != "observation"]
         global BufferSamples
-        fields = [f for f in example._fields if f != "observation"]
-        BufferSamples = namedarraytuple("BufferSamples", fields)
-        super().__init__(BufferSamples(*(v for k, v in example.items()
-                                         if k != "observation")), size, B)
-        self.n_frames = n = example.observation.shape[0]
+        BufferSamples = namedarraytuple("BufferSamples", field_names)
+        buffer_example = BufferSamples(*(v for k, v in example.items()
+                                         if k != "observation"))
+        super().__init__(example=buffer_example, **kwargs)
+        self.n_frames = n = get_leading_dims(example.observation, n_dim=1)[0]
         self.samples_frames = buffer_from_example(example.observation[0],
-                                                  (self.T + n - 1, B))
+                                                  (self.T + n - 1, self.B))
         self.samples_new_frames = self.samples_frames[n - 1:]
 
     def append_samples(self, samples):
@@ -239,10 +296,6 @@ class FrameRing(UniformRing):
         elif self.t < start and self.n_frames > 1:
             self.samples_frames[:self.n_frames - 1] = self.samples_frames[-(self.n_frames - 1):]
         return T, idxs
-
-    def extract_observation(self, T_idxs, B_idxs):
-        return np.stack([self.samples_frames[t:t + self.n_frames, b]
-                         for t, b in zip(T_idxs, B_idxs)])
 '''
 
 FILES["rlpyt/replays/sum_tree.py"] = '''
@@ -256,8 +309,8 @@ class SumTree:
         self.T, self.B, self.default_value = T, B, default_value
         self.levels = int(np.ceil(np.log2(T * B))) + 1
         self.tree = np.zeros(2 ** self.levels - 1)
-        self.low = 2 ** (self.levels - 1) - 1
-        self.priorities = self.tree[self.low:self.low + T * B].reshape(T, B)
+        self.low_idx = 2 ** (self.levels - 1) - 1
+        self.priorities = self.tree[self.low_idx:self.low_idx + T * B].reshape(T, B)
 
     def _rebuild(self):
         for level in range(self.levels - 2, -1, -1):
@@ -277,18 +330,17 @@ class SumTree:
             go_right = values > self.tree[left]
             values = np.where(go_right, values - self.tree[left], values)
             idx = np.where(go_right, left + 1, left)
-        self.prev = idx
-        return np.divmod(idx - self.low, self.B), self.tree[idx]
+        self.prev_tree_idxs = idx
+        return np.divmod(idx - self.low_idx, self.B), self.tree[idx]
 
     def update_batch_priorities(self, priorities):
-        self.tree[self.prev] = priorities
+        self.tree[self.prev_tree_idxs] = priorities
         self._rebuild()
 '''
 
-FILES["rlpyt/replays/prioritized.py"] = '''
-from rlpyt.replays.frame import FrameRing
+FILES["rlpyt/replays/non_sequence/prioritized.py"] = '''
+from rlpyt.replays.non_sequence.n_step import NStepReturnBuffer, SamplesFromReplay
 from rlpyt.replays.sum_tree import SumTree
-from rlpyt.replays.uniform import SamplesFromReplay, UniformRing
 from rlpyt.utils.collections import namedarraytuple
 
 SamplesFromReplayPri = namedarraytuple("SamplesFromReplayPri",
@@ -296,6 +348,7 @@ SamplesFromReplayPri = namedarraytuple("SamplesFromReplayPri",
 
 
 class PrioritizedReplay:
+
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
         self.priority_tree = SumTree(self.T, self.B)
@@ -314,25 +367,32 @@ class PrioritizedReplay:
         self.priority_tree.update_batch_priorities(priorities)
 
 
-class PrioritizedRing(PrioritizedReplay, UniformRing):
-    pass
-
-
-class PrioritizedFrameRing(PrioritizedReplay, FrameRing):
+class PrioritizedReplayBuffer(PrioritizedReplay, NStepReturnBuffer):
     pass
 '''
 
-FILES["rlpyt/envs.py"] = '''
-from collections import namedtuple
+FILES["rlpyt/replays/non_sequence/frame.py"] = '''
+import numpy as np
+
+from rlpyt.replays.frame import FrameBufferMixin
+from rlpyt.replays.non_sequence.n_step import NStepReturnBuffer
+from rlpyt.replays.non_sequence.prioritized import PrioritizedReplay
+from rlpyt.replays.non_sequence.uniform import UniformReplay
 
 
-def info_to_nt(info):
-    """Like rlpyt's gym wrapper: a run-time namedtuple put in module globals."""
-    name = "EnvInfo_" + "_".join(sorted(info))
-    cls = globals().get(name)
-    if cls is None:
-        cls = globals()[name] = namedtuple(name, sorted(info))
-    return cls(**info)
+class NStepFrameBuffer(FrameBufferMixin, NStepReturnBuffer):
+
+    def extract_observation(self, T_idxs, B_idxs):
+        return np.stack([self.samples_frames[t:t + self.n_frames, b]
+                         for t, b in zip(T_idxs, B_idxs)])
+
+
+class UniformReplayFrameBuffer(UniformReplay, NStepFrameBuffer):
+    pass
+
+
+class PrioritizedReplayFrameBuffer(PrioritizedReplay, NStepFrameBuffer):
+    pass
 '''
 
 

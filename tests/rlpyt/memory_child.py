@@ -30,9 +30,9 @@ import sys
 
 sys.path.append(os.environ["RLPYT_SRC"])
 
-import numpy as np  # noqa: E402
+import numpy as np
 
-import namedschema  # noqa: E402
+import namedschema
 
 namedschema.patch_rlpyt()
 
@@ -40,7 +40,7 @@ from rlpyt.utils.collections import namedarraytuple  # noqa: E402
 
 from namedschema.apps.bench.harness import peak_rss  # noqa: E402
 from namedschema.rlpyt import resumable  # noqa: E402
-from namedschema.rlpyt.resume import state
+from namedschema.rlpyt.resume import state  # noqa: E402
 
 FRAME = (104, 80)
 ENVS = 8

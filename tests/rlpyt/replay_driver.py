@@ -1,4 +1,4 @@
-"""One training script for the resume scenario, run against rlpyt or its stand-in.
+"""One training script for the resume scenario, run against rlpyt (real or its stand-in).
 
 Each function is meant to run in its own fresh interpreter (see
 ``tests/helpers.run_fresh``): build a replay buffer, feed it deterministic
@@ -6,7 +6,7 @@ samples, sample batches with a fixed seed, checkpoint it, and resume from the
 checkpoint. Batches are compared through digests of their bytes. Nothing here
 imports rlpyt at module import time.
 
-BACKENDS          backend name -> buffer kind -> how to build and feed it
+BUFFERS           rlpyt replay buffer class name -> how to build and feed it
 checkpoint_run    train, checkpoint mid-way, keep training (the twin)
 resume_run        build as usual, restore the checkpoint, keep training
 read_run          load a checkpoint without the patch and describe it
@@ -56,7 +56,7 @@ def _example(frames, with_rnn, with_timeout=False):
     return _samples(0, frames, with_rnn, with_timeout=with_timeout)[0, 0]
 
 
-def _real(cls_path, frames=False, seq=False, prioritized=False, tl=False):
+def _buffer(cls_path, frames=False, seq=False, prioritized=False, tl=False):
     def make():
         module, name = cls_path.rsplit(".", 1)
         cls = getattr(__import__(module, fromlist=[name]), name)
@@ -69,58 +69,41 @@ def _real(cls_path, frames=False, seq=False, prioritized=False, tl=False):
                 path=cls_path)
 
 
-def _fake(cls_path, frames=False, prioritized=False):
-    def make():
-        module, name = cls_path.rsplit(".", 1)
-        cls = getattr(__import__(module, fromlist=[name]), name)
-        return cls(example=_example(frames, False), size=SIZE, B=B)
-    return dict(make=make, frames=frames, seq=False, prioritized=prioritized)
-
-
-BACKENDS = {
-    "real": {
-        "UniformReplayBuffer": _real("rlpyt.replays.non_sequence.uniform.UniformReplayBuffer"),
-        "PrioritizedReplayBuffer": _real(
-            "rlpyt.replays.non_sequence.prioritized.PrioritizedReplayBuffer",
-            prioritized=True),
-        "UniformReplayFrameBuffer": _real(
-            "rlpyt.replays.non_sequence.frame.UniformReplayFrameBuffer", frames=True),
-        "PrioritizedReplayFrameBuffer": _real(
-            "rlpyt.replays.non_sequence.frame.PrioritizedReplayFrameBuffer",
-            frames=True, prioritized=True),
-        "UniformSequenceReplayBuffer": _real(
-            "rlpyt.replays.sequence.uniform.UniformSequenceReplayBuffer", seq=True),
-        "PrioritizedSequenceReplayBuffer": _real(
-            "rlpyt.replays.sequence.prioritized.PrioritizedSequenceReplayBuffer",
-            seq=True, prioritized=True),
-        "UniformSequenceReplayFrameBuffer": _real(
-            "rlpyt.replays.sequence.frame.UniformSequenceReplayFrameBuffer",
-            frames=True, seq=True),
-        "PrioritizedSequenceReplayFrameBuffer": _real(
-            "rlpyt.replays.sequence.frame.PrioritizedSequenceReplayFrameBuffer",
-            frames=True, seq=True, prioritized=True),
-        "TlUniformReplayBuffer": _real(
-            "rlpyt.replays.non_sequence.time_limit.TlUniformReplayBuffer", tl=True),
-        # (TlPrioritizedReplayBuffer is left out: rlpyt's own sample_batch fails
-        # for it, SamplesFromReplayPri gets is_weights twice.)
-    },
-    "fake": {
-        "UniformRing": _fake("rlpyt.replays.uniform.UniformRing"),
-        "FrameRing": _fake("rlpyt.replays.frame.FrameRing", frames=True),
-        "PrioritizedRing": _fake("rlpyt.replays.prioritized.PrioritizedRing",
-                                 prioritized=True),
-        "PrioritizedFrameRing": _fake("rlpyt.replays.prioritized.PrioritizedFrameRing",
-                                      frames=True, prioritized=True),
-    },
+# The stand-in rlpyt (tests/rlpyt/fake_rlpyt.py) has the first four, with the same names.
+BUFFERS = {
+    "UniformReplayBuffer": _buffer("rlpyt.replays.non_sequence.uniform.UniformReplayBuffer"),
+    "PrioritizedReplayBuffer": _buffer(
+        "rlpyt.replays.non_sequence.prioritized.PrioritizedReplayBuffer",
+        prioritized=True),
+    "UniformReplayFrameBuffer": _buffer(
+        "rlpyt.replays.non_sequence.frame.UniformReplayFrameBuffer", frames=True),
+    "PrioritizedReplayFrameBuffer": _buffer(
+        "rlpyt.replays.non_sequence.frame.PrioritizedReplayFrameBuffer",
+        frames=True, prioritized=True),
+    "UniformSequenceReplayBuffer": _buffer(
+        "rlpyt.replays.sequence.uniform.UniformSequenceReplayBuffer", seq=True),
+    "PrioritizedSequenceReplayBuffer": _buffer(
+        "rlpyt.replays.sequence.prioritized.PrioritizedSequenceReplayBuffer",
+        seq=True, prioritized=True),
+    "UniformSequenceReplayFrameBuffer": _buffer(
+        "rlpyt.replays.sequence.frame.UniformSequenceReplayFrameBuffer",
+        frames=True, seq=True),
+    "PrioritizedSequenceReplayFrameBuffer": _buffer(
+        "rlpyt.replays.sequence.frame.PrioritizedSequenceReplayFrameBuffer",
+        frames=True, seq=True, prioritized=True),
+    "TlUniformReplayBuffer": _buffer(
+        "rlpyt.replays.non_sequence.time_limit.TlUniformReplayBuffer", tl=True),
+    # (TlPrioritizedReplayBuffer is left out: rlpyt's own sample_batch fails
+    # for it, SamplesFromReplayPri gets is_weights twice.)
 }
 
 
 # Every rlpyt replay buffer has an async twin class in the same module.
-BACKENDS["real"].update({
-    "Async" + kind: _real(spec["path"].replace("." + kind, ".Async" + kind),
-                          frames=spec["frames"], seq=spec["seq"],
-                          prioritized=spec["prioritized"], tl=spec["tl"])
-    for kind, spec in list(BACKENDS["real"].items())})
+BUFFERS.update({
+    "Async" + kind: _buffer(spec["path"].replace("." + kind, ".Async" + kind),
+                            frames=spec["frames"], seq=spec["seq"],
+                            prioritized=spec["prioritized"], tl=spec["tl"])
+    for kind, spec in list(BUFFERS.items())})
 
 
 def _leaves(obj):
@@ -185,10 +168,10 @@ def _maybe_patch(patch):
         namedschema.patch_rlpyt(**(patch if isinstance(patch, dict) else {}))
 
 
-def checkpoint_run(backend, kind, method, path, patch=True):
+def checkpoint_run(kind, method, path, patch=True):
     """Train, checkpoint after CHECKPOINT_AT appends, go on to STOP_AT; print digests."""
     _maybe_patch(patch)
-    spec = BACKENDS[backend][kind]
+    spec = BUFFERS[kind]
     buf = spec["make"]()
     _train(buf, spec, 0, CHECKPOINT_AT)
     _save(buf, method, path)
@@ -196,10 +179,10 @@ def checkpoint_run(backend, kind, method, path, patch=True):
     print(json.dumps({"twin": twin}))
 
 
-def resume_run(backend, kind, method, path, patch=True, construct_first=True):
+def resume_run(kind, method, path, patch=True, construct_first=True):
     """Like the training script: patch, build as usual, restore, continue; print digests."""
     _maybe_patch(patch)
-    spec = BACKENDS[backend][kind]
+    spec = BUFFERS[kind]
     if construct_first:
         spec["make"]()  # assigns rlpyt's lazily initialised module globals
     buf = _load(method, path)
@@ -212,7 +195,9 @@ def read_run(method, path):
     buf = _load(method, path)
     samples = buf.samples
     print(json.dumps({
-        "patched": "namedschema.rlpyt.patch" in sys.modules,
+        # Loading may import the patch's pickling helpers; the patch must stay off.
+        "patched": bool(getattr(sys.modules.get("namedschema.rlpyt.patch"), "is_patched",
+                                lambda: False)()),
         "buffer": type(buf).__name__,
         "samples_type": type(samples).__name__,
         "schema": type(type(samples)).__name__,
@@ -268,7 +253,7 @@ def memory_report(buf):
             "writeable": sorted(p for p, a in arrays if a.flags.writeable)}
 
 
-def many_checkpoint_run(backend, kinds, methods, directory, patch=True):
+def many_checkpoint_run(kinds, methods, directory, patch=True):
     """checkpoint_run for several kinds and save methods in one process.
 
     Prints {"kind/method": {"twin": digests, "memory": memory_report}} (or
@@ -279,7 +264,7 @@ def many_checkpoint_run(backend, kinds, methods, directory, patch=True):
     results = {}
     for kind in kinds:
         try:
-            spec = BACKENDS[backend][kind]
+            spec = BUFFERS[kind]
             buf = spec["make"]()
             _train(buf, spec, 0, CHECKPOINT_AT)
             errors = {}
@@ -300,13 +285,13 @@ def many_checkpoint_run(backend, kinds, methods, directory, patch=True):
     print(json.dumps(results))
 
 
-def many_resume_run(backend, kinds, methods, directory, patch=True, construct_first=True):
+def many_resume_run(kinds, methods, directory, patch=True, construct_first=True):
     """resume_run for every file many_checkpoint_run wrote; prints the same keys."""
     import os
     _maybe_patch(patch)
     results = {}
     for kind in kinds:
-        spec = BACKENDS[backend][kind]
+        spec = BUFFERS[kind]
         if construct_first:
             spec["make"]()  # assigns rlpyt's lazily initialised module globals
         for method in methods:
@@ -324,7 +309,7 @@ def many_resume_run(backend, kinds, methods, directory, patch=True, construct_fi
 def _appender(kind, buf, go, done):
     """Child process: append the samples of each step number received on ``go``."""
     _maybe_patch(True)
-    spec = BACKENDS["real"][kind]
+    spec = BUFFERS[kind]
     spec["make"]()  # a spawn child's rlpyt globals (BufferSamples...) start as None
     while True:
         step = go.get()
@@ -352,7 +337,7 @@ def many_async_child_run(kinds, method, directory, start_method):
     for kind in kinds:
         key = f"{kind}/{method}"
         try:
-            spec = BACKENDS["real"][kind]
+            spec = BUFFERS[kind]
             spec["make"]()
             buf = _load(method, os.path.join(directory, key.replace("/", ".")))
             go, done = ctx.Queue(), ctx.Queue()

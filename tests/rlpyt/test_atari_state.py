@@ -25,12 +25,6 @@ import pytest
 from tests.helpers import run_fresh
 from tests.rlpyt.atari_py_standin import ATARI_PY_SIGNATURES, ALEInterface
 
-RLPYT_SRC = os.environ.get("RLPYT_SRC", "")
-
-rlpyt_only = pytest.mark.skipif(
-    not (RLPYT_SRC and os.path.isdir(os.path.join(RLPYT_SRC, "rlpyt"))),
-    reason="set RLPYT_SRC to a directory holding rlpyt's source")
-
 PRELUDE = """
 import json, os, sys
 sys.path.append(os.environ["RLPYT_SRC"])
@@ -98,7 +92,6 @@ play(a, 70, 1)
 """
 
 
-@rlpyt_only
 @pytest.mark.rlpyt
 def test_ale_py_emulator_with_its_rng_resumes_exactly(tmp_path):
     """Sticky actions draw ALE's RNG: restored from a file, the env plays on identically."""
@@ -126,7 +119,6 @@ def test_ale_py_emulator_with_its_rng_resumes_exactly(tmp_path):
             "_step_counter", "_action_set"} <= set(out["kept"])
 
 
-@rlpyt_only
 @pytest.mark.rlpyt
 def test_negative_without_the_emulators_rng_sticky_actions_diverge(tmp_path):
     """Negative: the same resume with the emulator state saved without its RNG diverges."""
@@ -146,7 +138,6 @@ def test_negative_without_the_emulators_rng_sticky_actions_diverge(tmp_path):
     assert out["same"] is False
 
 
-@rlpyt_only
 @pytest.mark.rlpyt
 def test_atari_py_ctypes_emulator_resumes_exactly_and_its_pointer_is_never_pickled(tmp_path):
     """atari_py's API: cloneSystemState + encodeState in, decodeState + restoreSystemState out."""
@@ -172,7 +163,6 @@ def test_atari_py_ctypes_emulator_resumes_exactly_and_its_pointer_is_never_pickl
     assert out["leaked"] == 0
 
 
-@rlpyt_only
 @pytest.mark.rlpyt
 def test_negative_pickling_atari_pys_emulator_shares_a_dangling_pointer(tmp_path):
     """Negative: the generic env handler alone pickles ``ale``: the copy holds A's pointer."""
@@ -188,7 +178,6 @@ def test_negative_pickling_atari_pys_emulator_shares_a_dangling_pointer(tmp_path
     assert out["same_pointer"] is True
 
 
-@rlpyt_only
 @pytest.mark.rlpyt
 def test_an_emulator_of_another_kind_is_said_at_start(tmp_path):
     out = run("""
@@ -236,7 +225,6 @@ def test_signature_table_matches_atari_py_source():
     assert found == ATARI_PY_SIGNATURES
 
 
-@rlpyt_only
 @pytest.mark.rlpyt
 def test_small_stand_in_env_has_real_pongs_state_layout(tmp_path):
     """AtariLike (the fast tests' env) steps and is sampled like rlpyt's AtariEnv on Pong."""

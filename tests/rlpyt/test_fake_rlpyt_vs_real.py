@@ -10,6 +10,7 @@ suffixes, indexing, writes including ``None`` fields and values, errors), the
 
 from __future__ import annotations
 
+import ast
 import collections
 import importlib.util
 import os
@@ -22,12 +23,10 @@ import pytest
 from namedschema import NamedArrayTupleSchema, NamedTupleSchema
 from tests.rlpyt.fake_rlpyt import FILES
 
-pytestmark = pytest.mark.rlpyt  # tests/conftest.py skips it without RLPYT_SRC
-
 
 @pytest.fixture(scope="module")
-def real():
-    path = os.path.join(os.environ.get("RLPYT_SRC", ""), "rlpyt", "utils", "collections.py")
+def real(rlpyt_root):
+    path = os.path.join(rlpyt_root, "rlpyt", "utils", "collections.py")
     spec = importlib.util.spec_from_file_location("real_rlpyt_collections", path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
@@ -50,7 +49,7 @@ def _outcome(func):
     """What calling ``func`` did: ('ok', value description) or ('raised', type, message)."""
     try:
         value = func()
-    except Exception as exc:  # noqa: BLE001 - the outcome is what is compared
+    except Exception as exc:
         # rlpyt's own messages (naming the failing field) must match; a TypeError
         # from a predicate may word its reason differently.
         message = str(exc).replace("real_rlpyt_collections", "M")
@@ -186,3 +185,46 @@ def test_namedarraytuple_like(real, fake, example):
         result = m.namedarraytuple_like(chosen)
         return result, result is chosen or result is type(chosen)
     _both(real, fake, case)
+
+
+def _defines(source: str) -> dict:
+    """What a module defines at its top level: name -> how (class bases, arguments, value)."""
+    found: dict = {}
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.ClassDef):
+            found[node.name] = ("class", tuple(ast.unparse(b) for b in node.bases))
+        elif isinstance(node, ast.FunctionDef):
+            found[node.name] = ("function", tuple(a.arg for a in node.args.args))
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            for alias in node.names:
+                found[alias.asname or alias.name.split(".")[0]] = ("import", alias.name)
+        elif isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name):
+            value = node.value
+            if isinstance(value, ast.Call) and isinstance(value.func, ast.Name):
+                args = [ast.unparse(a) for a in value.args]   # fields, as written
+                if value.func.id in ("namedtuple", "namedarraytuple"):
+                    args[1:] = [str(ast.literal_eval(a) if a[:1] in "[(" else a)
+                                for a in args[1:]]
+                found[node.targets[0].id] = ("call", value.func.id, tuple(args))
+            else:
+                found[node.targets[0].id] = ("value", ast.unparse(value))
+    return found
+
+
+def test_stand_in_modules_mirror_the_real_ones(rlpyt_root):
+    """Each stand-in module is where rlpyt has it, and defines what it defines there alike.
+
+    Classes with the same bases, functions with the same leading arguments, the same
+    imports, module-level named tuples with the same fields, the same ``None`` globals.
+    """
+    differences = []
+    for path in sorted(p for p, source in FILES.items() if source):
+        with open(os.path.join(rlpyt_root, *path.split("/")), encoding="utf-8") as f:
+            real = _defines(f.read())
+        for name, how in _defines(FILES[path]).items():
+            theirs = real.get(name)
+            if theirs and how[0] == "function":   # the stand-in may leave out trailing ones
+                theirs = (theirs[0], theirs[1][:len(how[1])])
+            if how != theirs:
+                differences.append(f"{path}: {name} is {how} in the stand-in, {theirs} in rlpyt")
+    assert not differences, "\n".join(differences)

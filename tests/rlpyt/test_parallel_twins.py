@@ -31,9 +31,10 @@ import time
 import pytest
 
 from tests.helpers import REPO_ROOT
+from tests.rlpyt.test_twins import drive
 
-# The same marks (real rlpyt, skipped without RLPYT_SRC) and runner as the serial twins.
-from tests.rlpyt.test_twins import drive, pytestmark  # noqa: F401
+# tests/conftest.py skips rlpyt-marked tests without RLPYT_SRC (and fails them in CI).
+pytestmark = pytest.mark.rlpyt
 
 _ALONE: dict = {}
 # Training-trajectory rows (see the module's docstring); for MinibatchRlEval only

@@ -9,16 +9,13 @@ test extra has. Run with ``RLPYT_SRC=/path/to/rlpyt pytest -m rlpyt``;
 from __future__ import annotations
 
 import json
-import os
 import textwrap
 
 import pytest
 
 from tests.helpers import run_fresh
 
-RLPYT_SRC = os.environ.get("RLPYT_SRC", "")
-
-# tests/conftest.py skips ``rlpyt`` tests, saying how to enable them, without RLPYT_SRC.
+# tests/conftest.py skips rlpyt-marked tests without RLPYT_SRC (and fails them in CI).
 pytestmark = pytest.mark.rlpyt
 
 UNIFORM = ["UniformReplayBuffer", "UniformSequenceReplayBuffer"]
@@ -29,7 +26,7 @@ WITH_VIEWS = ["PrioritizedReplayBuffer", "UniformReplayFrameBuffer",
 
 def _run(body, check=True):
     # Appended, not prepended: an rlpyt checkout has its own top-level `tests`.
-    code = f"import sys\nsys.path.append({RLPYT_SRC!r})\n" + textwrap.dedent(body)
+    code = "import os, sys\nsys.path.append(os.environ['RLPYT_SRC'])\n" + textwrap.dedent(body)
     return run_fresh(code, check=check, timeout=300)
 
 
@@ -78,7 +75,7 @@ def test_patch_reaches_rlpyt_modules_and_unpatch_restores():
 def test_unpatched_frame_buffer_pickle_fails_in_fresh_interpreter(tmp_path):
     """The issue reproduced: rlpyt's frame buffer pickles but cannot load in a new process."""
     path = str(tmp_path / "frame.pkl")
-    _driver(f"checkpoint_run('real', 'UniformReplayFrameBuffer', 'pickle', {path!r}, "
+    _driver(f"checkpoint_run('UniformReplayFrameBuffer', 'pickle', {path!r}, "
             "patch=False)")
     proc = _run(f"import pickle; pickle.load(open({path!r}, 'rb'))", check=False)
     assert proc.returncode != 0 and b"NoneType" in proc.stderr
@@ -88,8 +85,8 @@ def test_unpatched_frame_buffer_pickle_fails_in_fresh_interpreter(tmp_path):
 def test_uniform_buffers_resume_from_plain_pickle(tmp_path, kind):
     """Buffers without array views resume exactly after pickle protocol 4 in a fresh process."""
     path = str(tmp_path / f"{kind}.pkl")
-    twin = _driver(f"checkpoint_run('real', {kind!r}, 'pickle', {path!r})")
-    resumed = _driver(f"resume_run('real', {kind!r}, 'pickle', {path!r})")
+    twin = _driver(f"checkpoint_run({kind!r}, 'pickle', {path!r})")
+    resumed = _driver(f"resume_run({kind!r}, 'pickle', {path!r})")
     assert len(twin["twin"]) == 10 and resumed["resumed"] == twin["twin"]
 
 
@@ -97,8 +94,8 @@ def test_uniform_buffers_resume_from_plain_pickle(tmp_path, kind):
 def test_buffers_resume_from_save_load(tmp_path, kind):
     """Every rlpyt replay buffer resumes exactly through namedschema.save/load."""
     path = str(tmp_path / f"{kind}.nsc")
-    twin = _driver(f"checkpoint_run('real', {kind!r}, 'save', {path!r})")
-    resumed = _driver(f"resume_run('real', {kind!r}, 'save', {path!r})")
+    twin = _driver(f"checkpoint_run({kind!r}, 'save', {path!r})")
+    resumed = _driver(f"resume_run({kind!r}, 'save', {path!r})")
     assert len(twin["twin"]) == 10 and resumed["resumed"] == twin["twin"]
 
 
@@ -110,15 +107,15 @@ def test_plain_pickle_of_view_holding_buffers_diverges_without_pickling_patch(tm
     """
     path = str(tmp_path / f"{kind}.pkl")
     off = "patch={'pickling': False}"
-    twin = _driver(f"checkpoint_run('real', {kind!r}, 'pickle', {path!r}, {off})")
-    resumed = _driver(f"resume_run('real', {kind!r}, 'pickle', {path!r}, {off})")
+    twin = _driver(f"checkpoint_run({kind!r}, 'pickle', {path!r}, {off})")
+    resumed = _driver(f"resume_run({kind!r}, 'pickle', {path!r}, {off})")
     assert resumed["resumed"] != twin["twin"]
 
 
 def test_reading_a_checkpoint_needs_no_patch(tmp_path):
     """A fresh interpreter that never patches loads and reads a frame buffer checkpoint."""
     path = str(tmp_path / "frame.nsc")
-    _driver(f"checkpoint_run('real', 'UniformReplayFrameBuffer', 'save', {path!r})")
+    _driver(f"checkpoint_run('UniformReplayFrameBuffer', 'save', {path!r})")
     out = _driver(f"read_run('save', {path!r})")
     assert out["patched"] is False and out["schema"] == "NamedArrayTupleSchema"
     assert out["samples_type"] == "BufferSamples"

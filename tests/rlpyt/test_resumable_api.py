@@ -6,16 +6,13 @@ With the real rlpyt (opt-in: RLPYT_SRC); each test runs in a fresh interpreter.
 from __future__ import annotations
 
 import json
-import os
 import textwrap
 
 import pytest
 
 from tests.helpers import run_fresh
 
-RLPYT_SRC = os.environ.get("RLPYT_SRC", "")
-
-# tests/conftest.py skips rlpyt-marked tests without RLPYT_SRC (and fails them in CI)
+# tests/conftest.py skips rlpyt-marked tests without RLPYT_SRC (and fails them in CI).
 pytestmark = pytest.mark.rlpyt
 
 PRELUDE = """

@@ -15,7 +15,6 @@ From hardening round 3 (issue 22), items 2 and 3, with the real rlpyt (RLPYT_SRC
 from __future__ import annotations
 
 import json
-import os
 import textwrap
 
 import pytest
@@ -23,9 +22,7 @@ import pytest
 from tests.figures import record
 from tests.helpers import run_fresh
 
-RLPYT_SRC = os.environ.get("RLPYT_SRC", "")
-
-# tests/conftest.py skips rlpyt-marked tests without RLPYT_SRC (and fails them in CI)
+# tests/conftest.py skips rlpyt-marked tests without RLPYT_SRC (and fails them in CI).
 pytestmark = pytest.mark.rlpyt
 
 PRELUDE = """

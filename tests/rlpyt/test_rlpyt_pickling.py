@@ -15,7 +15,6 @@ Skipped unless ``RLPYT_SRC`` points at an rlpyt source tree.
 from __future__ import annotations
 
 import json
-import os
 import pickle
 import textwrap
 
@@ -23,13 +22,8 @@ import pytest
 
 from tests.helpers import run_fresh
 
-RLPYT_SRC = os.environ.get("RLPYT_SRC", "")
-
-pytestmark = [
-    pytest.mark.rlpyt,
-    pytest.mark.skipif(not (RLPYT_SRC and os.path.isdir(os.path.join(RLPYT_SRC, "rlpyt"))),
-                       reason="set RLPYT_SRC to an rlpyt source tree to run"),
-]
+# tests/conftest.py skips rlpyt-marked tests without RLPYT_SRC (and fails them in CI).
+pytestmark = pytest.mark.rlpyt
 
 SYNC = ["UniformReplayBuffer", "PrioritizedReplayBuffer", "UniformReplayFrameBuffer",
         "PrioritizedReplayFrameBuffer", "UniformSequenceReplayBuffer",
@@ -43,7 +37,7 @@ METHODS = [f"pickle{p}" for p in range(pickle.HIGHEST_PROTOCOL + 1)] + ["save"]
 
 def _run(body, check=True):
     # Appended, not prepended: an rlpyt checkout has its own top-level `tests`.
-    code = f"import sys\nsys.path.append({RLPYT_SRC!r})\n" + textwrap.dedent(body)
+    code = "import os, sys\nsys.path.append(os.environ['RLPYT_SRC'])\n" + textwrap.dedent(body)
     return run_fresh(code, check=check, timeout=600)
 
 
@@ -57,9 +51,9 @@ def _driver(call):
 
 
 def _twin_and_resumed(directory, kinds, methods, patch="True"):
-    twin = _driver(f"many_checkpoint_run('real', {kinds!r}, {methods!r}, {str(directory)!r}, "
+    twin = _driver(f"many_checkpoint_run({kinds!r}, {methods!r}, {str(directory)!r}, "
                    f"patch={patch})")
-    resumed = _driver(f"many_resume_run('real', {kinds!r}, {methods!r}, {str(directory)!r}, "
+    resumed = _driver(f"many_resume_run({kinds!r}, {methods!r}, {str(directory)!r}, "
                       f"patch={patch})")
     return twin, resumed
 
@@ -144,8 +138,8 @@ def test_unpicklable_attribute_is_named():
         import json, pickle, threading
         import namedschema
         namedschema.patch_rlpyt()
-        from tests.rlpyt.replay_driver import BACKENDS
-        buf = BACKENDS["real"]["AsyncPrioritizedReplayFrameBuffer"]["make"]()
+        from tests.rlpyt.replay_driver import BUFFERS
+        buf = BUFFERS["AsyncPrioritizedReplayFrameBuffer"]["make"]()
         buf.priority_tree.callback = lambda: None
         try:
             pickle.dumps(buf)
@@ -181,12 +175,12 @@ def test_property_buffer_round_trip():
         from tests.rlpyt import replay_driver as d
         import tests.conftest  # registers and loads the hypothesis profile
 
-        kinds = sorted(d.BACKENDS["real"])
+        kinds = sorted(d.BUFFERS)
 
         @given(st.sampled_from(kinds), st.integers(1, 3), st.integers(4, 12),
                st.integers(1, 30), st.integers(0, pickle.HIGHEST_PROTOCOL))
         def check(kind, b, t_blocks, appends, protocol):
-            spec = d.BACKENDS["real"][kind]
+            spec = d.BUFFERS[kind]
             d.B = b
             d.SIZE = b * 4 * t_blocks
             buf, twin = spec["make"](), None
@@ -325,11 +319,11 @@ def test_inspect_names_arrays_of_a_real_checkpoint(tmp_path):
         import json, torch
         import namedschema
         namedschema.patch_rlpyt()
-        from tests.rlpyt.replay_driver import BACKENDS, _train
-        spec = BACKENDS["real"]["AsyncPrioritizedReplayBuffer"]
+        from tests.rlpyt.replay_driver import BUFFERS, _train
+        spec = BUFFERS["AsyncPrioritizedReplayBuffer"]
         replay = spec["make"]()
         _train(replay, spec, 0, 12)
-        frames = BACKENDS["real"]["PrioritizedReplayFrameBuffer"]
+        frames = BUFFERS["PrioritizedReplayFrameBuffer"]
         frame_replay = frames["make"]()
         _train(frame_replay, frames, 0, 12)
 
@@ -369,8 +363,8 @@ def test_loading_without_building_a_buffer_first(tmp_path):
     kinds = ["UniformReplayFrameBuffer", "PrioritizedSequenceReplayFrameBuffer",
              "UniformSequenceReplayBuffer", "AsyncPrioritizedReplayFrameBuffer"]
     methods = ["pickle2", "pickle5", "save"]
-    twin = _driver(f"many_checkpoint_run('real', {kinds!r}, {methods!r}, {str(tmp_path)!r})")
-    resumed = _driver(f"many_resume_run('real', {kinds!r}, {methods!r}, {str(tmp_path)!r}, "
+    twin = _driver(f"many_checkpoint_run({kinds!r}, {methods!r}, {str(tmp_path)!r})")
+    resumed = _driver(f"many_resume_run({kinds!r}, {methods!r}, {str(tmp_path)!r}, "
                       "construct_first=False)")
     for key, got in resumed.items():
         assert "error" not in got, (key, got)

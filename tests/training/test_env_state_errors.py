@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from namedschema.state.env import EnvStateError, capture_env, restore_env
 from namedschema.errors import NamedSchemaError
+from namedschema.state.env import EnvStateError, capture_env, restore_env
 
 gym = pytest.importorskip("gymnasium")
 

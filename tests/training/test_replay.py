@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 import namedschema
-from namedschema.training import sum_tree as _sum_tree
 from namedschema.errors import BufferShapeError, StructureMismatchError
+from namedschema.training import sum_tree as _sum_tree
 from namedschema.training.replay import PrioritizedReplayBuffer, ReplayBuffer
 
 Step = namedschema.NamedArrayTupleSchema("ReplayTestStep", "obs action reward")

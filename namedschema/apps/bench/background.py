@@ -33,7 +33,8 @@ import tempfile
 import time
 from typing import Any
 
-from . import finish, result, run_in_child, topic_parser
+from .rows import result
+from .topic import finish, run_in_child, topic_parser
 
 __all__ = ["CASES", "main"]
 

@@ -27,8 +27,9 @@ from __future__ import annotations
 import json
 import sys
 
-from . import finish, result, run_in_child, topic_parser
 from .harness import ATARI_BYTES_PER_TRANSITION, ATARI_FIELDS, atari_example, peak_rss
+from .rows import result
+from .topic import finish, run_in_child, topic_parser
 
 __all__ = ["CASES", "main"]
 

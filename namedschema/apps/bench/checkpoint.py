@@ -27,7 +27,6 @@ import os
 import sys
 import tempfile
 
-from . import finish, result, run_in_child, topic_parser
 from .harness import (
     ATARI_BYTES_PER_TRANSITION,
     ATARI_DTYPES,
@@ -37,6 +36,8 @@ from .harness import (
     peak_rss,
     rotated,
 )
+from .rows import result
+from .topic import finish, run_in_child, topic_parser
 
 __all__ = ["CASES", "main"]
 

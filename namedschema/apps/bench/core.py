@@ -18,7 +18,9 @@ import collections
 import sys
 import tracemalloc
 
-from . import RLPYT_SKIP_NOTE, best_times, compare, finish, load_rlpyt_collections, topic_parser
+from .rows import compare
+from .timing import best_times
+from .topic import RLPYT_SKIP_NOTE, finish, load_rlpyt_collections, topic_parser
 
 __all__ = ["CASES", "main"]
 

@@ -37,8 +37,9 @@ import sys
 import tempfile
 from typing import Any
 
-from . import finish, result, run_in_child, topic_parser
 from .harness import rotated
+from .rows import result
+from .topic import finish, run_in_child, topic_parser
 
 __all__ = ["CASES", "main"]
 

@@ -16,15 +16,9 @@ import collections
 import pickle
 import sys
 
-from . import (
-    RLPYT_SKIP_NOTE,
-    best_of,
-    best_times,
-    compare,
-    finish,
-    load_rlpyt_collections,
-    topic_parser,
-)
+from .rows import compare
+from .timing import best_of, best_times
+from .topic import RLPYT_SKIP_NOTE, finish, load_rlpyt_collections, topic_parser
 
 __all__ = ["CASES", "main"]
 

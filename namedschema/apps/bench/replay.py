@@ -37,7 +37,9 @@ from typing import Any
 
 import numpy as np
 
-from . import best_times, finish, result, topic_parser
+from .rows import result
+from .timing import best_times
+from .topic import finish, topic_parser
 
 __all__ = ["CASES", "main"]
 

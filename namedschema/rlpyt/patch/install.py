@@ -111,10 +111,10 @@ class RlpytPatch:
             ``AttrDict``), for the classes imported so far.
     """
 
-    rebound: tuple = ()
-    recreated: tuple = ()
+    rebound: tuple[str, ...] = ()
+    recreated: tuple[str, ...] = ()
     already_patched: bool = False
-    methods: tuple = ()
+    methods: tuple[str, ...] = ()
 
 
 class _State:

@@ -10,6 +10,9 @@ The global RNGs' ``rng_state`` / ``set_rng_state`` live in ``namedschema.state.r
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Mapping, MutableMapping
+from typing import Any, TypeVar
+
 import numpy as np
 
 from ...checkpoint.mapped import copy_from_map
@@ -19,6 +22,8 @@ from .registry import StateMismatchError
 __all__ = ["data_state", "restore_data_state", "copy_into", "fresh_copy", "is_tensor",
            "torch_if_loaded", "import_torch", "traj_infos_state", "make_traj_infos",
            "rng_state", "set_rng_state"]
+
+_Info = TypeVar("_Info", bound=MutableMapping[str, Any])   # rlpyt's TrajInfo, an AttrDict
 
 _SCALARS = (bool, int, float, complex, str, bytes, type(None), np.generic)
 
@@ -75,7 +80,8 @@ def _data_value(value):
     return None
 
 
-def data_state(obj, names=None, skip=()) -> dict:
+def data_state(obj: Any, names: Iterable[str] | None = None,
+               skip: Iterable[str] = ()) -> dict[str, Any]:
     """Attribute-wise state: arrays, tensors, scalars, array tuples, shared values.
 
     Nested parts of replay buffers (a ``SumTree``) are recursed into. Attributes of
@@ -128,7 +134,8 @@ def copy_into(target, value, where):
     copy_from_map(target, src)
 
 
-def restore_data_state(obj, state: dict, where: str, _written=None) -> None:
+def restore_data_state(obj: Any, state: dict[str, Any], where: str,
+                       _written: Any = None) -> None:
     """Put a :func:`data_state` back: arrays in place, scalars assigned.
 
     An array that views memory already written in this call, from a saved
@@ -190,7 +197,7 @@ def _offset(view, base):
         return None
 
 
-def fresh_copy(value):
+def fresh_copy(value: Any) -> Any:
     """A copy of an array, tensor or array tuple (others are returned as they are)."""
     if _is_array_tuple(value):
         return type(value)(*(fresh_copy(v) for v in value))
@@ -205,12 +212,13 @@ def fresh_copy(value):
 
 # -- trajectory infos (AttrDicts) are stored as plain dicts -------------------------
 
-def traj_infos_state(infos) -> list:
+def traj_infos_state(infos: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Trajectory infos (rlpyt ``AttrDict``s) as plain dicts, for a checkpoint."""
     return [dict(info) for info in infos]
 
 
-def make_traj_infos(states, cls) -> list:
+def make_traj_infos(states: Iterable[Mapping[str, Any]], cls: Callable[[], _Info]
+                    ) -> list[_Info]:
     """Trajectory infos of class ``cls`` again, from :func:`traj_infos_state`."""
     out = []
     for state in states:

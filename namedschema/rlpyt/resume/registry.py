@@ -22,7 +22,14 @@ from typing import Any
 from ...errors import StateMismatchError
 
 __all__ = ["Handler", "HandlerTable", "ResumeContext", "StateMismatchError", "handler_key",
-           "writable_copy", "say_on_stderr"]
+           "writable_copy", "say_on_stderr", "CaptureFunction", "RestoreFunction",
+           "CheckFunction", "PrepareFunction"]
+
+# What a handler is made of; ctx is the ResumeContext of the call.
+CaptureFunction = Callable[[Any, "ResumeContext"], dict[str, Any]]
+RestoreFunction = Callable[[Any, Any, "ResumeContext"], object]
+CheckFunction = Callable[[Any, "ResumeContext"], list[str]]
+PrepareFunction = Callable[[Any, Any, "ResumeContext"], object]
 
 
 @dataclass(frozen=True)
@@ -38,10 +45,10 @@ class Handler:
     the :class:`ResumeContext` of that capture, restore, check or prepare.
     """
 
-    capture: Callable[[Any, ResumeContext], dict]
-    restore: Callable[[Any, Any, ResumeContext], None]
-    check: Callable[[Any, ResumeContext], list[str]] | None = None
-    prepare: Callable[[Any, Any, ResumeContext], None] | None = None
+    capture: CaptureFunction
+    restore: RestoreFunction
+    check: CheckFunction | None = None
+    prepare: PrepareFunction | None = None
     # Instance attributes this handler captures and restores itself: the
     # handlers of base classes leave them alone (an env's emulator, say).
     attributes: tuple[str, ...] = ()

@@ -36,6 +36,8 @@ from __future__ import annotations
 import contextlib
 import os
 import warnings
+from collections.abc import Iterable
+from typing import Literal, TypeVar
 
 from ... import checkpoint as _checkpoint
 from ...errors import ResumeError, ResumeWarning, UnexpectedKindError
@@ -49,6 +51,8 @@ from .checkpoint_writer import CheckpointWriter
 __all__ = ["resumable", "ResumeError", "ResumeWarning", "CHECKPOINT_KIND"]
 
 CHECKPOINT_KIND = "namedschema.rlpyt.resume"
+
+_Runner = TypeVar("_Runner")
 CHECKPOINT_VERSION = 1
 # Plain data in the file's header, checked before anything in the file is unpickled.
 _MARKER = {"kind": CHECKPOINT_KIND, "version": str(CHECKPOINT_VERSION)}
@@ -484,8 +488,9 @@ def _started(runner) -> str | None:
     return None
 
 
-def resumable(runner, path, *, every_itrs=None, every_steps=None, accept_changes=(),
-              incremental=True, background=True):
+def resumable(runner: _Runner, path: str | os.PathLike[str], *, every_itrs: int | None = None,
+              every_steps: int | None = None, accept_changes: Literal[True] | str | Iterable[str] = (),
+              incremental: bool = True, background: bool = True) -> _Runner:
     """Make an rlpyt runner resume from ``path``, and checkpoint to it as it trains.
 
     Call it on a runner that is built but not started, then call

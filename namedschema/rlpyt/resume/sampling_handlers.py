@@ -173,7 +173,7 @@ def async_sampler_check(sampler, ctx: ResumeContext):
             "RNGs) is restored exactly"]
 
 
-def is_async_sampler(sampler) -> bool:
+def is_async_sampler(sampler: object) -> bool:
     """Whether ``sampler`` is one of rlpyt's async samplers (its own process)."""
     return any(handler_key(c) == ASYNC_SAMPLER for c in type(sampler).__mro__)
 

@@ -34,6 +34,7 @@ rng_state / set_rng_state         the global RNGs (Python, numpy, torch)
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from .data_state import (
@@ -46,7 +47,15 @@ from .data_state import (
     traj_infos_state,
 )
 from .handlers import BUILTIN
-from .registry import Handler, HandlerTable, ResumeContext, StateMismatchError
+from .registry import (
+    CaptureFunction,
+    CheckFunction,
+    Handler,
+    HandlerTable,
+    RestoreFunction,
+    ResumeContext,
+    StateMismatchError,
+)
 from .sampling_handlers import is_async_sampler
 
 __all__ = ["register_handler", "context", "capture", "restore", "check", "prepare",
@@ -58,8 +67,14 @@ __all__ = ["register_handler", "context", "capture", "restore", "check", "prepar
 HANDLERS = HandlerTable(BUILTIN)
 
 
-def register_handler(cls, capture, restore, check=None, prepare=None, *,
-                     attributes=(), writable=True) -> None:
+# A user's prepare hook: prepare(obj, saved state or None).
+UserPrepareFunction = Callable[[Any, Any], object]
+
+
+def register_handler(cls: type[Any] | str, capture: CaptureFunction, restore: RestoreFunction,
+                     check: CheckFunction | None = None,
+                     prepare: UserPrepareFunction | None = None, *,
+                     attributes: str | Iterable[str] = (), writable: bool = True) -> None:
     """Capture and restore the state that class ``cls`` adds to a component.
 
     ``capture(obj, ctx) -> dict`` returns the state (data where it can be:
@@ -93,12 +108,12 @@ def register_handler(cls, capture, restore, check=None, prepare=None, *,
                                    tuple(attributes), bool(writable)))
 
 
-def _without_context(prepare):
+def _without_context(prepare: UserPrepareFunction | None):
     """A user's ``prepare(obj, saved)`` as the table calls it: ``(obj, saved, ctx)``."""
     if prepare is None:
         return None
 
-    def prepare_(obj, saved, ctx):
+    def prepare_(obj: Any, saved: Any, ctx: ResumeContext) -> None:
         prepare(obj, saved)
     return prepare_
 
@@ -108,17 +123,17 @@ def context(**fields: Any) -> ResumeContext:
     return ResumeContext(HANDLERS, **fields)
 
 
-def handlers_for(obj) -> list[tuple[str, Handler]]:
+def handlers_for(obj: object) -> list[tuple[str, Handler]]:
     """The handlers that apply to ``obj``, base classes first."""
     return HANDLERS.handlers_for(obj)
 
 
-def capture(obj, ctx: ResumeContext | None = None) -> dict:
+def capture(obj: object, ctx: ResumeContext | None = None) -> dict[str, Any]:
     """The state of ``obj``: ``{handler key: state}`` (empty if no handler applies)."""
     return HANDLERS.capture(obj, ctx or context())
 
 
-def restore(obj, state: dict, ctx: ResumeContext | None = None, what: str = "",
+def restore(obj: object, state: dict[str, Any], ctx: ResumeContext | None = None, what: str = "",
             partial: bool = False) -> None:
     """Restore ``state`` (from :func:`capture`) into ``obj``, a freshly built component.
 
@@ -128,11 +143,11 @@ def restore(obj, state: dict, ctx: ResumeContext | None = None, what: str = "",
     HANDLERS.restore(obj, state, ctx or context(), what or type(obj).__name__, partial)
 
 
-def check(obj, ctx: ResumeContext | None = None) -> list[str]:
+def check(obj: object, ctx: ResumeContext | None = None) -> list[str]:
     """Reasons why ``obj`` cannot be resumed exactly; empty when it can."""
     return HANDLERS.check(obj, ctx or context())
 
 
-def prepare(obj, state: dict | None, ctx: ResumeContext | None = None) -> None:
+def prepare(obj: object, state: dict[str, Any] | None, ctx: ResumeContext | None = None) -> None:
     """Run the ``prepare`` hooks of ``obj``'s handlers, before rlpyt's startup."""
     HANDLERS.prepare(obj, state, ctx or context())

@@ -1,20 +1,29 @@
-"""The README's patterns as a user writes them, checked by mypy --strict and pyright.
+"""The README's patterns as a user writes them, checked by mypy --strict and pyright (strict).
 
-Keep in step with README.md (quickstart, class syntax, buffers, checkpoints): a change there
-that stops type-checking, or starts leaking ``Any`` out of a named tuple, fails here.
+Keep in step with README.md (quickstart, class syntax, buffers, checkpoints, schema changes,
+rlpyt resume, replay buffers and run checkpoints, Ray): a change there that stops
+type-checking, or starts leaking ``Any`` out of a named tuple, fails here. The file is only
+type-checked, never run. tests/meta/test_static_typing.py also checks that it calls every
+entry point the README shows.
 """
+# pyright: strict
 
 import pickle
-from typing import assert_type
+from typing import Any, assert_type
 
 import numpy as np
 import numpy.typing as npt
 
 import namedschema
+import namedschema.errors
 from namedschema import NamedArrayTupleSchema
 from namedschema._core.dynamic_types import DynamicNamedArrayTuple
 from namedschema.buffer import buffer_from_example
-from namedschema.checkpoint import CheckpointInfo
+from namedschema.checkpoint import BackgroundSave, CheckpointInfo, verify
+from namedschema.evolution import UpgradeReport
+from namedschema.ray import ShardedReplay
+from namedschema.rlpyt import resumable
+from namedschema.state import capture_env, restore_env
 
 # Quickstart: a factory-made schema (fields unknown to checkers; the API keeps its types).
 Dyn = NamedArrayTupleSchema("Samples", ["observation", "action", "reward"])
@@ -84,3 +93,72 @@ print(info)
 namedschema.save(samples, "live.nsb", incremental=True)
 samples[5] = example_step
 namedschema.save(samples, "live.nsb", incremental=True)
+pending = namedschema.save(samples, "live.nsb", incremental=True, background=True)
+assert_type(pending, BackgroundSave)
+pending.wait()
+assert_type(verify("live.nsb"), CheckpointInfo)
+
+# What a class-syntax schema declares.
+assert_type(namedschema.declared_dtypes(Samples), dict[str, np.dtype[Any] | None])
+assert_type(namedschema.has_class_body(Samples), bool)
+
+# Code changes between runs: load into today's schemas, or upgrade what was loaded.
+NewStep = NamedArrayTupleSchema("Step", ["observation", "action", "reward", "timeout"],
+                                defaults=(np.bool_(False),))
+old = namedschema.load("samples.nsb", schemas=[NewStep])
+new, report = namedschema.load("samples.nsb", schemas=NewStep, extra="keep", casting="safe",
+                               report=True)
+assert_type(report, UpgradeReport)
+print(report.kept_fields("samples"))
+upgraded = namedschema.upgrade({"samples": old}, {"Step": NewStep}, extra="ignore")
+upgraded, report = namedschema.upgrade(upgraded, [NewStep], report=True)
+assert_type(report, UpgradeReport)
+try:
+    namedschema.upgrade(old, NewStep)
+except namedschema.MissingFieldError as exc:
+    print(exc.schema, exc.field, exc.path)
+
+
+# rlpyt: resumable gives the runner back, typed as it was (rlpyt itself has no types, so a
+# class of the user's stands in for MinibatchRl here).
+class Runner:
+    def train(self) -> None: ...
+
+
+runner = resumable(Runner(), "run.nsc", every_steps=80)
+assert_type(runner, Runner)
+runner.train()
+resumable(Runner(), "run.nsc", every_itrs=10, accept_changes=["algo.learning_rate"])
+try:
+    resumable(Runner(), "run.nsc", accept_changes=True, incremental=False, background=False)
+except namedschema.errors.ResumeError as exc:
+    print(exc)
+patch = namedschema.patch_rlpyt()
+print(patch, namedschema.unpatch_rlpyt())
+
+# Any PyTorch loop: replay buffers and the run's checkpoint.
+Transition2 = namedschema.NamedArrayTupleSchema("Step", "obs action reward")
+rb = namedschema.PrioritizedReplayBuffer(Transition2(np.zeros(4, np.float32), 0, 0.0), 10_000,
+                                         seed=1)
+uniform = namedschema.ReplayBuffer(Transition2(np.zeros(4, np.float32), 0, 0.0), 1_000)
+ckpt = namedschema.RunCheckpoint("loop.nsc", every_steps=1_000)
+ckpt.track(replay=rb, uniform=uniform)
+ckpt.restore()
+for t in range(ckpt.next_step, 3_000):
+    rb.add(Transition2(np.full(4, t, np.float32), t % 4, 1.0))
+    batch, index, weights = rb.sample(32)
+    rb.update_priorities(index, np.abs(batch.reward) + 0.1)
+    ckpt.maybe_save(t)
+assert_type(ckpt.next_step, int)
+copy = namedschema.ReplayBuffer.from_state_dict(uniform.state_dict())
+assert_type(copy, namedschema.ReplayBuffer)
+state, why_not = capture_env(object())
+if state is not None:
+    restore_env(object(), state)
+
+# Beyond one machine.
+sharded = ShardedReplay(Transition2(np.zeros(4, np.float32), 0, 0.0), 100_000, num_shards=4,
+                        prioritized=True)
+sharded.extend(buf)
+print(sharded.checkpoint("replay.ckpt").path)
+sharded = ShardedReplay.restore("replay.ckpt", num_shards=8)

@@ -1,0 +1,201 @@
+"""The one full-file writer: header room, blocks and checksums, then the header, atomically.
+
+Every save that writes a whole file goes through :func:`write`: plain saves,
+and the full saves of incremental mode (in the caller or in a background
+save's child). They differ only in the layout policy, which says where the
+blocks go and how much room the header gets:
+
+PLAIN         blocks back to back, each 64-byte aligned; the header as short as it can be
+PAGE_ALIGNED  what later in-place updates need: large blocks at the page offset their
+              memory has, header room to grow, room for a pickle block to grow, the
+              file's holes allocated, and a ``saved`` record in the header
+
+LayoutPolicy    what a policy is: ``place``, ``header_length``, ``finish``
+Written         what ``write`` returns: the header written and the file's ``stat``
+describe        the header description of an encoded graph (in-place updates use it too)
+write           write an encoded, planned graph to a file, atomically
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import struct
+import uuid
+from dataclasses import dataclass, replace
+from typing import Protocol
+
+from . import layout, tracking
+from .atomic import AtomicFile
+from .blocks import Progress, Source, write_all, write_blocks
+from .constants import ALIGN
+from .graph import EncodedGraph
+from .header import BlockEntry, Description, Header, PickleEntry, SaveRecord, TensorEntry
+from .nodes import features_of
+from .pages import PAGE
+
+__all__ = ["LayoutPolicy", "PLAIN", "PAGE_ALIGNED", "Written", "describe", "write"]
+
+
+class LayoutPolicy(Protocol):
+    """Where a full save puts the blocks and how much room the header gets."""
+
+    #: whether the header records the save (``"saved"``), as incremental mode's files do
+    records_save: bool
+
+    def place(self, plan: layout.Layout,
+              pickled: bool) -> tuple[dict[str, TensorEntry], tuple[BlockEntry, ...]]:
+        """The tensor table (padding included) and the blocks at their file offsets."""
+
+    def header_length(self, header: Header) -> int:
+        """The bytes reserved for ``header`` (its checksums not yet set)."""
+
+    def finish(self, fd: int, size: int) -> None:
+        """After the data is written: give the file its full ``size`` (data section end)."""
+
+
+class _Plain:
+    """Blocks back to back, each 64-byte aligned; the header as short as it can be."""
+
+    records_save = False
+
+    def place(self, plan: layout.Layout,
+              pickled: bool) -> tuple[dict[str, TensorEntry], tuple[BlockEntry, ...]]:
+        return plan.tensors, plan.blocks
+
+    def header_length(self, header: Header) -> int:
+        return len(header.encode())
+
+    def finish(self, fd: int, size: int) -> None:
+        pass  # the blocks and their padding fill the file
+
+
+class _PageAligned:
+    """Laid out for in-place updates (see the package docstring, "Incremental saves")."""
+
+    records_save = True
+
+    def place(self, plan: layout.Layout,
+              pickled: bool) -> tuple[dict[str, TensorEntry], tuple[BlockEntry, ...]]:
+        """Large blocks at their memory's page offset; a pickle block (last) gets room to grow."""
+        table: dict[str, TensorEntry] = {}
+        blocks = []
+        offset = pads = 0
+        for block, source in zip(plan.blocks, plan.sources, strict=True):
+            want = tracking.congruence(source, block.nbytes)
+            pad = -offset % ALIGN if want is None else (want - offset) % PAGE
+            if pad:
+                table[f"__pad__.{pads}"] = TensorEntry("U8", (pad,), offset, offset + pad)
+                pads += 1
+                offset += pad
+            declared = plan.tensors[block.tensor]
+            table[block.tensor] = TensorEntry(declared.dtype, declared.shape, offset,
+                                              offset + block.nbytes)
+            blocks.append(replace(block, start=offset))
+            offset += block.nbytes
+        pad = -offset % ALIGN
+        if pickled:
+            pad += max(PAGE, blocks[-1].nbytes // 8)
+        if pad:
+            table[f"__pad__.{pads}"] = TensorEntry("U8", (pad,), offset, offset + pad)
+        return table, tuple(blocks)
+
+    def header_length(self, header: Header) -> int:
+        """Room to grow, so that the data starts page-aligned."""
+        raw = len(header.encode())
+        room = raw + max(1024, raw // 8)
+        return room + (-(8 + room) % PAGE)
+
+    def finish(self, fd: int, size: int) -> None:
+        """Extend the file over the unwritten padding and give its holes disk blocks now.
+
+        Later in-place writes then never need free space, so finishing an
+        interrupted incremental save (which ``load`` does) cannot fail for lack of it.
+        """
+        os.ftruncate(fd, size)
+        try:
+            os.posix_fallocate(fd, 0, size)
+        except OSError as exc:
+            if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
+                raise
+        except AttributeError:  # not on this platform
+            pass
+
+
+PLAIN: LayoutPolicy = _Plain()
+PAGE_ALIGNED: LayoutPolicy = _PageAligned()
+
+
+@dataclass(frozen=True)
+class Written:
+    """What ``write`` wrote: the final header, and the ``stat`` of the file it wrote."""
+
+    header: Header
+    stat: os.stat_result
+
+
+def describe(graph: EncodedGraph, plan: layout.Layout, blocks: tuple[BlockEntry, ...],
+             saved: SaveRecord | None) -> Description:
+    """The header description of ``graph`` with these blocks, under a new checkpoint id."""
+    pickle_entry = None if graph.not_data is None else PickleEntry(len(blocks) - 1,
+                                                                   str(graph.not_data))
+    return Description(blocks=blocks, arrays=plan.arrays,
+                       schemas=tuple(graph.encoder.schemas), structure=graph.structure,
+                       pickle=pickle_entry, checkpoint_id=uuid.uuid4().hex, saved=saved,
+                       features=features_of(graph.encoder.schemas), metadata=graph.metadata)
+
+
+def write(graph: EncodedGraph, plan: layout.Layout, path: str, policy: LayoutPolicy, *,
+          shown: str | None = None, progress: bool = False) -> Written:
+    """Write ``graph`` laid out by ``plan`` and ``policy`` to ``path``, atomically.
+
+    ``shown`` names the file in messages (``path`` by default). The data
+    starts after the header, whose checksums are known only once the data is
+    written: the header's room is reserved (its fixed-width fields keep its
+    length), the data written, then the header.
+    """
+    tensors, blocks = policy.place(plan, graph.pickle_bytes is not None)
+    data_bytes = plan.data_bytes
+    saved = SaveRecord("full", data_bytes, len(blocks), data_bytes) \
+        if policy.records_save else None
+    header = Header(describe(graph, plan, blocks, saved), tensors,
+                    name=path if shown is None else shown)
+    length = policy.header_length(header)
+    data_start = 8 + length
+    end = max(t.end for t in tensors.values()) if tensors else 0
+    bar = Progress(data_bytes, "saving", progress)
+    with AtomicFile(path) as fd:
+        write_all(fd, struct.pack("<Q", length) + b" " * length)
+        crcs = _write_data(fd, data_start, blocks, plan.sources, bar)
+        policy.finish(fd, data_start + end)
+        os.lseek(fd, 8, os.SEEK_SET)
+        header = header.with_crcs(crcs)
+        write_all(fd, header.encode(length))
+        st = os.fstat(fd)
+    return Written(header, st)
+
+
+def _write_data(fd: int, data_start: int, blocks: tuple[BlockEntry, ...],
+                sources: tuple[Source, ...], bar: Progress) -> list[int]:
+    """Write every block at its place; blocks that follow at plain alignment in one go."""
+    crcs: list[int] = []
+    run: list[int] = []
+    for i, block in enumerate(blocks):
+        if run and block.start != _aligned_end(blocks[run[-1]]):
+            crcs += _write_run(fd, data_start, blocks, sources, run, bar)
+            run = []
+        run.append(i)
+    if run:
+        crcs += _write_run(fd, data_start, blocks, sources, run, bar)
+    return crcs
+
+
+def _aligned_end(block: BlockEntry) -> int:
+    end = block.start + block.nbytes
+    return end + (-end % ALIGN)
+
+
+def _write_run(fd: int, data_start: int, blocks: tuple[BlockEntry, ...],
+               sources: tuple[Source, ...], run: list[int], bar: Progress) -> list[int]:
+    os.lseek(fd, data_start + blocks[run[0]].start, os.SEEK_SET)
+    return write_blocks(fd, tuple(sources[i] for i in run), bar)
