@@ -48,9 +48,8 @@ them through the ``TYPE_CHECKING`` imports below, with their real signatures.
 
 import typing as _typing
 
-# The wire module of schema pickles (namedschema._pickle.rebuild_schema), loaded with the
-# core: cloudpickle pickles a function by value (with the registry and its lock) when the
-# module its ``__module__`` names is not in ``sys.modules``.
+# Pickles call ``namedschema._pickle.rebuild_schema``; cloudpickle pickles that function
+# by value (with the core's registry and lock) unless its module is already imported.
 from . import _pickle as _pickle
 from ._core.attrdict import AttrDict
 from ._core.classdef import declared_dtypes, has_class_body  # also installs class syntax

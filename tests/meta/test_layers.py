@@ -32,8 +32,9 @@ FRONT_DOORS = "front doors"
 
 # What ``import namedschema`` must work with: the standard library alone.
 CORE = ["namedschema", "namedschema._core.schema", "namedschema._core.instance", "namedschema._core.pickling",
+        "namedschema._pickle",  # the wire name of rebuild_schema
         "namedschema._core.codegen", "namedschema._core.factories", "namedschema.errors",
-        "namedschema._version", "namedschema._pickle",
+        "namedschema._version",
         "namedschema._core.attrdict", "namedschema._core.classdef", "namedschema._core.dynamic_types",
         "namedschema._core.limits", "namedschema._core.printable",
         "namedschema.integrations",
