@@ -54,6 +54,7 @@ from multiprocessing import synchronize as mp_sync
 import numpy as np
 
 from ..._core import tree
+from ..._core.arrays_apart import arrays_kept_apart
 from ..._core.memory import byte_span, extent, memory_owner, overlap_groups
 from ...buffer import is_shared_memory, np_mp_array
 from ...errors import UnpicklableError
@@ -210,14 +211,8 @@ def _view_entry(a, base_index, base_lo):
             a.shape, a.strides, a.dtype, bool(a.flags.writeable))
 
 
-def _checkpoint_keeps_aliasing() -> bool:
-    """Whether namedschema.save is pickling: it stores arrays raw and keeps views itself."""
-    module = sys.modules.get("namedschema.checkpoint.pickled")
-    return module is not None and module.keeps_aliasing()
-
-
 def _pack_arrays(arrays, table, refs):
-    saving = _checkpoint_keeps_aliasing()
+    saving = arrays_kept_apart()  # namedschema.save: it stores arrays raw, views as views
     for group, (lo, hi) in _group(arrays):
         shared = any(_in_shared_memory(a) for a in group)
         if (len(group) == 1 or saving) and not shared:
