@@ -31,7 +31,7 @@ bodies included), and nothing inside the package imports a front door
     state          state/
     buffer         buffer/
     evolution      evolution/
-    rlpyt.patch    rlpyt/patch/
+    rlpyt.patch    rlpyt/patch/ rlpyt/pickling.py
     checkpoint     checkpoint/
     training       training/
     rlpyt.resume   rlpyt/resume/

@@ -471,3 +471,11 @@ def _probe(skeleton, table, owner, protocol):
     kind = type(value)
     raise UnpicklableError(path, f"{kind.__module__}.{kind.__qualname__}",
                            f"{type(error).__name__}: {error}") from error
+
+
+# Pickles name these as ``namedschema.rlpyt.pickling.*`` (their home before the
+# rlpyt patch became a folder); that module re-exports them, so pickles stay
+# byte-identical and older ones load.
+for _wired in (restore_state, restore_with_globals, _Ref, _Span):
+    _wired.__module__ = "namedschema.rlpyt.pickling"
+del _wired
