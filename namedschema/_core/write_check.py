@@ -103,7 +103,7 @@ def _leaf(field: Any, value: Any) -> tuple[type, str] | None:
     if src is None:
         try:
             array = np.asarray(value)
-        except Exception:  # noqa: BLE001 - the write itself will report it
+        except Exception:  # the write itself will report it
             return None
         src = array.dtype
     if src == dst or src.hasobject or src.kind not in "biufc":

@@ -195,17 +195,17 @@ def _allocate_checked(leaves, shapes, share_memory: bool) -> list:
 
 @overload
 def buffer_from_example(example: None, leading_dims: _Dims, share_memory: bool = ...,
-                        use_NatSchema: Any = ...) -> None: ...  # noqa: N803
+                        use_NatSchema: Any = ...) -> None: ...
 @overload
 def buffer_from_example(example: _ArrayTuple, leading_dims: _Dims, share_memory: bool = ...,
-                        use_NatSchema: Any = ...) -> _ArrayTuple: ...  # noqa: N803
+                        use_NatSchema: Any = ...) -> _ArrayTuple: ...
 @overload
 def buffer_from_example(example: Any, leading_dims: _Dims, share_memory: bool = ...,
-                        use_NatSchema: Any = ...) -> Any: ...  # noqa: N803
+                        use_NatSchema: Any = ...) -> Any: ...
 
 
 def buffer_from_example(example: Any, leading_dims: _Dims, share_memory: bool = False,
-                        use_NatSchema: Any = None) -> Any:  # noqa: N803 - rlpyt's name
+                        use_NatSchema: Any = None) -> Any:  # rlpyt's name
     """Allocate a zero-filled buffer with the structure of ``example``.
 
     Every leaf of ``example`` becomes an array of the leaf's dtype and shape

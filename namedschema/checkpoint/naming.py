@@ -84,7 +84,7 @@ def _memory_key(obj: Any) -> tuple | None:
         try:
             return ("torch", obj.data_ptr(), tuple(obj.shape), tuple(obj.stride()),
                     str(obj.dtype))
-        except Exception:  # noqa: BLE001 - sparse, meta and other odd tensors
+        except Exception:  # sparse, meta and other odd tensors
             return None
     return None
 
@@ -154,7 +154,7 @@ def array_paths(root: Any, is_array: Callable[[Any], bool]) -> ArrayNames:
             continue
         try:
             items = list(_children(obj))
-        except Exception:  # noqa: BLE001 - an odd container is just not named into
+        except Exception:  # an odd container is just not named into
             continue
         for name, child in items:
             if id(child) not in seen:

@@ -320,7 +320,7 @@ class ShardedReplay(Generic[BatchT, SampleT]):
             for s in self._shards:   # a shard that is alive takes writes again
                 try:
                     ray.get(s.thaw.remote(), timeout=30)
-                except Exception:  # noqa: BLE001 - a dead shard stays dead
+                except Exception:  # a dead shard stays dead
                     pass
             raise
         done = self._get([s.finish.remote(p) for s, p in zip(self._shards, paths, strict=True)],

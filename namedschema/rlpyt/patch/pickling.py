@@ -53,6 +53,7 @@ from multiprocessing import synchronize as mp_sync
 
 import numpy as np
 
+from ..._core.arrays_apart import arrays_kept_apart
 from ..._core.strides import byte_span
 from ...buffer import is_shared_memory, np_mp_array
 from ...errors import UnpicklableError
@@ -260,14 +261,8 @@ def _view_entry(a, base_index, base_lo):
             a.shape, a.strides, a.dtype, bool(a.flags.writeable))
 
 
-def _checkpoint_keeps_aliasing() -> bool:
-    """Whether namedschema.save is pickling: it stores arrays raw and keeps views itself."""
-    module = sys.modules.get("namedschema.checkpoint.pickled")
-    return module is not None and module.keeps_aliasing()
-
-
 def _pack_arrays(arrays, table, refs):
-    saving = _checkpoint_keeps_aliasing()
+    saving = arrays_kept_apart()  # namedschema.save: it stores arrays raw, views as views
     for group in _group(arrays):
         shared = any(_in_shared_memory(a) for a in group)
         if (len(group) == 1 or saving) and not shared:
@@ -533,3 +528,11 @@ def _probe(skeleton, table, owner, protocol):
     kind = type(value)
     raise UnpicklableError(path, f"{kind.__module__}.{kind.__qualname__}",
                            f"{type(error).__name__}: {error}") from error
+
+
+# Pickles name these as ``namedschema.rlpyt.pickling.*`` (their home before the
+# rlpyt patch became a folder); that module re-exports them, so pickles stay
+# byte-identical and older ones load.
+for _wired in (restore_state, restore_with_globals, _Ref, _Span):
+    _wired.__module__ = "namedschema.rlpyt.pickling"
+del _wired
