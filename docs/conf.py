@@ -48,4 +48,9 @@ nitpick_ignore = [
     # type variables of generic signatures (the argument's type comes back)
     ("py:class", "namedschema.buffer.builders._Buffer"),
     ("py:class", "namedschema.rlpyt.resume.runner._Runner"),
+    # type parameters of the replay buffers (generic in the example's array tuple type)
+    ("py:class", "namedschema.training.replay.BatchT"),
+    ("py:class", "namedschema.training.replay._ArrayTupleT"),
+    ("py:class", "namedschema.ray.sharded.SampleT"),
+    ("py:class", "namedschema.ray.sharded._ArrayTupleT"),
 ]

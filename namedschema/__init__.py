@@ -20,6 +20,25 @@ same_definition                           whether two schemas have one definitio
 declared_dtypes, has_class_body           what a class-syntax schema declares: field
                                           dtypes, and whether its body runs here
 
+Layers, lowest first: a module imports only its own layer and lower ones (function
+bodies included), and nothing inside the package imports a front door
+(tests/meta/test_layers.py reads this table and checks it):
+
+    standalone     rlpyt/atari_py_adapter.py (loaded from its file: imports nothing)
+    leaves         errors.py _version.py
+    core           _core/ _pickle.py
+    integrations   integrations/
+    state          state/
+    buffer         buffer/
+    evolution      evolution/
+    rlpyt.patch    rlpyt/patch/ rlpyt/pickling.py
+    checkpoint     checkpoint/
+    training       training/
+    rlpyt.resume   rlpyt/resume/
+    ray            ray/
+    front doors    __init__.py rlpyt/__init__.py
+    apps           apps/ __main__.py
+
 The lazy names load their module on first use, so ``import namedschema``
 costs only the core (the standard library). They are not in ``__all__``:
 ``from namedschema import *`` would otherwise import them all and replace
@@ -29,6 +48,9 @@ them through the ``TYPE_CHECKING`` imports below, with their real signatures.
 
 import typing as _typing
 
+# Pickles call ``namedschema._pickle.rebuild_schema``; cloudpickle pickles that function
+# by value (with the core's registry and lock) unless its module is already imported.
+from . import _pickle as _pickle
 from ._core.attrdict import AttrDict
 from ._core.classdef import declared_dtypes, has_class_body  # also installs class syntax
 from ._core.factories import (
@@ -51,6 +73,7 @@ if _typing.TYPE_CHECKING:
 else:
     from ._core.instance import NamedTuple
 from ._core.schema import NamedArrayTupleSchema, NamedTupleSchema, same_definition
+from ._version import __version__ as __version__
 from .errors import (
     BackgroundSaveError,
     ExtraFieldError,
@@ -70,8 +93,7 @@ from .errors import (
     UnpicklableError,
     UnsafeLoadError,
 )
-
-__version__ = "0.1.0"
+from .integrations import install as _install_integrations
 
 if _typing.TYPE_CHECKING:  # what the lazy names below are, for type checkers
     # ``x as x``: an explicit re-export (PEP 484), though not in __all__.
@@ -154,8 +176,7 @@ __all__ = [
 ]
 
 # Hooks that wait for torch / cloudpickle to be imported (neither is imported
-# here): torch.load(weights_only=True) accepts schemas, and cloudpickle (so Ray)
-# ships schema classes by id.
-from .integrations import install as _install_integrations  # noqa: E402
-
+# here, nothing of theirs is changed now): torch.load(weights_only=True) accepts
+# schemas (torch's add_safe_globals), and cloudpickle (so Ray) ships schema
+# classes by id (its Pickler.reducer_override, wrapped once cloudpickle loads).
 _install_integrations()

@@ -74,6 +74,9 @@ INVENTORIES = {
     "numpy": ("2", [
         ("numpy.ndarray", "py:class", "reference/generated/$.html#$"),
         ("numpy.dtype", "py:class", "reference/generated/$.html#$"),
+        # scalar types, as annotations cite them (NDArray[np.int64])
+        ("numpy.float32", "py:class", "reference/arrays.scalars.html#$"),
+        ("numpy.int64", "py:class", "reference/arrays.scalars.html#$"),
         ("numpy.memmap", "py:class", "reference/generated/$.html#$"),
         ("numpy.load", "py:function", "reference/generated/$.html#$"),
         ("numpy.save", "py:function", "reference/generated/$.html#$"),

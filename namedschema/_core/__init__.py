@@ -4,7 +4,8 @@ Nothing here imports a higher layer, numpy excepted; ``import namedschema`` load
 only this package (and the small ``errors`` module).
 
 limits          bounds on field counts and names, shared with file readers
-strides         C-order strides and byte extents of array shapes
+memory          where arrays lie in memory: byte spans, extents, owners, overlap groups
+optional        torch used only where already loaded: torch_if_loaded, is_tensor
 printable       short, safe reprs of untrusted values for error messages
 attrdict        AttrDict (rlpyt's attribute dictionary), pickled by value
 codegen         the generated ``__new__`` and accessors of schema classes
@@ -13,6 +14,7 @@ schema          NamedTupleSchema / NamedArrayTupleSchema, the schema classes
 pickling        schema classes pickled by value: registry, reduce and rebuild
 classdef        class syntax (``class Samples(NamedArrayTuple): ...``)
 factories       rlpyt-compatible factories (``namedarraytuple`` ...) and checks
+tree            the structure model every walker uses: container kinds, paths, is_named_class
 dynamic_types   what type checkers see of factory-made schemas
 write_check     the checks made before ``x[idx] = y`` writes anything
 casting         which dtype casts keep values (writes and evolution)

@@ -248,8 +248,8 @@ def _resolve(schema, field, annotation):
     module = sys.modules.get(schema.__module__)
     scope = dict(vars(module)) if module is not None else {}
     try:
-        return eval(annotation, scope, dict(vars(schema)))  # noqa: S307 - the user's own annotation
-    except Exception as exc:  # noqa: BLE001 - reported with schema and field
+        return eval(annotation, scope, dict(vars(schema)))  # the user's own annotation
+    except Exception as exc:  # reported with schema and field
         raise SchemaDefinitionError(
             f"{schema._typename}.{field}: cannot evaluate the annotation {annotation!r} "
             f"to find its declared dtype ({type(exc).__name__}: {exc})") from exc

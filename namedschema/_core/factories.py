@@ -180,11 +180,11 @@ def namedarraytuple_like(namedtuple_or_class: Any, classname_suffix: bool = Fals
 
 
 @overload
-def NamedArrayTupleSchema_like(example: type[_NAT] | _NAT) -> type[_NAT]: ...  # noqa: N802
+def NamedArrayTupleSchema_like(example: type[_NAT] | _NAT) -> type[_NAT]: ...
 @overload
-def NamedArrayTupleSchema_like(example: Any) -> type[DynamicNamedArrayTuple]: ...  # noqa: N802
+def NamedArrayTupleSchema_like(example: Any) -> type[DynamicNamedArrayTuple]: ...
 
 
-def NamedArrayTupleSchema_like(example: Any) -> Any:  # noqa: N802 - rlpyt's name
+def NamedArrayTupleSchema_like(example: Any) -> Any:  # rlpyt\'s name
     """rlpyt's name for :func:`namedarraytuple_like` (returns a schema)."""
     return namedarraytuple_like(example)

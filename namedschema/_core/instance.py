@@ -137,7 +137,7 @@ def _locate_read_failure(nat, loc, exc):
             continue
         try:
             value[loc]
-        except Exception as leaf_exc:  # noqa: BLE001 - reported with its field
+        except Exception as leaf_exc:  # reported with its field
             return (name,), leaf_exc
     return None, None
 

@@ -127,7 +127,7 @@ def derived_schema_id(kind: str, module, typename: str, fields, defaults,
         key = "\x1f".join([kind, str(module), typename, ",".join(fields),
                            repr(tuple(defaults) if defaults is not None else None),
                            str(occurrence)])
-    except Exception:  # noqa: BLE001 - an unrepresentable default
+    except Exception:  # an unrepresentable default
         return None
     return uuid.uuid5(_ID_NAMESPACE, key).hex
 
@@ -205,7 +205,7 @@ def _variant_id(schema_id, kind, typename, fields, defaults) -> str:
     """The id of a definition that claims an id another file's definition holds."""
     try:
         text = repr((schema_id, kind, typename, tuple(fields), tuple(defaults)))
-    except Exception:  # noqa: BLE001 - an unrepresentable default: no stable id
+    except Exception:  # an unrepresentable default: no stable id
         return uuid.uuid4().hex
     return uuid.uuid5(_VARIANT_NAMESPACE, text).hex
 
@@ -234,11 +234,11 @@ def same_value(a, b) -> bool:
             if getattr(a.dtype, "kind", "O") != "O":
                 return bool(a.tobytes() == b.tobytes())  # bit for bit, as repr for floats
             return bool((a == b).all())
-        except Exception:  # noqa: BLE001
+        except Exception:
             return False
     try:
         return bool(a == b)
-    except Exception:  # noqa: BLE001 - an object that cannot compare
+    except Exception:  # an object that cannot compare
         return False
 
 
@@ -248,10 +248,3 @@ def adopt_rebuilt(cls, module) -> None:
         if _REBUILT_FROM in cls.__dict__:
             type.__delattr__(cls, _REBUILT_FROM)
             cls.__module__ = module
-
-
-# The wire module must be imported whenever this one is: cloudpickle pickles a
-# function by value (with this module's registry and lock) when the module its
-# ``__module__`` names is not in ``sys.modules``.
-from .. import _pickle  # noqa: E402, F401 - after rebuild_schema exists
-

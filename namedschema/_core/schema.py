@@ -192,7 +192,7 @@ def _defaults_equal(a: tuple, b: tuple) -> bool:
         try:
             if not bool(x == y):
                 return False
-        except Exception:  # noqa: BLE001 - e.g. arrays: ambiguous truth value
+        except Exception:  # e.g. arrays: ambiguous truth value
             return False
     return True
 

@@ -28,7 +28,6 @@ and this module installs ``check_write`` there (``install_write_check``).
 from __future__ import annotations
 
 import math
-import sys
 from typing import Any
 
 import numpy as np
@@ -36,6 +35,8 @@ import numpy as np
 from ..errors import field_error_class
 from .casting import changed_at, describe_change, limits, value_problem
 from .instance import SCALAR_RULES, install_write_check
+from .optional import torch_if_loaded
+from .tree import is_named
 
 __all__ = ["check_write", "SCALAR_RULES"]
 
@@ -66,7 +67,7 @@ def _np_dtype(x: Any) -> np.dtype | None:
     dtype = getattr(x, "dtype", None)
     if isinstance(dtype, np.dtype):
         return dtype
-    torch = sys.modules.get("torch")
+    torch = torch_if_loaded()
     if torch is not None and isinstance(dtype, torch.dtype):
         try:
             return np.dtype(str(dtype).removeprefix("torch."))
@@ -80,8 +81,8 @@ def _a(word: str) -> str:
 
 
 def _named_fields(value: Any) -> tuple | None:
-    fields = getattr(value, "_fields", None) if isinstance(value, tuple) else None
-    return fields if isinstance(fields, tuple) else None
+    """The fields of a named tuple (they must match to write field by field), else None."""
+    return tuple(type(value)._fields) if is_named(value) else None
 
 
 def _leaf(field: Any, value: Any) -> tuple[type, str] | None:
@@ -103,7 +104,7 @@ def _leaf(field: Any, value: Any) -> tuple[type, str] | None:
     if src is None:
         try:
             array = np.asarray(value)
-        except Exception:  # noqa: BLE001 - the write itself will report it
+        except Exception:  # the write itself will report it
             return None
         src = array.dtype
     if src == dst or src.hasobject or src.kind not in "biufc":

@@ -15,8 +15,8 @@ import argparse
 import re
 import sys
 
-from .. import __version__
 from .._core.printable import printable
+from .._version import __version__
 
 __all__ = ["build_parser", "parse_size", "main"]
 

@@ -56,7 +56,7 @@ def _schemas():
     A child interpreter that imports this module therefore still knows no
     schema until it loads a checkpoint.
     """
-    from .. import NamedArrayTupleSchema, NamedTupleSchema
+    from .._core.schema import NamedArrayTupleSchema, NamedTupleSchema
     transition = NamedArrayTupleSchema("Transition", FIELDS)
     state = NamedTupleSchema("ReplayState", ("samples", "cursor", "filled", "rng_state"))
     return transition, state
@@ -368,7 +368,9 @@ def _human(n: float) -> str:
 
 def _table(header, rows) -> str:
     widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
-    fmt = lambda r: "  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=False)).rstrip()  # noqa: E731
+
+    def fmt(row):
+        return "  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=False)).rstrip()
     return "\n".join([fmt(header), fmt(["-" * w for w in widths]), *map(fmt, rows)])
 
 
@@ -447,7 +449,7 @@ def _scenario(capacity, workdir, seed, progress, out) -> int:
     start = time.perf_counter()
     try:
         ns_save(state, path, progress=own_bar)
-    except Exception as exc:  # noqa: BLE001 - reported as a failed check below
+    except Exception as exc:  # reported as a failed check below
         save_error = f"{type(exc).__name__}: {exc}"
     elapsed = time.perf_counter() - start
     bar.update(1)
@@ -521,7 +523,7 @@ def _scenario(capacity, workdir, seed, progress, out) -> int:
         print("\n$ namedschema inspect replay.nsb   # reads only the header", file=out)
         try:
             print(describe(inspect_file(ns_path)).replace(ns_path, "replay.nsb"), file=out)
-        except Exception as exc:  # noqa: BLE001 - a failed check, not a crash
+        except Exception as exc:  # a failed check, not a crash
             checks.append(("namedschema inspect reads the checkpoint", False,
                            f"{type(exc).__name__}: {exc}"))
     print("", file=out)

@@ -24,7 +24,6 @@ get_leading_dims      the common leading dimensions of all leaves
 from __future__ import annotations
 
 import errno
-import sys
 import weakref
 from collections.abc import Callable
 from typing import Any, TypeVar, overload
@@ -32,9 +31,11 @@ from typing import Any, TypeVar, overload
 import numpy as np
 from numpy.typing import DTypeLike
 
+from .._core import tree
 from .._core.extras import extra_hint
-from .._core.factories import is_namedarraytuple, is_namedtuple, namedarraytuple_like
+from .._core.factories import namedarraytuple_like
 from .._core.instance import NamedArrayTuple
+from .._core.optional import torch_if_loaded
 from ..errors import BufferShapeError, BufferSizeError, StructureMismatchError, short_repr
 from . import owned_memory as _owned_memory
 from . import shared_memory as _shared_memory
@@ -65,12 +66,8 @@ def _array_schema_for(example):
     return schema
 
 
-def _is_named(x) -> bool:
-    return is_namedarraytuple(x) or is_namedtuple(x)
-
-
 def _root_name(x, default: str) -> str:
-    if _is_named(x):
+    if tree.is_named(x):
         return getattr(type(x), "_typename", type(x).__name__)
     return default
 
@@ -115,9 +112,9 @@ def _plan(example, path: str, leaves: list):
     """
     if example is None:
         return None
-    if _is_named(example):
+    if tree.is_named(example):
         schema = _array_schema_for(example)
-        return (schema, [_plan(v, f"{path}.{name}", leaves)
+        return (schema, [_plan(v, tree.join_path(path, name), leaves)
                          for name, v in zip(type(example)._fields, example, strict=True)])
     a = _example_array(example, path)
     leaves.append((path, a.shape, a.dtype))
@@ -195,17 +192,17 @@ def _allocate_checked(leaves, shapes, share_memory: bool) -> list:
 
 @overload
 def buffer_from_example(example: None, leading_dims: _Dims, share_memory: bool = ...,
-                        use_NatSchema: Any = ...) -> None: ...  # noqa: N803
+                        use_NatSchema: Any = ...) -> None: ...
 @overload
 def buffer_from_example(example: _ArrayTuple, leading_dims: _Dims, share_memory: bool = ...,
-                        use_NatSchema: Any = ...) -> _ArrayTuple: ...  # noqa: N803
+                        use_NatSchema: Any = ...) -> _ArrayTuple: ...
 @overload
 def buffer_from_example(example: Any, leading_dims: _Dims, share_memory: bool = ...,
-                        use_NatSchema: Any = ...) -> Any: ...  # noqa: N803
+                        use_NatSchema: Any = ...) -> Any: ...
 
 
 def buffer_from_example(example: Any, leading_dims: _Dims, share_memory: bool = False,
-                        use_NatSchema: Any = None) -> Any:  # noqa: N803 - rlpyt's name
+                        use_NatSchema: Any = None) -> Any:  # rlpyt's name
     """Allocate a zero-filled buffer with the structure of ``example``.
 
     Every leaf of ``example`` becomes an array of the leaf's dtype and shape
@@ -360,42 +357,31 @@ def to_shared_memory(buffer_: _Buffer) -> _Buffer:
 
 # --- traversal --------------------------------------------------------------
 
-def _tensor_type():
-    # No tensor can exist unless torch is already imported, so this never
-    # imports torch itself.
-    torch = sys.modules.get("torch")
-    return getattr(torch, "Tensor", None)
-
-
 def _leaf_types():
-    tensor = _tensor_type()
-    return (np.ndarray, np.generic) if tensor is None else (np.ndarray, np.generic, tensor)
+    # No tensor can exist unless torch is already imported: torch is not imported here.
+    torch = torch_if_loaded()
+    return (np.ndarray, np.generic) if torch is None else (np.ndarray, np.generic, torch.Tensor)
+
+
+_BUFFER_NODES = (tree.TUPLE, tree.NAMED)
 
 
 def _map_structure(buffer_, func, path, leaf_types):
     """Apply ``func(leaf, path)`` to every leaf, rebuilding tuples and named tuples."""
-    if buffer_ is None:
-        return None
-    if isinstance(buffer_, leaf_types):
-        return func(buffer_, path)
-    if not isinstance(buffer_, tuple):
+
+    def leaf(x, where):
+        if x is None:
+            return None
+        if isinstance(x, leaf_types):
+            return func(x, where)
         leaves = ", ".join(t.__module__.split(".")[0] + "." + t.__name__
                            for t in leaf_types)
         raise StructureMismatchError(
-            path, f"None, a tuple, a named tuple or a leaf ({leaves})",
-            f"{type(buffer_).__name__} {short_repr(buffer_)}")
-    names: Any = getattr(buffer_, "_fields", None)
-    if names is None or len(names) != len(buffer_):
-        names = [f"[{i}]" for i in range(len(buffer_))]
-        sep = ""
-    else:
-        sep = "."
-    contents = [_map_structure(b, func, f"{path}{sep}{n}", leaf_types)
-                for n, b in zip(names, buffer_, strict=True)]
-    if type(buffer_) is tuple:
-        return tuple(contents)
-    named: Any = type(buffer_)
-    return named._make(contents)
+            where, f"None, a tuple, a named tuple or a leaf ({leaves})",
+            f"{type(x).__name__} {short_repr(x)}")
+
+    return tree.map_structure(buffer_, leaf, kinds=_BUFFER_NODES, subclasses=True,
+                              path=path, shared=False)
 
 
 def _import_torch(func_name: str):

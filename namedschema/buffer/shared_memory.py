@@ -32,7 +32,7 @@ import weakref
 
 import numpy as np
 
-from .._core.strides import byte_span
+from .._core.memory import extent
 
 __all__ = ["allocate", "allocate_many", "is_shared", "segment_count"]
 
@@ -186,20 +186,12 @@ def allocate_many(specs) -> list[np.ndarray]:
             for (shape, dtype), offset in zip(specs, offsets, strict=True)]
 
 
-def _extent(a: np.ndarray) -> tuple[int, int]:
-    """First and one-past-last byte address that ``a`` can touch."""
-    start = a.__array_interface__["data"][0]
-    if not a.size:
-        return start, start
-    low, high = byte_span(start, a.shape, a.strides)
-    return low, high + a.itemsize
-
-
 def _segment_of(a: np.ndarray):
     """(segment, offset of a's data pointer) if ``a`` lies in a live segment."""
     if not _starts:
         return None
-    low, high = _extent(a)
+    data = a.__array_interface__["data"][0]
+    low, high = extent(a) or (data, data)  # an empty array: just its start
     with _lock:
         i = bisect.bisect_right(_starts, low) - 1
         if i < 0:
@@ -209,7 +201,7 @@ def _segment_of(a: np.ndarray):
     seg = ref()
     if seg is None or high > end:
         return None
-    return seg, a.__array_interface__["data"][0] - start
+    return seg, data - start
 
 
 def is_shared(a) -> bool:

@@ -11,37 +11,33 @@ only imported to load when the file holds tensors.
 
 from __future__ import annotations
 
-import sys
 import warnings
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from .._core.optional import torch_if_loaded
 from ..errors import StructureMismatchError
 from .constants import ALLOWED_DTYPES, TORCH_DTYPES, TORCH_VIA, torch_alignment
 from .header import ArrayEntry, fail
 
 
-def _torch() -> Any:
-    # Never import torch: if the caller has tensors, torch is already loaded.
-    return sys.modules.get("torch")
-
-
-def is_tensor(obj: Any) -> bool:
-    torch = _torch()
+def _is_plain_tensor(obj: Any) -> bool:
+    """A ``torch.Tensor`` itself: subclasses (``nn.Parameter``) go the pickle path."""
+    torch = torch_if_loaded()
     return torch is not None and type(obj) is torch.Tensor
 
 
 def is_storable(obj: Any) -> bool:
     """A numpy array of an allowed dtype, or a torch tensor (checked further when added)."""
     return (type(obj) in (np.ndarray, np.memmap) and obj.dtype.str in ALLOWED_DTYPES) \
-        or is_tensor(obj)
+        or _is_plain_tensor(obj)
 
 
 def _tensor_view(tensor: Any, path: str) -> tuple[np.ndarray, str]:
     """(numpy view, torch dtype name) of a CPU tensor, sharing its memory."""
-    torch = _torch()
+    torch = torch_if_loaded()
     if tensor.device.type != "cpu":
         raise StructureMismatchError(path or "<root>", "a CPU tensor",
                                      f"a tensor on {tensor.device}",

@@ -35,8 +35,8 @@ from typing import Any, BinaryIO, NoReturn
 import numpy as np
 
 from .._core.limits import MAX_FIELDS
+from .._core.memory import byte_span
 from .._core.printable import printable
-from .._core.strides import byte_span
 from ..errors import FormatError
 from .constants import (
     ALIGN,

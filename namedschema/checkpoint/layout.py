@@ -17,13 +17,11 @@ kernels assume it (complex128 at a multiple of 16, where numpy needs 8).
 
 from __future__ import annotations
 
-import collections
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
-from .._core.strides import byte_span
+from .._core.memory import extent, memory_owner, overlap_groups
 from .arrays import StoredArray
 from .blocks import CompactCopy, MemorySpan, RawBytes, Source
 from .constants import ST_DTYPES
@@ -87,63 +85,21 @@ def plan(entries: list[StoredArray], pickled: bytes | None = None) -> Layout:
     return Layout(blocks, tuple(sources), tuple(arrays), tensors)
 
 
-def _extent(arr: np.ndarray) -> tuple[int, int] | None:
-    """(lo, hi) absolute byte addresses the array touches, or None if empty."""
-    if arr.size == 0:
-        return None
-    lo, hi = byte_span(arr.__array_interface__["data"][0], arr.shape, arr.strides)
-    return lo, hi + arr.itemsize
-
-
-def _root_key(entry: StoredArray) -> tuple[str, int]:
+def _owner_key(entry: StoredArray) -> tuple[str, int]:
+    """Equal for arrays that view one base array (or one tensor storage)."""
     if not isinstance(entry.obj, np.ndarray):
         return ("storage", entry.obj.untyped_storage().data_ptr())
-    base: Any = entry.view
-    while isinstance(base.base, np.ndarray):
-        base = base.base
-    return ("object", id(base.base if base.base is not None else base))
+    return ("object", id(memory_owner(entry.view)))
 
 
 def _group(entries: list[StoredArray]) -> list[_Group]:
     """Non-empty arrays grouped by shared base or overlapping memory, in table order."""
-    parent = list(range(len(entries)))
-
-    def find(i: int) -> int:
-        while parent[i] != i:
-            parent[i] = parent[parent[i]]
-            i = parent[i]
-        return i
-
-    extents: dict[int, tuple[int, int]] = {}
-    by_root: dict[tuple[str, int], int] = {}
-    for i, entry in enumerate(entries):
-        ext = _extent(entry.view)
-        if ext is None:
-            continue
-        extents[i] = ext
-        key = _root_key(entry)
-        if key in by_root:
-            parent[find(i)] = find(by_root[key])
-        else:
-            by_root[key] = i
-    # Arrays that overlap in memory belong together whatever their bases say.
-    ordered = sorted(extents, key=lambda i: extents[i][0])
-    reach, last = -1, None
-    for i in ordered:
-        lo, hi = extents[i]
-        if last is not None and lo < reach:
-            parent[find(i)] = find(last)
-        if hi > reach:
-            reach, last = hi, i
-    members = collections.defaultdict(list)
-    for i in ordered:
-        members[find(i)].append(i)
+    extents = [extent(entry.view) for entry in entries]
+    owners = [_owner_key(entry) for entry in entries]
     groups = []
-    for m in sorted(members.values(), key=min):
-        m.sort()
-        lo = min(extents[i][0] for i in m)
-        lead = lo % max(entries[i].view.itemsize for i in m)
-        groups.append(_Group(m, lo, max(extents[i][1] for i in m) - lo + lead, lead))
+    for members, (lo, hi) in overlap_groups(extents, owners):
+        lead = lo % max(entries[i].view.itemsize for i in members)
+        groups.append(_Group(members, lo, hi - lo + lead, lead))
     return groups
 
 

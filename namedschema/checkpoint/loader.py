@@ -242,7 +242,7 @@ def _rebuild(header: Any, blocks_data: list, name: str) -> Any:
                 exc.file = name
                 exc.add_note(f"while loading {name!r}")
                 raise
-            except Exception as exc:  # noqa: BLE001 - anything a bad pickle raises
+            except Exception as exc:  # anything a bad pickle raises
                 fail(name, f"pickled structure cannot be loaded: {type(exc).__name__}: "
                      f"{exc}", exc)
         decoder = Decoder(name, header.description.schemas, header.arrays, arrays)

@@ -15,34 +15,20 @@ ArrayNames    path lookup by array object, or by the memory a new array views
 
 from __future__ import annotations
 
-import re
-import sys
-import types
 from collections import deque
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
+from .._core import tree
+from .._core.optional import is_tensor
+
 __all__ = ["array_paths", "ArrayNames"]
 
 # Bounds on the walk: a graph of many small Python objects is named only in part.
 MAX_VISITS = 200_000
 MAX_DEPTH = 64
-
-_DOTTED = re.compile(r"[A-Za-z0-9_]+(\.[A-Za-z0-9_]+)*\Z")
-_OPAQUE = (type, types.ModuleType, types.FunctionType, types.BuiltinFunctionType,
-           types.MethodType, types.CodeType, types.FrameType)
-
-
-def _join(path: str, key: Any) -> str:
-    if isinstance(key, int) and not isinstance(key, bool):
-        return f"{path}[{key}]"
-    if isinstance(key, str) and _DOTTED.match(key):
-        # state_dict names ("conv.0.weight") read as one dotted path
-        return f"{path}.{key}" if path else key
-    return f"{path}[{key!r}]"
-
 
 def _module_items(obj: Any):
     """A torch module's parameters, buffers and submodules under their own names."""
@@ -56,19 +42,11 @@ def _module_items(obj: Any):
 
 
 def _children(obj: Any):
-    if isinstance(obj, dict):
-        return obj.items()
-    if isinstance(obj, tuple):
-        fields = getattr(type(obj), "_fields", None)
-        if isinstance(fields, tuple) and len(fields) == len(obj):
-            return zip(fields, obj, strict=True)
-        return enumerate(obj)
-    if isinstance(obj, list):
-        return enumerate(obj)
-    if isinstance(obj, _OPAQUE):
-        return ()
-    attrs = getattr(obj, "__dict__", None)
-    if not isinstance(attrs, dict):
+    node = tree.node_of(obj, tree.CONTAINERS, subclasses=True)
+    if node is not None:
+        return node.items(obj)
+    attrs = tree.attributes(obj)
+    if attrs is None:
         return ()
     if isinstance(attrs.get("_modules"), dict) and isinstance(attrs.get("_parameters"), dict):
         return _module_items(obj)
@@ -79,12 +57,11 @@ def _memory_key(obj: Any) -> tuple | None:
     """Where an array's elements are: equal for two objects that view the same elements."""
     if isinstance(obj, np.ndarray):
         return ("np", obj.__array_interface__["data"][0], obj.shape, obj.strides, obj.dtype.str)
-    torch = sys.modules.get("torch")
-    if torch is not None and isinstance(obj, torch.Tensor):
+    if is_tensor(obj):
         try:
             return ("torch", obj.data_ptr(), tuple(obj.shape), tuple(obj.stride()),
                     str(obj.dtype))
-        except Exception:  # noqa: BLE001 - sparse, meta and other odd tensors
+        except Exception:  # sparse, meta and other odd tensors
             return None
     return None
 
@@ -121,13 +98,6 @@ class ArrayNames:
         return None if key is None else self._by_memory.get(key)
 
 
-def _array_like(obj: Any) -> bool:
-    if isinstance(obj, np.ndarray):
-        return True
-    torch = sys.modules.get("torch")
-    return torch is not None and isinstance(obj, torch.Tensor)
-
-
 def array_paths(root: Any, is_array: Callable[[Any], bool]) -> ArrayNames:
     """The first shortest path from ``root`` to each array of the graph (breadth first).
 
@@ -147,16 +117,16 @@ def array_paths(root: Any, is_array: Callable[[Any], bool]) -> ArrayNames:
         seen.add(key)
         keep.append(obj)
         visits += 1
-        if is_array(obj) or _array_like(obj):
+        if is_array(obj) or isinstance(obj, np.ndarray) or is_tensor(obj):
             names.add(obj, path or "root", is_array(obj))
             continue
         if depth >= MAX_DEPTH or obj is None or isinstance(obj, (str, bytes, int, float)):
             continue
         try:
             items = list(_children(obj))
-        except Exception:  # noqa: BLE001 - an odd container is just not named into
+        except Exception:  # an odd container is just not named into
             continue
         for name, child in items:
             if id(child) not in seen:
-                queue.append((child, _join(path, name), depth + 1))
+                queue.append((child, tree.join_path(path, name, dotted=True), depth + 1))
     return names

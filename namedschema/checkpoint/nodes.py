@@ -27,6 +27,7 @@ import numpy as np
 from .._core import pickling as _pickle
 from .._core.factories import is_classic_namedtuple_class, is_classic_nat_class
 from .._core.printable import printable
+from .._core.tree import join_path
 from ..errors import FormatError
 from .arrays import ArrayTable, is_storable
 from .constants import ALLOWED_DTYPES
@@ -58,20 +59,17 @@ def _why_not_data(obj: Any) -> str:
     return ""
 
 
-def path_join(path: str, key: int | str) -> str:
-    """The path of item ``key`` of the value at ``path`` (``a.b``, ``a[0]``, ``a['x y']``)."""
-    if isinstance(key, int):
-        return f"{path}[{key}]"
-    if key.isidentifier():
-        return f"{path}.{key}" if path else key
-    return f"{path}[{key!r}]"
-
-
 def _is_schema_class(cls: Any) -> bool:
     return _pickle.is_registered_schema(cls)
 
 
-def _is_named_tuple_type(cls: type) -> bool:
+def _stored_as_instance(cls: type) -> bool:
+    """The format's policy: which named tuple classes an instance node stores.
+
+    Registered schemas, classes made by ``namedtuple()`` itself and rlpyt's
+    classic named array tuples; other named tuple classes (subclasses with
+    their own code) need pickle.
+    """
     return _is_schema_class(cls) or (
         is_classic_namedtuple_class(cls)
         and (cls.__bases__ == (tuple,) or is_classic_nat_class(cls)))
@@ -284,7 +282,7 @@ class _Sequence(NodeKind):
         self.spec = f'``{{"{self.key}": [node, ...]}}``: a {self.key}'
 
     def encode(self, enc, obj, path):
-        return {self.key: [enc.encode(v, path_join(path, i)) for i, v in enumerate(obj)]}
+        return {self.key: [enc.encode(v, join_path(path, i)) for i, v in enumerate(obj)]}
 
     def parse(self, walker, node):
         if type(node[self.key]) is not list:
@@ -309,7 +307,7 @@ class _Dict(NodeKind):
         for key, value in obj.items():
             if type(key) is not str:
                 raise NotData(path, key, "dict key that is not a str")
-            items.append([key, enc.encode(value, path_join(path, key))])
+            items.append([key, enc.encode(value, join_path(path, key))])
         return {"dict": items}
 
     def parse(self, walker, node):
@@ -408,13 +406,13 @@ class _Instance(NodeKind):
             '(a schema, a stdlib namedtuple or an rlpyt namedarraytuple)')
 
     def encodes(self, obj):
-        return _is_named_tuple_type(type(obj))
+        return _stored_as_instance(type(obj))
 
     def encode(self, enc, obj, path):
         cls = type(obj)
         index = enc.schema(cls, path)
         base = path or (cls._typename if _is_schema_class(cls) else cls.__name__)
-        return {"nt": index, "values": [enc.encode(v, path_join(base, f))
+        return {"nt": index, "values": [enc.encode(v, join_path(base, f))
                                         for f, v in zip(cls._fields, obj, strict=True)]}
 
     def parse(self, walker, node):

@@ -39,7 +39,7 @@ def open_checkpoint(name: str, writable: bool = False) -> BinaryIO:
             fail(name, f"is not a regular file ({file_kind(mode)}); checkpoints are "
                  "regular files")
         fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
-        return open(fd, "r+b" if writable else "rb", buffering=0)  # noqa: SIM115
+        return open(fd, "r+b" if writable else "rb", buffering=0)
     except BaseException:
         os.close(fd)
         raise
@@ -62,5 +62,5 @@ def file_errors(name: str) -> Iterator[None]:
         raise
     except RecursionError as exc:
         fail(name, "structure is nested too deeply", exc)
-    except Exception as exc:  # noqa: BLE001 - the point: every failure of a bad file
+    except Exception as exc:  # the point: every failure of a bad file
         fail(name, f"cannot be loaded: {type(exc).__name__}: {exc}", exc)

@@ -10,25 +10,14 @@ MissingClassError: a problem of this process, not of the file.
 
 from __future__ import annotations
 
-import contextvars
 import io
 import pickle
 from typing import Any
 
+from .._core.arrays_apart import keeping_arrays_apart
 from ..errors import MissingClassError, MissingModuleError, StructureMismatchError
 from .arrays import ArrayTable, is_storable
 from .naming import ArrayNames, array_paths
-
-_dumping = contextvars.ContextVar("namedschema_checkpoint_dumping", default=False)
-
-
-def keeps_aliasing() -> bool:
-    """True while :func:`dumps` runs: arrays go to the array table, views stay views.
-
-    Reductions that turn views into offsets for plain pickle
-    (``namedschema.rlpyt.patch.pickling``) can then hand the arrays over as they are.
-    """
-    return _dumping.get()
 
 
 class _Pickler(pickle.Pickler):
@@ -81,11 +70,10 @@ class _Unpickler(pickle.Unpickler):
 def dumps(obj: Any, arrays: ArrayTable) -> bytes:
     """A protocol-5 pickle of ``obj`` whose storable arrays are added to ``arrays``."""
     buffer = io.BytesIO()
-    token = _dumping.set(True)
-    try:
+    # Reductions that turn views into offsets for plain pickle (rlpyt's buffers under
+    # the patch) hand the arrays over as they are: the array table keeps views.
+    with keeping_arrays_apart():
         _Pickler(buffer, arrays, array_paths(obj, is_storable)).dump(obj)
-    finally:
-        _dumping.reset(token)
     return buffer.getvalue()
 
 

@@ -8,12 +8,13 @@ and builds instances. ``_evolution_walk`` drives it over a structure.
 from __future__ import annotations
 
 import math
-import sys
 
 import numpy as np
 
 from .._core.casting import cast_checked, describe_change, quiet_cast
 from .._core.factories import is_namedarraytuple_class
+from .._core.optional import is_tensor, torch_if_loaded
+from .._core.tree import is_named
 from ..errors import (
     ExtraFieldError,
     FieldMismatchError,
@@ -21,9 +22,9 @@ from ..errors import (
     MissingFieldError,
     SchemaEvolutionError,
 )
-from .reports import MISSING, MappingRecord, field_dtype, is_named_class, stored_typename
+from .reports import MISSING, MappingRecord, field_dtype, stored_typename
 
-__all__ = ["Plan", "Upgrader", "all_tensors", "dtype_text", "is_tensor"]
+__all__ = ["Plan", "Upgrader", "all_tensors", "dtype_text"]
 
 _NUMBERS = (bool, int, float, complex)
 
@@ -46,15 +47,6 @@ class Plan:
         self.identity = (saved is target and not fills and not extras)
 
 
-def is_tensor(value) -> bool:
-    """Whether ``value`` is a torch tensor (torch is never imported for this)."""
-    torch = sys.modules.get("torch")  # never imported here: tensors mean it is loaded
-    return torch is not None and isinstance(value, torch.Tensor)
-
-
-_is_tensor = is_tensor
-
-
 def _tensor_dtype(tensor):
     """The numpy dtype of a tensor's dtype, or None (bfloat16 has none)."""
     try:
@@ -65,9 +57,9 @@ def _tensor_dtype(tensor):
 
 def _array_leaves(values, out, depth=0):
     for v in values:
-        if isinstance(v, np.ndarray) or _is_tensor(v):
+        if isinstance(v, np.ndarray) or is_tensor(v):
             out.append(v)
-        elif depth < 50 and isinstance(v, tuple) and is_named_class(type(v)):
+        elif depth < 50 and is_named(v):
             _array_leaves(v, out, depth + 1)
 
 
@@ -75,11 +67,11 @@ def all_tensors(values) -> bool:
     """Whether the array leaves of an instance are torch tensors (at least one, no ndarray)."""
     leaves: list = []
     _array_leaves(values, leaves)
-    return bool(leaves) and all(_is_tensor(v) for v in leaves)
+    return bool(leaves) and all(is_tensor(v) for v in leaves)
 
 
 def _leaf_shape(value):
-    if isinstance(value, np.ndarray | np.generic) or _is_tensor(value):
+    if isinstance(value, np.ndarray | np.generic) or is_tensor(value):
         return tuple(value.shape)
     if type(value) in _NUMBERS:
         return ()
@@ -91,7 +83,7 @@ def _leaf_shapes(values, out, depth=0):
         shape = _leaf_shape(v)
         if shape is not None:
             out.append(shape)
-        elif depth < 50 and isinstance(v, tuple) and is_named_class(type(v)):
+        elif depth < 50 and is_named(v):
             _leaf_shapes(v, out, depth + 1)
 
 
@@ -192,7 +184,7 @@ class Upgrader:
         target_name, name = stored_typename(plan.target), plan.target._fields[j]
         if value is None or type(value) in _NUMBERS:
             return None  # carries no dtype of its own
-        tensor = _is_tensor(value)
+        tensor = is_tensor(value)
         if isinstance(value, np.ndarray | np.generic) or tensor:
             saved_dtype = _tensor_dtype(value) if tensor else value.dtype
             saved_shape = tuple(value.shape)
@@ -272,7 +264,7 @@ class Upgrader:
         """The value of new field ``j``; ``tensors``: the buffer holds torch tensors."""
         value = self._fill(plan, j, leading, path)
         if tensors and isinstance(value, np.ndarray):
-            return sys.modules["torch"].from_numpy(value)   # like the buffer's other fields
+            return torch_if_loaded().from_numpy(value)   # like the buffer's other fields
         return value
 
     def _spend(self, nbytes, where, target_name, name):

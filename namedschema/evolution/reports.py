@@ -16,11 +16,11 @@ from typing import Any
 import numpy as np
 
 from .._core.classdef import declared_dtypes, has_class_body
-from .._core.factories import is_namedarraytuple_class, is_namedtuple_class
 from .._core.pickling import is_registered_schema
+from .._core.tree import is_named_class
 from ..errors import SchemaEvolutionError, short_repr
 
-__all__ = ["MISSING", "is_named_class", "stored_typename", "field_dtype", "SchemaMapping",
+__all__ = ["MISSING", "stored_typename", "field_dtype", "SchemaMapping",
            "KeptField", "UpgradeReport", "MappingRecord", "Targets"]
 
 MISSING = object()  # "no default" (a default can be None)
@@ -29,11 +29,6 @@ MISSING = object()  # "no default" (a default can be None)
 # --------------------------------------------------------------------------
 # What a schema declares
 # --------------------------------------------------------------------------
-
-def is_named_class(cls) -> bool:
-    """Whether ``cls`` is a named tuple or named array tuple class (schema or classic)."""
-    return isinstance(cls, type) and (is_namedtuple_class(cls) or is_namedarraytuple_class(cls))
-
 
 def stored_typename(cls) -> str:
     """The name files store for ``cls``: a schema's typename, else the class name."""

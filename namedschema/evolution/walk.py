@@ -7,32 +7,23 @@ refuses casts that views of the cast arrays would not follow.
 
 from __future__ import annotations
 
-import types
-
 import numpy as np
 
+from .._core import tree
 from .._core.factories import is_namedarraytuple_class
-from .._core.strides import byte_span
-from ..errors import SchemaEvolutionError, short_repr
-from .conversion import Plan, Upgrader, all_tensors, dtype_text, is_tensor
-from .reports import KeptField, is_named_class, stored_typename
+from .._core.memory import extent, memory_owner, overlap
+from .._core.optional import is_tensor
+from .._core.tree import is_named_class, join_path
+from ..errors import SchemaEvolutionError
+from .conversion import Plan, Upgrader, all_tensors, dtype_text
+from .reports import KeptField, stored_typename
 
 __all__ = ["Walk", "check_aliases"]
 
 _ATOMS = (type(None), bool, int, float, complex, str, bytes, bytearray, range, slice,
           type(Ellipsis), type(NotImplemented))
-# Objects that are never walked into: code, classes and modules.
-_OPAQUE = (type, types.ModuleType, types.FunctionType, types.BuiltinFunctionType,
-           types.MethodType, types.CodeType, types.FrameType, types.GeneratorType,
-           types.CoroutineType, types.AsyncGeneratorType, memoryview)
-
-
-def _path_join(path, key):
-    if isinstance(key, int):
-        return f"{path}[{key}]"
-    if isinstance(key, str) and key.isidentifier():
-        return f"{path}.{key}" if path else key
-    return f"{path}[{short_repr(key)}]"
+# Containers updated in place (subclasses too); tuples and frozensets are rebuilt.
+_IN_PLACE = (tree.LIST, tree.DICT, tree.SET)
 
 
 class Walk:
@@ -64,37 +55,31 @@ class Walk:
             result = self.schema_class(obj, path) if is_named_class(obj) else obj
             self.memo[key] = result
             return result
-        if isinstance(obj, (np.generic, *_OPAQUE)):
+        if isinstance(obj, (np.generic, *tree.OPAQUE)):
             return obj
         if isinstance(obj, tuple):
-            if is_named_class(type(obj)):
+            if tree.is_named(obj):
                 return self.immutable(obj, path, lambda o, p: self.instance(o, p, hint))
             if type(obj) is tuple:
-                return self.immutable(obj, path, self.plain_tuple)
+                return self.immutable(obj, path, lambda o, p: self.rebuilt(o, p, tree.TUPLE))
             return obj  # other tuple subclasses: unknown constructors, left alone
         if isinstance(obj, frozenset):
-            return self.immutable(obj, path, self.frozen_set)
-        if isinstance(obj, list):
-            self.memo[key] = obj
-            for i, v in enumerate(obj):
-                self.assign(obj, i, v, self.convert(v, _path_join(path, i)))
-        elif isinstance(obj, dict):
-            self.memo[key] = obj
-            for k, v in list(obj.items()):
-                self.assign(obj, k, v, self.convert(v, _path_join(path, k)))
-        elif isinstance(obj, set):
-            self.memo[key] = obj
+            return self.immutable(obj, path, lambda o, p: self.rebuilt(o, p, tree.FROZENSET))
+        self.memo[key] = obj
+        node = tree.node_of(obj, _IN_PLACE, subclasses=True)
+        if node is tree.SET:
             items = list(obj)
-            new = [self.convert(v, f"{path}{{...}}") for v in items]
+            new = [self.convert(v, join_path(path, tree.MEMBER)) for v in items]
             if not self.dry and any(a is not b for a, b in zip(items, new, strict=True)):
                 self.writes.append(lambda s=obj, n=new: (s.clear(), s.update(n)))
-        else:
-            self.memo[key] = obj
-        attrs = getattr(obj, "__dict__", None)
-        if isinstance(attrs, dict) and attrs is not obj and not isinstance(obj, _OPAQUE):
+        elif node is not None:
+            for k, v in list(node.items(obj)):
+                self.assign(obj, k, v, self.convert(v, join_path(path, k)))
+        attrs = tree.attributes(obj)
+        if attrs is not None:
             base = path or type(obj).__name__
             for k, v in list(attrs.items()):
-                self.assign(attrs, k, v, self.convert(v, _path_join(base, k)))
+                self.assign(attrs, k, v, self.convert(v, join_path(base, k)))
         return obj
 
     def assign(self, container, key, old, new):
@@ -116,14 +101,13 @@ class Walk:
         self.memo[key] = result
         return result
 
-    def plain_tuple(self, obj, path):
-        new = [self.convert(v, _path_join(path, i)) for i, v in enumerate(obj)]
-        return obj if all(a is b for a, b in zip(obj, new, strict=True)) else tuple(new)
-
-    def frozen_set(self, obj, path):
-        items = list(obj)
-        new = [self.convert(v, f"{path}{{...}}") for v in items]
-        return obj if all(a is b for a, b in zip(items, new, strict=True)) else frozenset(new)
+    def rebuilt(self, obj, path, node):
+        """A tuple or frozenset of converted items (``obj`` itself if none changed)."""
+        items = list(node.items(obj))
+        new = [self.convert(v, join_path(path, k)) for k, v in items]
+        if all(a is b for a, (_k, b) in zip(new, items, strict=True)):
+            return obj
+        return node.rebuild(obj, new)
 
     def array(self, arr, path):
         if self.dry:
@@ -168,7 +152,7 @@ class Walk:
         if plan is None:
             if not self.dry:
                 up.unmatched.setdefault(stored_typename(cls), base)
-            new = [self.convert(v, f"{base}.{f}", leading)
+            new = [self.convert(v, join_path(base, f), leading)
                    for f, v in zip(cls._fields, values, strict=True)]
             if all(a is b for a, b in zip(values, new, strict=True)):
                 return obj
@@ -178,7 +162,7 @@ class Walk:
         out = []
         for j, src in enumerate(plan.sources):
             name = plan.target._fields[j]
-            fpath = f"{base}.{name}"
+            fpath = join_path(base, name)
             if src is None:
                 out.append(None if self.dry else
                            up.fill(plan, j, leading, base, tensors))
@@ -200,7 +184,7 @@ class Walk:
             out.append(self.convert(value, fpath, leading))
         for i, name in plan.extras:
             if up.extra == "keep":
-                value = self.convert(values[i], f"{base}.{name}", leading)
+                value = self.convert(values[i], join_path(base, name), leading)
                 if not self.dry:
                     up.kept.append(KeptField(base, stored_typename(cls), name, value))
         if rec is None:  # the dry pass builds nothing
@@ -221,56 +205,34 @@ class Walk:
                 "take two dtypes", path=path)
 
 
-def _root(arr):
-    while isinstance(arr.base, np.ndarray):
-        arr = arr.base
-    return arr.base if arr.base is not None else arr
-
-
-def _address_range(x):
-    """``(lowest, one past highest)`` address of an array's or tensor's elements, or None."""
-    if is_tensor(x):
-        if x.numel() == 0 or x.device.type != "cpu":
-            return None
-        size = x.element_size()
-        lo, hi = byte_span(x.data_ptr(), x.shape, [s * size for s in x.stride()])
-        return lo, hi + size
-    if x.size == 0:
-        return None
-    lo, hi = byte_span(x.__array_interface__["data"][0], x.shape, x.strides)
-    return lo, hi + x.itemsize
-
-
 def check_aliases(casts, leaves):
     """Refuse casts of arrays that other arrays or torch tensors in the structure view.
 
     A cast makes a new array; the identical array elsewhere is replaced by it,
     but a view (say ``samples_return_ = samples.reward[...]``, or a tensor
     made with ``torch.from_numpy``) would keep pointing at the old memory and
-    the two would silently drift apart. Arrays are compared by their base
-    and ``np.may_share_memory``; tensors by the addresses their elements span.
+    the two would silently drift apart. Arrays are compared by the object
+    that owns their memory and the bytes they span; tensors by the bytes alone.
     """
     if not casts:
         return
-    roots: dict = {}
+    owners: dict = {}
     spans = []
     for arr, _dtype, path, *_where in casts.values():
-        roots.setdefault(id(_root(arr)), []).append((arr, path))
-        span = _address_range(arr)
-        if span is not None:
-            spans.append((span, path))
+        span = extent(arr)
+        owners.setdefault(id(memory_owner(arr)), []).append((span, path))
+        spans.append((span, path))
     for leaf, leaf_path in leaves:
         if id(leaf) in casts:
             continue
+        span = extent(leaf)
         if is_tensor(leaf):
-            span = _address_range(leaf)
-            hit = None if span is None else next(
-                (path for (lo, hi), path in spans if lo < span[1] and span[0] < hi), None)
+            hit = next((path for cast, path in spans if overlap(cast, span)), None)
             if hit is not None:
                 _refuse(hit, leaf_path, "a torch tensor")
             continue
-        for arr, path in roots.get(id(_root(leaf)), ()):
-            if np.may_share_memory(leaf, arr):
+        for cast, path in owners.get(id(memory_owner(leaf)), ()):
+            if overlap(cast, span):
                 _refuse(path, leaf_path, "a view of it")
 
 

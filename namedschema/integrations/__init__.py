@@ -10,7 +10,7 @@ hooks wait for the library to be imported.
 install            install every hook below (``import namedschema`` runs it)
 _torch_hook        lets ``torch.load(..., weights_only=True)`` accept schemas
 _cloudpickle_hook  makes cloudpickle (so Ray) ship schema classes by id
-_import_hooks      run a callback right after a module is imported
+import_hooks      run a callback right after a module is imported
 torch              helpers for torch users (imports torch): ``safe_globals``,
                    ``register_safe_globals``, ``batch_dims``, ``share_memory_``
 """

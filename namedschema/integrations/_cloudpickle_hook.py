@@ -10,21 +10,25 @@ distinct class. Routing registered schema classes back to the copyreg
 reducer (``rebuild_schema``, by id) restores one class per schema in every
 process, and makes the pickle smaller.
 
-The patch wraps the module-level ``_class_reduce`` function of each
-cloudpickle copy that gets imported; classes other than registered schemas
-go to the original function unchanged.
+The hook wraps ``Pickler.reducer_override``, the public extension point of
+cloudpickle's pickler (the method pickle's protocol calls first for every
+object), of each cloudpickle copy once it is imported; everything but a
+registered schema class goes to the original method unchanged.
 
-MODULES     the cloudpickle modules patched when imported
-patch       patch one cloudpickle module (idempotent)
-install     patch them now or as soon as they are imported
+MODULES     the cloudpickle modules hooked when imported
+patch       hook one cloudpickle module (idempotent)
+is_patched  whether a cloudpickle module is hooked
+install     hook them now or as soon as they are imported
 """
 
 from __future__ import annotations
 
-from .._core.pickling import is_registered_schema
-from . import _import_hooks
+from typing import Any
 
-__all__ = ["MODULES", "patch", "install"]
+from .._core.pickling import is_registered_schema
+from . import import_hooks
+
+__all__ = ["MODULES", "patch", "is_patched", "install"]
 
 MODULES = (
     "cloudpickle.cloudpickle",
@@ -34,38 +38,47 @@ MODULES = (
 )
 
 
+def _reducer_override(module) -> Any:
+    return getattr(getattr(module, "Pickler", None), "reducer_override", None)
+
+
+def is_patched(module) -> bool:
+    """Whether ``module``'s ``Pickler.reducer_override`` routes schema classes by id."""
+    return getattr(_reducer_override(module), "_namedschema_original", None) is not None
+
+
 def patch(module) -> bool:
-    """Route registered schema classes in ``module._class_reduce`` to copyreg.
+    """Route registered schema classes in ``module.Pickler.reducer_override`` to copyreg.
 
     Args:
         module: a ``cloudpickle.cloudpickle`` module (any vendored copy).
 
     Returns:
-        True if the module is (now) patched, False if it has no
-        ``_class_reduce`` to wrap (an unknown cloudpickle version).
+        True if the module is (now) hooked, False if its ``Pickler`` has no
+        ``reducer_override`` to wrap (an unknown cloudpickle version).
     """
-    original = getattr(module, "_class_reduce", None)
+    original = _reducer_override(module)
     if original is None:
         return False
-    if getattr(original, "_namedschema_original", None) is not None:
+    if is_patched(module):
         return True
 
-    def _class_reduce(obj):
+    def reducer_override(self, obj):
         # Class statements subclassing a schema have no id of their own: they
         # go to cloudpickle, which may pickle them by reference or by value.
-        if is_registered_schema(obj):
+        if isinstance(obj, type) and is_registered_schema(obj):
             # NotImplemented makes the pickler use its dispatch table, which
             # includes copyreg's entry for the schema metaclasses.
             return NotImplemented
-        return original(obj)
+        return original(self, obj)
 
-    _class_reduce.__dict__["_namedschema_original"] = original
-    _class_reduce.__doc__ = original.__doc__
-    module._class_reduce = _class_reduce
+    reducer_override.__dict__["_namedschema_original"] = original
+    reducer_override.__doc__ = original.__doc__
+    module.Pickler.reducer_override = reducer_override
     return True
 
 
 def install() -> None:
-    """Patch every cloudpickle copy now if imported, else right after it is."""
+    """Hook every cloudpickle copy now if imported, else right after it is."""
     for name in MODULES:
-        _import_hooks.when_imported(name, patch)
+        import_hooks.when_imported(name, patch)

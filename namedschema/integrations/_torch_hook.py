@@ -18,7 +18,7 @@ to run code chosen by the file.
 
 ``import namedschema`` calls :func:`install`: it registers at once if
 ``torch.serialization`` is already imported, and otherwise asks
-:mod:`namedschema.integrations._import_hooks` to register right after
+:mod:`namedschema.integrations.import_hooks` to register right after
 ``torch.serialization`` finishes executing.
 
 ANY_SCHEMA              allowlist entry matching live schema classes only
@@ -35,7 +35,7 @@ import threading
 
 from .._core import pickling as _pickle
 from ..errors import SchemaDefinitionError
-from . import _import_hooks
+from . import import_hooks
 
 __all__ = ["ANY_SCHEMA", "checked_rebuild_schema", "safe_globals", "register",
            "is_registered", "install", "uninstall"]
@@ -171,9 +171,9 @@ def install() -> None:
     imports torch.
     """
     if not _registered:
-        _import_hooks.when_imported(_WATCHED, _register_hook)
+        import_hooks.when_imported(_WATCHED, _register_hook)
 
 
 def uninstall() -> None:
     """Drop the registration still waiting for torch, if any."""
-    _import_hooks.cancel(_WATCHED, _register_hook)
+    import_hooks.cancel(_WATCHED, _register_hook)

@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 
 import torch
 
+from .._core import tree as _tree
 from . import _torch_hook
 
 _Tree = TypeVar("_Tree")
@@ -73,19 +74,10 @@ def batch_dims(tree: Any, dim: int | None = 0) -> Any:
     >>> batch_dims(S(torch.zeros(4, 2), None))
     S(obs=0, mask=None)
     """
-    if isinstance(tree, torch.Tensor):
-        return dim
-    if isinstance(tree, tuple):
-        values = [batch_dims(value, dim) for value in tree]
-        cls: Any = type(tree)
-        if hasattr(cls, "_make"):
-            return cls._make(values)
-        return cls(values)
-    if isinstance(tree, list):
-        return [batch_dims(value, dim) for value in tree]
-    if isinstance(tree, dict):
-        return type(tree)((key, batch_dims(value, dim)) for key, value in tree.items())
-    return None
+    def spec(leaf: Any, _path: str | None) -> int | None:
+        return dim if isinstance(leaf, torch.Tensor) else None
+
+    return _tree.map_structure(tree, spec, subclasses=True, shared=False)
 
 
 def share_memory_(tree: _Tree) -> _Tree:
@@ -101,12 +93,10 @@ def share_memory_(tree: _Tree) -> _Tree:
     Returns:
         ``tree`` itself.
     """
-    if isinstance(tree, torch.Tensor):
-        tree.share_memory_()
-    elif isinstance(tree, (tuple, list)):
-        for value in tree:
-            share_memory_(value)
-    elif isinstance(tree, dict):
-        for value in tree.values():
-            share_memory_(value)
+    def share(leaf: Any, _path: str | None) -> Any:
+        if isinstance(leaf, torch.Tensor):
+            leaf.share_memory_()
+        return leaf
+
+    _tree.map_structure(tree, share, subclasses=True)
     return tree

@@ -44,6 +44,7 @@ from typing import Any
 
 import numpy as np
 
+from .._core.tree import is_named
 from ..training.replay import PrioritizedReplayBuffer, ReplayBuffer
 
 __all__ = ["ReplayShard", "route", "last_routed", "ordered_rows", "CUT_WAIT_SECONDS"]
@@ -85,7 +86,7 @@ def _rows_of(storage: Any) -> int:
     for value in storage:
         if value is None:
             continue
-        return _rows_of(value) if hasattr(value, "_fields") else int(np.shape(value)[0])
+        return _rows_of(value) if is_named(value) else int(np.shape(value)[0])
     raise ValueError("a replay buffer's storage has no arrays")
 
 

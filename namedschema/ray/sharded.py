@@ -5,6 +5,11 @@ generator (which decides how many rows each shard contributes to a sample),
 and its writer id. It travels to other Ray tasks and actors (pickled by value):
 a copy there writes with a writer id of its own; only the handle that made or
 restored the replay (its *owner*) may checkpoint it.
+
+For type checkers a replay is ``ShardedReplay[Batch, Sample]``: ``Batch`` the example's
+type when it is an array tuple (as for :class:`namedschema.ReplayBuffer`), ``Sample``
+what ``sample`` returns (``Batch``, or ``PrioritizedSample[Batch]`` with
+``prioritized=True``); a restored replay is ``ShardedReplay[Any, Any]``.
 """
 
 from __future__ import annotations
@@ -14,16 +19,26 @@ import os
 import secrets
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, Generic, Literal, NamedTuple, Self, TypeVar, overload
 
 import numpy as np
 
+from .._core.instance import NamedArrayTuple
+from .._core.tree import is_named
 from ..errors import ShardedReplayError
 from ..state.rng import pcg64_words, set_pcg64_words
+from ..training.replay import BatchT, PrioritizedSample
 from . import manifest as _manifest
 from .shard import CUT_WAIT_SECONDS, ReplayShard, ordered_rows, route
 
 __all__ = ["ShardedReplay", "ShardedReplayError", "CheckpointInfo"]
+
+if TYPE_CHECKING:   # a default, as for BatchT (see namedschema.training.replay)
+    from typing_extensions import TypeVar as DefaultTypeVar
+    SampleT = DefaultTypeVar("SampleT", default=Any)
+else:
+    SampleT = TypeVar("SampleT")
+_ArrayTupleT = TypeVar("_ArrayTupleT", bound=NamedArrayTuple)
 
 _CHUNK_BYTES = 32 << 20       # rows moved per call when re-sharding
 _MAX_IN_FLIGHT = 8            # extend calls a handle has on their way before it waits
@@ -58,7 +73,7 @@ def _split(capacity: int, num_shards: int) -> list[int]:
 def _concat(parts: list) -> Any:
     """One batch from same-schema batches (nested fields; None fields stay None)."""
     first = parts[0]
-    if isinstance(first, tuple) and hasattr(first, "_fields"):
+    if is_named(first):
         return type(first)(*(_concat(list(fields)) for fields in zip(*parts, strict=True)))
     if first is None:
         return None
@@ -66,12 +81,12 @@ def _concat(parts: list) -> Any:
 
 
 def _row_bytes(example: Any) -> int:
-    if isinstance(example, tuple) and hasattr(example, "_fields"):
+    if is_named(example):
         return sum(_row_bytes(v) for v in example)
     return 0 if example is None else int(np.asarray(example).nbytes)
 
 
-class ShardedReplay:
+class ShardedReplay(Generic[BatchT, SampleT]):
     """Uniform or prioritized replay over ``num_shards`` Ray actors.
 
     Args:
@@ -91,11 +106,32 @@ class ShardedReplay:
     each shard gives (in proportion to its rows, or to its total priority), then
     gathers them in one round trip. Indices of prioritized samples are global:
     ``shard * stride + row`` with ``stride`` the largest shard capacity.
+
+    For type checkers an example of array tuple type ``Samples`` makes a
+    ``ShardedReplay[Samples, Samples]``, or with ``prioritized=True`` a
+    ``ShardedReplay[Samples, PrioritizedSample[Samples]]``: the second parameter is
+    what ``sample`` returns (see :doc:`typed`).
     """
+
+    @overload
+    def __init__(self: ShardedReplay[_ArrayTupleT, _ArrayTupleT], example: _ArrayTupleT,
+                 capacity: int, *, num_shards: int, prioritized: Literal[False] = False,
+                 seed: Any = None, alpha: float = 0.6, beta: float = 0.4,
+                 actor_options: dict[str, Any] | None = None) -> None: ...
+    @overload
+    def __init__(self: ShardedReplay[_ArrayTupleT, PrioritizedSample[_ArrayTupleT]],
+                 example: _ArrayTupleT, capacity: int, *, num_shards: int,
+                 prioritized: Literal[True], seed: Any = None, alpha: float = 0.6,
+                 beta: float = 0.4, actor_options: dict[str, Any] | None = None) -> None: ...
+    @overload
+    def __init__(self: ShardedReplay[Any, Any], example: Any, capacity: int, *,
+                 num_shards: int, prioritized: bool = False, seed: Any = None,
+                 alpha: float = 0.6, beta: float = 0.4,
+                 actor_options: dict[str, Any] | None = None) -> None: ...
 
     def __init__(self, example: Any, capacity: int, *, num_shards: int,
                  prioritized: bool = False, seed: Any = None, alpha: float = 0.6,
-                 beta: float = 0.4, actor_options: dict[str, Any] | None = None):
+                 beta: float = 0.4, actor_options: dict[str, Any] | None = None) -> None:
         n = _positive(num_shards, "num_shards")
         cap = _positive(capacity, "capacity")
         if cap < n:
@@ -169,7 +205,7 @@ class ShardedReplay:
 
     # -- writing ---------------------------------------------------------------------
 
-    def extend(self, batch: Any) -> None:
+    def extend(self, batch: BatchT) -> None:
         """Append a batch of steps (a schema instance with a leading batch dimension)."""
         self._seq += 1
         shard = route(self._writer, self._seq, len(self._shards))
@@ -178,7 +214,7 @@ class ShardedReplay:
         if len(self._inflight) > _MAX_IN_FLIGHT:
             self._get(self._inflight.pop(0), "extend")
 
-    def add(self, step: Any) -> None:
+    def add(self, step: BatchT | NamedTuple) -> None:
         """Append one step: a batch of one (prefer ``extend`` with bigger batches)."""
         self.extend(_one(step))
 
@@ -198,7 +234,7 @@ class ShardedReplay:
     def __len__(self) -> int:
         return int(self._stats()[:, 0].sum())
 
-    def sample(self, batch_size: int) -> Any:
+    def sample(self, batch_size: int) -> SampleT:
         """Like :meth:`namedschema.ReplayBuffer.sample`; prioritized: ``(batch, indices,
         weights)`` with global indices and weights normalized over all shards."""
         n = _positive(batch_size, "batch_size")
@@ -219,7 +255,8 @@ class ShardedReplay:
         prio = np.concatenate([p[2] for p in parts])
         least = stats[stats[:, 0] > 0, 2].min()
         weights = (prio / least) ** -beta
-        return batch, index.astype(np.int64), weights.astype(np.float32)
+        # SampleT is this triple for a prioritized replay (the overloads of __init__)
+        return batch, index.astype(np.int64), weights.astype(np.float32)  # type: ignore[return-value]
 
     def update_priorities(self, indices: Any, priorities: Any) -> None:
         """Set priorities (before ``alpha``) of rows given by global ``indices``."""
@@ -284,7 +321,7 @@ class ShardedReplay:
             for s in self._shards:   # a shard that is alive takes writes again
                 try:
                     ray.get(s.thaw.remote(), timeout=30)
-                except Exception:  # noqa: BLE001 - a dead shard stays dead
+                except Exception:  # a dead shard stays dead
                     pass
             raise
         done = self._get([s.finish.remote(p) for s, p in zip(self._shards, paths, strict=True)],
@@ -323,7 +360,7 @@ class ShardedReplay:
 
     @classmethod
     def restore(cls, path: str | os.PathLike[str], *, num_shards: int | None = None,
-                actor_options: dict[str, Any] | None = None) -> ShardedReplay:
+                actor_options: dict[str, Any] | None = None) -> ShardedReplay[Any, Any]:
         """The replay as of the last checkpoint in ``path``, on ``num_shards`` shards.
 
         On the checkpoint's own shard count every shard loads its file and the
@@ -405,7 +442,7 @@ class ShardedReplay:
             ray.kill(s)
         self._shards = []
 
-    def __enter__(self) -> ShardedReplay:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -418,9 +455,9 @@ class ShardedReplay:
 
 
 def _rebuild(spec: dict, capacities: list[int], options: dict, entropy: int,
-             shards: list, beta: float) -> ShardedReplay:
+             shards: list, beta: float) -> ShardedReplay[Any, Any]:
     """A copy of a handle in another process: its own writer id, not the owner."""
-    self = ShardedReplay.__new__(ShardedReplay)
+    self: ShardedReplay[Any, Any] = ShardedReplay.__new__(ShardedReplay)
     self._setup(dict(spec, beta=beta), capacities, options, entropy)
     self._owner = False
     self._rng = np.random.Generator(np.random.PCG64())
@@ -441,14 +478,14 @@ def _positive(value: Any, name: str) -> int:
 
 def _one(step: Any) -> Any:
     """A step as a batch of one."""
-    if isinstance(step, tuple) and hasattr(step, "_fields"):
+    if is_named(step):
         return type(step)(*(_one(v) for v in step))
     return None if step is None else np.asarray(step)[None]
 
 
 def _first_step(storage: Any) -> Any:
     """One step (a copy) of a buffer's storage: the example its shards are built from."""
-    if isinstance(storage, tuple) and hasattr(storage, "_fields"):
+    if is_named(storage):
         return type(storage)(*(_first_step(v) for v in storage))
     return None if storage is None else np.array(storage[0])
 

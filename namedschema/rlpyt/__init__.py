@@ -20,6 +20,10 @@ Nothing here imports rlpyt (or torch) until a name is used.
 from importlib import import_module
 from typing import TYPE_CHECKING
 
+# Pickles of patched rlpyt objects call ``namedschema.rlpyt.pickling.*``; cloudpickle
+# pickles those by value unless their module is already imported.
+from . import pickling as pickling
+
 if TYPE_CHECKING:  # what the lazy names below are, for type checkers (``x as x``: re-exports)
     from ..errors import ResumeError as ResumeError
     from ..errors import ResumeWarning as ResumeWarning

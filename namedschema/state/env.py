@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from .._core.tree import join_path
 from ..errors import EnvStateError
 
 __all__ = ["capture_env", "restore_env", "EnvStateError"]
@@ -108,7 +109,7 @@ def _value(value: Any, path: str) -> Any:
         state = value.cloneState(include_rng=True)
         return ["ale", np.frombuffer(state.serialize(), np.uint8).copy()]
     if isinstance(value, (list, tuple, collections.deque)):
-        items = [_value(v, f"{path}[{i}]") for i, v in enumerate(value)]
+        items = [_value(v, join_path(path, i)) for i, v in enumerate(value)]
         if items and all(item is _CONFIG for item in items):
             return _CONFIG
         if any(item is _CONFIG for item in items):
@@ -117,7 +118,7 @@ def _value(value: Any, path: str) -> Any:
         maxlen = value.maxlen if isinstance(value, collections.deque) else None
         return ["sequence", {"kind": kind, "maxlen": maxlen, "items": items}]
     if type(value) is dict and all(isinstance(k, str) for k in value):
-        entries = {k: _value(v, f"{path}[{k!r}]") for k, v in value.items()}
+        entries = {k: _value(v, join_path(path, k)) for k, v in value.items()}
         if entries and all(item is _CONFIG for item in entries.values()):
             return _CONFIG
         if any(item is _CONFIG for item in entries.values()):
@@ -140,7 +141,7 @@ def _layer_state(layer: Any, path: str) -> dict:
     for name, value in vars(layer).items():
         if name in _CONFIG_NAMES:
             continue
-        item = _value(value, f"{path}.{name}")
+        item = _value(value, join_path(path, name))
         if item is not _CONFIG:
             attributes[name] = item
     return out
@@ -209,14 +210,14 @@ def _rebuilt(current: Any, kind: str, data: Any, path: str, memo: dict) -> Any:
         return current
     if kind == "sequence":
         olds = list(current) if isinstance(current, (list, tuple, collections.deque)) else []
-        items = [_rebuilt(olds[i] if i < len(olds) else None, k, d, f"{path}[{i}]", memo)
+        items = [_rebuilt(olds[i] if i < len(olds) else None, k, d, join_path(path, i), memo)
                  for i, (k, d) in enumerate(data["items"])]
         if data["kind"] == "deque":
             return collections.deque(items, maxlen=data["maxlen"])
         return tuple(items) if data["kind"] == "tuple" else items
     if kind == "dict":
         old = current if isinstance(current, dict) else {}
-        return {k: _rebuilt(old.get(k), kk, d, f"{path}[{k!r}]", memo)
+        return {k: _rebuilt(old.get(k), kk, d, join_path(path, k), memo)
                 for k, (kk, d) in data.items()}
     raise EnvStateError(f"{path}: unknown captured kind {kind!r}")
 
@@ -234,7 +235,7 @@ def _restore_layer(layer: Any, state: dict, path: str, memo: dict) -> None:
         raise EnvStateError(f"{path}: the checkpoint has a {state['class']} here, the env a "
                             f"{type(layer).__qualname__} (was it built differently?)")
     for name, item in state["attributes"].items():
-        _restore_value(layer, name, item, f"{path}.{name}", memo)
+        _restore_value(layer, name, item, join_path(path, name), memo)
 
 
 def _restore_chain(env: Any, states: list, path: str, memo: dict) -> None:

@@ -12,10 +12,12 @@ or, when pickling is allowed, are kept as they are.
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 import numpy as np
+
+from .._core.optional import torch_if_loaded
+from .._core.tree import is_named, join_path
 
 __all__ = ["to_data", "from_data", "NotDataValue"]
 
@@ -33,13 +35,9 @@ class NotDataValue(TypeError):
                          "which is not data")
 
 
-def _torch() -> Any:
-    return sys.modules.get("torch")
-
-
 def to_data(value: Any, path: str, allow_pickle: bool = False) -> Any:
     """``value`` as checkpoint data (see the module docstring)."""
-    torch = _torch()
+    torch = torch_if_loaded()
     if isinstance(value, _SCALARS) or isinstance(value, np.ndarray):
         return value
     if isinstance(value, int):
@@ -49,16 +47,16 @@ def to_data(value: Any, path: str, allow_pickle: bool = False) -> Any:
     if isinstance(value, dict):
         # a dict that looks like one of the markers is stored keyed, so it stays a dict
         if all(isinstance(k, str) for k in value) and set(value) not in ({_KEYED}, {_BIG_INT}):
-            return {k: to_data(v, f"{path}[{k!r}]", allow_pickle) for k, v in value.items()}
+            return {k: to_data(v, join_path(path, k), allow_pickle) for k, v in value.items()}
         return {_KEYED: [[to_data(k, f"{path} key", allow_pickle),
-                          to_data(v, f"{path}[{k!r}]", allow_pickle)]
+                          to_data(v, join_path(path, k), allow_pickle)]
                          for k, v in value.items()]}
-    if isinstance(value, tuple) and not hasattr(value, "_fields"):
-        return tuple(to_data(v, f"{path}[{i}]", allow_pickle) for i, v in enumerate(value))
+    if isinstance(value, tuple) and not is_named(value):
+        return tuple(to_data(v, join_path(path, i), allow_pickle) for i, v in enumerate(value))
     if isinstance(value, tuple):   # schema instances and named tuples are data as they are
         return value
     if isinstance(value, list):
-        return [to_data(v, f"{path}[{i}]", allow_pickle) for i, v in enumerate(value)]
+        return [to_data(v, join_path(path, i), allow_pickle) for i, v in enumerate(value)]
     if allow_pickle:
         return value
     raise NotDataValue(path, value)
@@ -66,7 +64,7 @@ def to_data(value: Any, path: str, allow_pickle: bool = False) -> Any:
 
 def from_data(value: Any) -> Any:
     """What :func:`to_data` gave, back as state-dict values (arrays and tensors copied)."""
-    torch = _torch()
+    torch = torch_if_loaded()
     if isinstance(value, np.ndarray):
         return np.array(value, copy=True)
     if torch is not None and isinstance(value, torch.Tensor):
@@ -77,7 +75,7 @@ def from_data(value: Any) -> Any:
         if set(value) == {_BIG_INT}:
             return int(value[_BIG_INT])
         return {k: from_data(v) for k, v in value.items()}
-    if isinstance(value, tuple) and not hasattr(value, "_fields"):
+    if isinstance(value, tuple) and not is_named(value):
         return tuple(from_data(v) for v in value)
     if isinstance(value, list):
         return [from_data(v) for v in value]

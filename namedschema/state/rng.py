@@ -13,10 +13,11 @@ generators travel in checkpoints that way.
 from __future__ import annotations
 
 import random
-import sys
 from typing import Any
 
 import numpy as np
+
+from .._core.optional import import_torch, torch_if_loaded
 
 __all__ = ["rng_state", "set_rng_state", "pcg64_words", "set_pcg64_words"]
 
@@ -41,17 +42,6 @@ def set_pcg64_words(rng: np.random.Generator, words: object, where: str) -> None
     rng.bit_generator.state = {"bit_generator": "PCG64",
                                "state": {"state": (v[0] << 64) | v[1], "inc": (v[2] << 64) | v[3]},
                                "has_uint32": v[4], "uinteger": v[5]}
-
-
-def torch_if_loaded():
-    """The torch module if something imported it already, else None."""
-    return sys.modules.get("torch")
-
-
-def import_torch():
-    """The torch module (imported on first use: torch is optional)."""
-    import torch
-    return torch
 
 
 def rng_state() -> dict[str, Any]:

@@ -13,6 +13,13 @@ what changed, and ``load_state_dict`` puts it back into a buffer built with the
 same arguments, after which the buffer draws and writes exactly what the
 uninterrupted one would have. The buffer draws only from its own generator,
 never from numpy's, Python's or torch's global ones.
+
+For type checkers both buffers are generic in the example's type when it is an
+array tuple (``ReplayBuffer(Samples(...), n)`` is a ``ReplayBuffer[Samples]``:
+``sample`` returns ``Samples``, ``extend`` takes ``Samples``); other examples
+(records, plain named tuples) give ``ReplayBuffer[Any]``, as the storage is then
+an array schema made at run time. Nothing of this exists at run time beyond
+``typing.Generic`` (no per-call work).
 """
 
 from __future__ import annotations
@@ -20,20 +27,37 @@ from __future__ import annotations
 import math
 import operator
 import weakref
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Generic, NamedTuple, Self, TypeVar, overload
 
 import numpy as np
+import numpy.typing as npt
 
+from .._core.instance import NamedArrayTuple
+from .._core.tree import is_named
 from ..buffer import buffer_from_example
 from ..errors import BufferShapeError, StructureMismatchError
 from ..state.rng import pcg64_words, set_pcg64_words
 from . import sum_tree as _sum_tree
 
-__all__ = ["ReplayBuffer", "PrioritizedReplayBuffer"]
+__all__ = ["ReplayBuffer", "PrioritizedReplayBuffer", "PrioritizedSample"]
+
+if TYPE_CHECKING:
+    # A default (PEP 696) keeps a bare ``ReplayBuffer`` annotation valid under
+    # ``mypy --strict`` (as ``ReplayBuffer[Any]``); typing's TypeVar takes one from 3.13.
+    from typing_extensions import TypeVar as DefaultTypeVar
+    BatchT = DefaultTypeVar("BatchT", bound=NamedArrayTuple, default=Any)
+else:
+    BatchT = TypeVar("BatchT", bound=NamedArrayTuple)
+# The storage and every sample have the example's type when it is an array tuple.
+_ArrayTupleT = TypeVar("_ArrayTupleT", bound=NamedArrayTuple)
+
+# What ``PrioritizedReplayBuffer.sample`` returns: (batch, indices, importance weights).
+PrioritizedSample = tuple[BatchT, npt.NDArray[np.int64], npt.NDArray[np.float32]]
+
 
 def _leaves(x: Any) -> list:
     """The arrays of a (nested) named tuple, in field order (None fields skipped)."""
-    if isinstance(x, tuple) and hasattr(x, "_fields"):
+    if is_named(x):
         out: list = []
         for value in x:
             out.extend(_leaves(value))
@@ -83,7 +107,7 @@ def _count(value: Any, name: str, what: str, minimum: int) -> int:
     return n
 
 
-class ReplayBuffer:
+class ReplayBuffer(Generic[BatchT]):
     """A ring buffer of steps with uniform sampling (with replacement).
 
     Args:
@@ -94,6 +118,10 @@ class ReplayBuffer:
         seed: seeds the buffer's own generator (``numpy.random.PCG64``); the
             buffer never draws from any global generator.
 
+    For type checkers an example of array tuple type ``Samples`` makes a
+    ``ReplayBuffer[Samples]``: ``sample`` returns ``Samples``, ``extend`` takes it
+    (see :doc:`typed`).
+
     >>> import numpy as np, namedschema
     >>> Step = namedschema.NamedArrayTupleSchema("Step", "obs action reward")
     >>> rb = namedschema.ReplayBuffer(Step(np.zeros(4, np.float32), 0, 0.0), 100, seed=1)
@@ -103,9 +131,22 @@ class ReplayBuffer:
     (11, (32, 4))
     """
 
-    def __init__(self, example: Any, capacity: int, *, seed: Any = None):
+    storage: BatchT
+    # ``ReplayBuffer[Samples](...)`` makes the same object as ``ReplayBuffer(...)``: typing
+    # would store the alias on the instance as ``__orig_class__`` (and so in its pickles);
+    # a property without a setter refuses it, which typing ignores.
+    __orig_class__ = property()
+
+    @overload
+    def __init__(self: ReplayBuffer[_ArrayTupleT], example: _ArrayTupleT, capacity: int, *,
+                 seed: Any = None) -> None: ...
+    @overload
+    def __init__(self: ReplayBuffer[Any], example: Any, capacity: int, *,
+                 seed: Any = None) -> None: ...
+
+    def __init__(self, example: Any, capacity: int, *, seed: Any = None) -> None:
         name = type(self).__name__
-        if not (isinstance(example, tuple) and hasattr(example, "_fields")):
+        if not is_named(example):
             raise StructureMismatchError(f"{name}(example)", "one step as a schema instance "
                                          "(or a named tuple)", type(example).__name__)
         self.capacity = _count(capacity, name, "capacity", 1)
@@ -129,7 +170,7 @@ class ReplayBuffer:
         within their kind (numpy's ``same_kind``: no float into an int field),
         so a bad batch is refused before anything is written.
         """
-        if not (isinstance(batch, tuple) and hasattr(batch, "_fields")):
+        if not is_named(batch):
             raise StructureMismatchError(f"{self._name}.extend(batch)", "a schema instance "
                                          "with a leading batch dimension",
                                          type(batch).__name__)
@@ -180,12 +221,13 @@ class ReplayBuffer:
         self._size = min(cap, self._size + n)
         return start, n
 
-    def extend(self, batch: Any) -> None:
+    def extend(self, batch: BatchT) -> None:
         """Append a batch of steps (a schema instance with a leading batch dimension)."""
         self._write(batch)
 
-    def add(self, step: Any) -> None:
-        """Append one step (a schema instance without the batch dimension)."""
+    def add(self, step: BatchT | NamedTuple) -> None:
+        """Append one step (a schema instance without the batch dimension, or a record
+        with the same field names, as in ``buffer[i] = step``)."""
         self.storage[self._cursor] = step
         self._added(self._cursor)
         self._cursor = (self._cursor + 1) % self.capacity
@@ -202,7 +244,7 @@ class ReplayBuffer:
             raise ValueError(f"{self._name}.sample: the buffer is empty")
         return n
 
-    def sample(self, batch_size: int) -> Any:
+    def sample(self, batch_size: int) -> BatchT:
         """``batch_size`` steps drawn uniformly with replacement (a schema instance)."""
         n = self._check_sample(batch_size)
         return self.storage[self._rng.integers(0, self._size, n)]
@@ -297,7 +339,7 @@ class ReplayBuffer:
         self._cursor, self._size = cursor, size
 
 
-class PrioritizedReplayBuffer(ReplayBuffer):
+class PrioritizedReplayBuffer(ReplayBuffer[BatchT]):
     """Proportional prioritized replay (Schaul et al., 2016) over a vectorized sum tree.
 
     A step is drawn with probability ``p_i ** alpha / sum_k p_k ** alpha``; new
@@ -318,8 +360,16 @@ class PrioritizedReplayBuffer(ReplayBuffer):
     ((4, 2), (4,), dtype('float32'))
     """
 
+    @overload
+    def __init__(self: PrioritizedReplayBuffer[_ArrayTupleT], example: _ArrayTupleT,
+                 capacity: int, *, alpha: float = 0.6, beta: float = 0.4,
+                 seed: Any = None) -> None: ...
+    @overload
+    def __init__(self: PrioritizedReplayBuffer[Any], example: Any, capacity: int, *,
+                 alpha: float = 0.6, beta: float = 0.4, seed: Any = None) -> None: ...
+
     def __init__(self, example: Any, capacity: int, *, alpha: float = 0.6, beta: float = 0.4,
-                 seed: Any = None):
+                 seed: Any = None) -> None:
         self.alpha = self._exponent(alpha, "alpha")
         self.beta = self._exponent(beta, "beta")
         super().__init__(example, capacity, seed=seed)
@@ -343,7 +393,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         _sum_tree.update_sum(self._sum, index, values)
         _sum_tree.update_min(self._min, index, values)
 
-    def extend(self, batch: Any) -> None:
+    def extend(self, batch: BatchT) -> None:
         start, n = self._write(batch)
         if n:
             positions = (start + np.arange(n)) % self.capacity
@@ -352,7 +402,8 @@ class PrioritizedReplayBuffer(ReplayBuffer):
     def _added(self, position: int) -> None:
         self._set(np.array([position]), np.array([self._max_priority ** self.alpha]))
 
-    def sample(self, batch_size: int) -> tuple[Any, np.ndarray, np.ndarray]:
+    # A prioritized buffer is a ReplayBuffer whose sample is a triple (as ever at run time).
+    def sample(self, batch_size: int) -> PrioritizedSample[BatchT]:  # type: ignore[override]
         """``(batch, indices, weights)``: ``batch_size`` steps drawn by priority."""
         n = self._check_sample(batch_size)
         total = self._sum[1]

@@ -24,13 +24,13 @@ from __future__ import annotations
 
 import os
 import random
-import sys
 import time
 import warnings
 from typing import Any
 
 import numpy as np
 
+from .._core.optional import torch_if_loaded
 from ..checkpoint import load, save
 from ..checkpoint.background import written
 from ..errors import RunCheckpointError, RunCheckpointWarning, UnexpectedKindError
@@ -45,13 +45,9 @@ FORMAT = "namedschema.RunCheckpoint"
 VERSION = 1
 
 
-def _torch() -> Any:
-    return sys.modules.get("torch")
-
-
 def _kind(obj: Any) -> str:
     """How a registered object's state is captured."""
-    torch = _torch()
+    torch = torch_if_loaded()
     if callable(getattr(obj, "capture_state", None)) and \
             callable(getattr(obj, "restore_state", None)):
         return "protocol"
@@ -153,7 +149,7 @@ class RunCheckpoint:
     # -- capturing -------------------------------------------------------------------
 
     def _capture(self, name: str, kind: str, obj: Any) -> Any:
-        torch = _torch()
+        torch = torch_if_loaded()
         if kind == "protocol":
             return obj.capture_state()
         if kind == "generator":
@@ -337,7 +333,7 @@ class RunCheckpoint:
                                      f"restored: {done})") from exc
 
     def _apply(self, name: str, kind: str, obj: Any, state: Any) -> None:
-        torch = _torch()
+        torch = torch_if_loaded()
         if kind == "protocol":
             obj.restore_state(_plain_state.from_data(state))
         elif kind == "generator":

@@ -15,11 +15,11 @@ import namedschema
 from namedschema import (
     NamedArrayTupleSchema,
     NamedTupleSchema,
-    _pickle,
     namedarraytuple,
     namedarraytuple_like,
     namedtuple,
 )
+from namedschema._core import pickling as _pickle
 from namedschema.errors import FieldError, NamedSchemaError, SchemaDefinitionError
 from tests.figures import record
 

@@ -13,16 +13,16 @@ pytestmark = pytest.mark.subprocess
 # What ``import namedschema`` does once the hook line is in ``__init__``;
 # calling install() again is harmless, so these tests hold either way.
 _IMPORT = ("import namedschema as ns\n"
-           "from namedschema.integrations import _import_hooks, _torch_hook\n"
+           "from namedschema.integrations import import_hooks, _torch_hook\n"
            "_torch_hook.install()\n")
 
 _SAVE = _IMPORT + """
 import io, sys
 assert "torch" not in sys.modules, "importing namedschema imported torch"
-assert "torch.serialization" in _import_hooks.pending()
+assert "torch.serialization" in import_hooks.pending()
 assert any(type(f).__name__ == "_Watcher" for f in sys.meta_path)
 import torch
-assert "torch.serialization" not in _import_hooks.pending()
+assert "torch.serialization" not in import_hooks.pending()
 assert _torch_hook._registered
 loader = sys.modules["torch.serialization"].__spec__.loader
 assert "exec_module" not in vars(loader), "loader left patched"
@@ -62,7 +62,7 @@ def test_namedschema_first_then_torch(saved):
 def test_torch_first_then_namedschema(saved):
     """Fresh process: torch imported first, then namedschema; weights_only load still works."""
     code = "import io, sys, torch\n" + _IMPORT + """
-assert _torch_hook._registered and "torch.serialization" not in _import_hooks.pending()
+assert _torch_hook._registered and "torch.serialization" not in import_hooks.pending()
 """ + _LOAD_CHECKS
     out = run_fresh(code, stdin=saved)
     assert out.stdout.decode().split() == ["ok", "Traj", "Meta"]
@@ -88,10 +88,10 @@ import sys
 assert "torch" not in sys.modules
 _torch_hook.install()  # idempotent: still one watcher, one callback
 assert sum(type(f).__name__ == "_Watcher" for f in sys.meta_path) == 1
-assert len(_import_hooks._pending["torch.serialization"]) == 1
-for name in list(_import_hooks.pending()):
-    for cb in list(_import_hooks._pending[name]):
-        _import_hooks.cancel(name, cb)
+assert len(import_hooks._pending["torch.serialization"]) == 1
+for name in list(import_hooks.pending()):
+    for cb in list(import_hooks._pending[name]):
+        import_hooks.cancel(name, cb)
 assert not any(type(f).__name__ == "_Watcher" for f in sys.meta_path)
 import torch
 assert not _torch_hook._registered

@@ -272,17 +272,17 @@ def test_import_hook_runs_after_import_and_removes_itself(tmp_path, monkeypatch)
     import importlib
     import sys
 
-    from namedschema.integrations import _import_hooks
+    from namedschema.integrations import import_hooks
     _fake_module(tmp_path, monkeypatch, "ns_fake_mod_a")
     seen = []
-    _import_hooks.when_imported("ns_fake_mod_a", lambda m: seen.append(m.VALUE))
-    assert "ns_fake_mod_a" in _import_hooks.pending() and seen == []
+    import_hooks.when_imported("ns_fake_mod_a", lambda m: seen.append(m.VALUE))
+    assert "ns_fake_mod_a" in import_hooks.pending() and seen == []
     module = importlib.import_module("ns_fake_mod_a")
-    assert seen == [1] and "ns_fake_mod_a" not in _import_hooks.pending()
+    assert seen == [1] and "ns_fake_mod_a" not in import_hooks.pending()
     assert "exec_module" not in vars(module.__spec__.loader)
-    if not _import_hooks.pending():
+    if not import_hooks.pending():
         assert not any(type(f).__name__ == "_Watcher" for f in sys.meta_path)
-    _import_hooks.when_imported("ns_fake_mod_a", lambda m: seen.append("now"))
+    import_hooks.when_imported("ns_fake_mod_a", lambda m: seen.append("now"))
     assert seen == [1, "now"]
 
 
@@ -290,12 +290,12 @@ def test_import_hook_failure_warns_not_breaks(tmp_path, monkeypatch):
     """A failing callback gives a RuntimeWarning and the import still succeeds."""
     import importlib
 
-    from namedschema.integrations import _import_hooks
+    from namedschema.integrations import import_hooks
     _fake_module(tmp_path, monkeypatch, "ns_fake_mod_b")
 
     def boom(module):
         raise RuntimeError("boom")
-    _import_hooks.when_imported("ns_fake_mod_b", boom)
+    import_hooks.when_imported("ns_fake_mod_b", boom)
     with pytest.warns(RuntimeWarning, match="ns_fake_mod_b.*boom"):
         module = importlib.import_module("ns_fake_mod_b")
     assert module.VALUE == 1
@@ -305,12 +305,12 @@ def test_import_hook_cancel(tmp_path, monkeypatch):
     """A cancelled callback does not run when the module is imported."""
     import importlib
 
-    from namedschema.integrations import _import_hooks
+    from namedschema.integrations import import_hooks
     _fake_module(tmp_path, monkeypatch, "ns_fake_mod_c")
     seen = []
     callback = seen.append
-    _import_hooks.when_imported("ns_fake_mod_c", callback)
-    _import_hooks.cancel("ns_fake_mod_c", callback)
-    assert "ns_fake_mod_c" not in _import_hooks.pending()
+    import_hooks.when_imported("ns_fake_mod_c", callback)
+    import_hooks.cancel("ns_fake_mod_c", callback)
+    assert "ns_fake_mod_c" not in import_hooks.pending()
     importlib.import_module("ns_fake_mod_c")
     assert seen == []

@@ -192,7 +192,9 @@ def test_actor_methods(ray_local):
 def hooks_installed():
     """Task: whether this worker's cloudpickle routes schema classes by id."""
     import ray.cloudpickle.cloudpickle as cp
-    return getattr(cp._class_reduce, "_namedschema_original", None) is not None
+
+    from namedschema.integrations import _cloudpickle_hook
+    return _cloudpickle_hook.is_patched(cp)
 
 
 def test_workers_have_cloudpickle_hook(ray_local):
@@ -252,6 +254,9 @@ def test_cloudpickle_other_classes_untouched():
 
     from namedschema.integrations import _cloudpickle_hook
     assert _cloudpickle_hook.patch(cp_module) is True  # idempotent
+    # Through the public Pickler.reducer_override; cloudpickle's private names untouched.
+    assert _cloudpickle_hook.is_patched(cp_module)
+    assert not hasattr(cp_module._class_reduce, "_namedschema_original")
 
     class Plain:
         pass

@@ -83,6 +83,7 @@ def test_extend_sample_update(cluster, num_shards, prioritized):
             with pytest.raises(TypeError, match="not prioritized"):
                 r.update_priorities(np.array([0]), np.array([1.0]))
         assert b.obs.shape == (64, 4) and b.action.dtype == np.int64
+        assert type(b) is Step    # the example's class, as ShardedReplay[Step, ...] claims
         # each row sampled is a stored row (obs, action, reward agree)
         k = b.action // 1000
         assert np.array_equal(b.obs[:, 0], np.where(b.action == 7, 1, k).astype(np.float32))

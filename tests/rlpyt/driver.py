@@ -340,7 +340,8 @@ class Recorder:
             return
         number, where = self.args.kill_in_save.split(":")
         number = int(number)
-        save = namedschema.save
+        from namedschema import checkpoint  # resumable saves through checkpoint.save
+        save = checkpoint.save
         write, replace, pwrite = os.write, os.replace, os.pwrite
         main_pid = os.getpid()
 
@@ -373,7 +374,7 @@ class Recorder:
             if self.in_save and where == "pwrite":
                 kill()
             return pwrite(fd, data, offset)
-        namedschema.save = save_
+        checkpoint.save = save_
         os.write, os.replace, os.pwrite = write_, replace_, pwrite_
 
 
@@ -386,8 +387,7 @@ def strip_times(what, state):
 
 
 def components_state(runner):
-    ctx = type("Ctx", (), {"fresh_envs": [], "traj_info_cls": runner.sampler.TrajInfoCls,
-                           "note_once": lambda self, m: None})()
+    ctx = rstate.context(traj_info_cls=runner.sampler.TrajInfoCls, note_once=lambda m: None)
     return {what: strip_times(what, rstate.capture(
         runner if what == "runner" else getattr(runner, what), ctx))
         for what in ("agent", "algo", "sampler", "runner")}

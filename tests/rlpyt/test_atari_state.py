@@ -34,12 +34,8 @@ from namedschema.rlpyt import atari_py_adapter
 from namedschema.rlpyt.resume import state as rstate
 
 
-class Ctx:
-    fresh_envs = []
-    traj_info_cls = None
-
-    def note_once(self, message):
-        pass
+def Ctx():  # a resume context whose notes go nowhere
+    return rstate.context(note_once=lambda message: None)
 
 
 def play(env, n, seed):

@@ -217,13 +217,13 @@ def test_every_steps_rounds_down_to_whole_iterations_and_saves_at_the_end(tmp_pa
     out = run("""
         import functools
         saved = []
-        save = namedschema.save
+        save = namedschema.checkpoint.save   # what resumable saves through
 
         @functools.wraps(save)
         def counting(obj, path, **kwargs):
             saved.append(obj["itr"])
             return save(obj, path, **kwargs)
-        namedschema.save = counting
+        namedschema.checkpoint.save = counting
         runner = build("dqn_uniform")
         runner.n_steps = 80        # 10 iterations, rounded up to 2 log intervals of 8
         resumable(runner, "run.nsc", every_steps=40).train()

@@ -258,3 +258,54 @@ def test_from_state_dict_never_shares_memory_with_a_live_buffer(cls, tmp_path):
     first.extend(batch(200, 1))
     assert second.storage.action[3] == 0
     assert np.shares_memory(first.storage.obs, loaded["storage"].obs)   # adopted once
+
+
+class TypedStep(namedschema.NamedArrayTuple):
+    obs: np.ndarray
+    action: np.ndarray
+
+
+class StepRecord(namedschema.NamedTuple):
+    obs: np.ndarray
+    action: int
+
+
+@pytest.mark.parametrize("cls", [ReplayBuffer, PrioritizedReplayBuffer])
+def test_a_sample_is_of_the_example_class_as_the_generic_type_says(cls):
+    """ReplayBuffer(example) is a ReplayBuffer[type(example)] for array tuples: storage and
+    samples are of that very class; a record's buffer (ReplayBuffer[Any]) is an array tuple."""
+    rb = cls(TypedStep(np.zeros(2, np.float32), np.int64(0)), 8, seed=0)
+    rb.add(StepRecord(np.ones(2, np.float32), 3))       # a record of the same fields
+    rb.extend(TypedStep(np.ones((3, 2), np.float32), np.arange(3)))
+    drawn = rb.sample(5)
+    sampled = drawn[0] if cls is PrioritizedReplayBuffer else drawn
+    assert type(rb.storage) is TypedStep and type(sampled) is TypedStep
+    if cls is PrioritizedReplayBuffer:
+        assert drawn[1].dtype == np.int64 and drawn[2].dtype == np.float32
+    record = cls(StepRecord(np.zeros(2, np.float32), 0), 8, seed=0)
+    record.add(StepRecord(np.ones(2, np.float32), 3))
+    drawn = record.sample(2)
+    sampled = drawn[0] if cls is PrioritizedReplayBuffer else drawn
+    assert isinstance(sampled, namedschema.NamedArrayTuple)
+    assert not isinstance(sampled, StepRecord)
+
+
+@pytest.mark.parametrize("cls", [ReplayBuffer, PrioritizedReplayBuffer])
+def test_a_subscripted_buffer_is_the_plain_buffer(cls):
+    """``cls[Step](...)`` (the generic type spelled at run time) makes exactly what
+    ``cls(...)`` makes: no ``__orig_class__`` in its state, pickles or copies."""
+    import copy
+    import pickle
+    typed, plain = cls[Step](step(0), 6, seed=1), cls(step(0), 6, seed=1)
+    for rb in (typed, plain):
+        rb.extend(batch(0, 9))
+    assert type(typed) is cls and vars(typed).keys() == vars(plain).keys()
+    assert "__orig_class__" not in vars(typed)
+    assert getattr(typed, "__orig_class__", None) is None
+    assert pickle.dumps(typed) == pickle.dumps(plain)
+    again = cls[Step].from_state_dict(copy.deepcopy(typed).state_dict())
+    assert type(again) is cls and "__orig_class__" not in vars(again)
+    a, b = again.sample(4), plain.sample(4)
+    if cls is PrioritizedReplayBuffer:
+        a, b = a[0], b[0]
+    np.testing.assert_array_equal(a.action, b.action)

@@ -48,9 +48,9 @@ FIRST_BUDGET_MS = 250.0
 def _buffer(rows: int) -> Any:
     import numpy as np
 
-    import namedschema
-    from namedschema.buffer import buffer_from_example
-    Samples = namedschema.NamedArrayTupleSchema("Samples", "observation action reward done")
+    from ..._core.schema import NamedArrayTupleSchema
+    from ...buffer import buffer_from_example
+    Samples = NamedArrayTupleSchema("Samples", "observation action reward done")
     example = Samples(np.zeros((84, 84), np.uint8), np.int64(0), np.float32(0), False)
     buf = buffer_from_example(example, rows)
     step = max(1, 2**28 // (84 * 84))
@@ -64,11 +64,11 @@ def _buffer(rows: int) -> Any:
 def _stall_child(spec: dict) -> dict:
     import numpy as np
 
-    import namedschema
+    from ... import checkpoint
     rows, path = spec["rows"], os.path.join(spec["dir"], "stall.nsb")
     buf = _buffer(rows)
     obj = {"buffer": buf, "cursor": 0}
-    handle = namedschema.save(obj, path, incremental=True, background=True)
+    handle = checkpoint.save(obj, path, incremental=True, background=True)
     handle.wait()
     out: dict = {"first": [handle.stall, (handle.ended or 0.0) - handle.started]}
     rng = np.random.default_rng(0)
@@ -83,7 +83,7 @@ def _stall_child(spec: dict) -> dict:
         buf.observation[where] = rng.integers(0, 255, dtype=np.uint8)
         buf.reward[where] += 1.0
         obj["cursor"] = cursor
-        handle = namedschema.save(obj, path, incremental=True, background=True)
+        handle = checkpoint.save(obj, path, incremental=True, background=True)
         record = handle.wait()
         out.setdefault(kind, []).append([handle.stall, (handle.ended or 0.0) - handle.started,
                                          record.kind if record else None])
@@ -94,7 +94,7 @@ def _dqn_child(spec: dict) -> dict:
     import numpy as np
     import torch
 
-    from namedschema.rlpyt.resume.checkpoint_writer import CheckpointWriter
+    from ...rlpyt.resume.checkpoint_writer import CheckpointWriter
     torch.set_num_threads(1)
     torch.manual_seed(0)
     rows, every, window = spec["rows"], spec["every"], spec["window"]

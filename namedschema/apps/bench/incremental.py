@@ -93,8 +93,8 @@ def _measure(func):
 
 
 def _schema():
-    import namedschema
-    return namedschema.NamedArrayTupleSchema("Samples", "observation action reward done")
+    from ..._core.schema import NamedArrayTupleSchema
+    return NamedArrayTupleSchema("Samples", "observation action reward done")
 
 
 def _fill(obs):
@@ -105,10 +105,10 @@ def _fill(obs):
 def _rlpyt_buffer(kind, rows):
     import numpy as np
 
-    import namedschema
+    from ...rlpyt.patch import patch_rlpyt
     if os.environ["RLPYT_SRC"] not in sys.path:
         sys.path.append(os.environ["RLPYT_SRC"])
-    namedschema.patch_rlpyt()
+    patch_rlpyt()
     from rlpyt.utils.collections import namedarraytuple
     Example = namedarraytuple("SamplesToBuffer", "observation action reward done")
     example = Example(np.zeros((84, 84), np.uint8), np.int64(0), np.float32(0), False)
@@ -144,9 +144,9 @@ def _batch(cls, n, b, value):
 def _child(argv):
     import numpy as np
 
-    import namedschema
-    from namedschema.buffer import buffer_from_example
-    from namedschema.checkpoint import incremental
+    from ... import checkpoint
+    from ...buffer import buffer_from_example
+    from ...checkpoint import incremental
 
     spec = json.loads(argv[0])
     case, rows, directory = spec["case"], spec["rows"], spec["dir"]
@@ -159,29 +159,29 @@ def _child(argv):
         example = Samples(np.zeros((84, 84), np.uint8), np.int64(0), np.float32(0), False)
         obj = buffer_from_example(example, rows)
         _fill(obj.observation)
-        namedschema.save(obj, path, incremental=True)
+        checkpoint.save(obj, path, incremental=True)
     elif case == "mmap_resume":
         made = Samples(np.empty((rows, 84, 84), np.uint8), np.arange(rows, dtype=np.int64),
                        np.ones(rows, np.float32), np.zeros(rows, bool))
         _fill(made.observation)
-        namedschema.save(made, path, incremental=True)
+        checkpoint.save(made, path, incremental=True)
         del made
-        obj = namedschema.load(path, mmap_mode="c")
+        obj = checkpoint.load(path, mmap_mode="c")
     else:
         obj, Example = _rlpyt_buffer(case, rows)
-        namedschema.save(obj, path, incremental=True, allow_pickle=True)
+        checkpoint.save(obj, path, incremental=True, allow_pickle=True)
     incremental.wait(path)
     # One small save first, as in training where saves repeat (one-time set-up costs).
     if pickle:
         obj.append_samples(_batch(Example, 1, 1, 1)[0])
     else:
         obj[0] = _batch(Samples, 1, 0, 1)[0][0]
-    namedschema.save(obj, path, incremental=True, allow_pickle=pickle)
+    checkpoint.save(obj, path, incremental=True, allow_pickle=pickle)
     incremental.wait(path)
     out: dict[str, Any] = {"full": None, "changes": []}
 
     def full():
-        namedschema.save(obj, reference, allow_pickle=pickle)
+        checkpoint.save(obj, reference, allow_pickle=pickle)
 
     seconds, extra = _measure(full)
     out["full"] = {"seconds": seconds, "extra": extra}
@@ -203,15 +203,15 @@ def _child(argv):
         incremental.wait(path)
 
         def save():
-            namedschema.save(obj, path, incremental=True, allow_pickle=pickle)
+            checkpoint.save(obj, path, incremental=True, allow_pickle=pickle)
 
         seconds, extra = _measure(save)
-        record = namedschema.inspect(path).last_save
+        record = checkpoint.inspect(path).last_save
         assert record is not None
         out["changes"].append({"pattern": pattern, "fraction": fraction, "seconds": seconds,
                                "extra": extra, "kind": record.kind,
                                "written": record.bytes_written, "changed": n * ROW_BYTES})
-    back = namedschema.load(path, allow_pickle=pickle, verify=True)  # exact, and verified
+    back = checkpoint.load(path, allow_pickle=pickle, verify=True)  # exact, and verified
     arrays = ((back.samples, obj.samples) if pickle else (back, obj))
     if not all(np.array_equal(a, b) for a, b in zip(*arrays, strict=True)):
         raise AssertionError(f"{case}: the checkpoint differs from the buffer")
@@ -255,7 +255,7 @@ def plot(doc: dict, path: str) -> None:
     ax.set_yscale("log")
     ax.set_xlabel("rows overwritten since the last save (%)")
     ax.set_ylabel("incremental save time / full save time")
-    ax.set_title("namedschema.save(..., incremental=True), 1 GiB Atari-like buffer",
+    ax.set_title("checkpoint.save(..., incremental=True), 1 GiB Atari-like buffer",
                  fontsize=9)
     ax.grid(True, which="both", linewidth=0.3)
     ax.legend(fontsize=7)

@@ -36,7 +36,7 @@ RlpytSmall = None
 def _contenders(rl):
     """Contender name -> constructor of an instance from four values."""
     global RlpytSmall
-    from ... import NamedTupleSchema
+    from ..._core.schema import NamedTupleSchema
     made = {"namedtuple": PickleSmall, "namedschema": NamedTupleSchema("PickleSmall", FIELDS)}
     if rl is not None:
         RlpytSmall = rl.namedarraytuple("RlpytSmall", FIELDS)

@@ -61,13 +61,14 @@ class _Namedschema:
     name = "namedschema"
 
     def __init__(self, capacity: int, prioritized: bool, n_envs: int):
-        import namedschema
-        self.Step = namedschema.NamedArrayTupleSchema(
+        from ..._core.schema import NamedArrayTupleSchema
+        from ...training.replay import PrioritizedReplayBuffer, ReplayBuffer
+        self.Step = NamedArrayTupleSchema(
             "BenchTransition", ["obs", "next_obs", "action", "reward", "done"])
         example = self.Step(np.zeros(OBS, np.uint8), np.zeros(OBS, np.uint8), np.int64(0),
                             np.float32(0), np.float32(0))
-        self.rb: Any = (namedschema.PrioritizedReplayBuffer(example, capacity, seed=0)
-                   if prioritized else namedschema.ReplayBuffer(example, capacity, seed=0))
+        self.rb: Any = (PrioritizedReplayBuffer(example, capacity, seed=0)
+                        if prioritized else ReplayBuffer(example, capacity, seed=0))
 
     def batch(self, data: dict) -> Any:
         return self.Step(**data)

@@ -164,7 +164,7 @@ def environment() -> dict:
     """
     import numpy
 
-    from ... import __version__
+    from ..._version import __version__
     return {
         "python": platform.python_version(),
         "implementation": platform.python_implementation(),

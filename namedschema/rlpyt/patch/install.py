@@ -18,7 +18,6 @@ RlpytImportError  rlpyt cannot be imported (an ImportError)
 from __future__ import annotations
 
 import importlib
-import importlib.abc
 import sys
 import threading
 from dataclasses import dataclass
@@ -29,6 +28,7 @@ from ..._core.attrdict import reduce_attrdict, setstate_attrdict
 from ..._core.instance import NamedArrayTuple, NamedTuple
 from ..._core.schema import NamedArrayTupleSchema, NamedTupleSchema, build_schema
 from ...errors import RlpytImportError
+from ...integrations import import_hooks
 from . import pickling
 from .lazy_globals import GLOBALS_KEY, assign_lazy_globals, used_lazy_globals
 
@@ -255,48 +255,18 @@ def _walk_loaded(rebound, recreated, recreate_types, methods):
             _rebind_module(module, rebound, recreated, recreate_types, methods)
 
 
-class _PatchingLoader(importlib.abc.Loader):
-    """Runs the real loader, then rebinds the new module's globals."""
-
-    def __init__(self, loader, recreate_types):
-        self._loader = loader
-        self._recreate_types = recreate_types
-
-    def create_module(self, spec):
-        return self._loader.create_module(spec)
-
-    def exec_module(self, module):
-        self._loader.exec_module(module)
-        with _lock:
-            if _state.active:
-                _record_patched_imports(module)
-                _rebind_module(module, [], [], self._recreate_types)
-
-    def __getattr__(self, name):
-        # get_source, get_filename, is_package... for inspect and linecache.
-        return getattr(self._loader, name)
-
-
-class _ImportHook(importlib.abc.MetaPathFinder):
-    """Applies the patch to rlpyt modules imported after patch_rlpyt()."""
+class _ImportHook:
+    """Applies the patch to each rlpyt module imported after patch_rlpyt() (run by
+    :mod:`namedschema.integrations.import_hooks` right after the module executed)."""
 
     def __init__(self, recreate_types):
         self.recreate_types = recreate_types
 
-    def find_spec(self, fullname, path, target=None):
-        if not _is_rlpyt_module(fullname):
-            return None
-        for finder in sys.meta_path:
-            if finder is self or not hasattr(finder, "find_spec"):
-                continue
-            spec = finder.find_spec(fullname, path, target)
-            if spec is not None:
-                break
-        else:
-            return None
-        if spec.loader is not None and hasattr(spec.loader, "exec_module"):
-            spec.loader = _PatchingLoader(spec.loader, self.recreate_types)
-        return spec
+    def __call__(self, module):
+        with _lock:
+            if _state.active:
+                _record_patched_imports(module)
+                _rebind_module(module, [], [], self.recreate_types)
 
 
 def patch_rlpyt(*, stdlib_namedtuple: bool = True,
@@ -413,7 +383,7 @@ def patch_rlpyt(*, stdlib_namedtuple: bool = True,
                 rebound.append(_set(module, name, new))
             _walk_loaded(rebound, recreated, recreate_types, methods)
             _state.hook = _ImportHook(recreate_types)
-            sys.meta_path.insert(0, _state.hook)
+            import_hooks.after_each_import("rlpyt", _state.hook)
         except BaseException:
             _undo()
             raise
@@ -422,10 +392,7 @@ def patch_rlpyt(*, stdlib_namedtuple: bool = True,
 
 def _undo():
     if _state.hook is not None:
-        try:
-            sys.meta_path.remove(_state.hook)
-        except ValueError:
-            pass
+        import_hooks.stop_each_import("rlpyt", _state.hook)
     for module, name, old, new in reversed(_state.records):
         # Leave alone a global that someone (or rlpyt itself, such as a
         # lazily assigned BufferSamples) has set since.

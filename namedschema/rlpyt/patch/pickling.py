@@ -53,7 +53,9 @@ from multiprocessing import synchronize as mp_sync
 
 import numpy as np
 
-from ..._core.strides import byte_span
+from ..._core import tree
+from ..._core.arrays_apart import arrays_kept_apart
+from ..._core.memory import byte_span, extent, memory_owner, overlap_groups
 from ...buffer import is_shared_memory, np_mp_array
 from ...errors import UnpicklableError
 from .lazy_globals import GLOBALS_KEY, assign_lazy_globals
@@ -163,64 +165,19 @@ def _is_candidate(x) -> bool:
     return type(x) in (np.ndarray, np.memmap) and x.size > 0 and not x.dtype.hasobject
 
 
-def _named_tuple(x) -> bool:
-    return isinstance(x, tuple) and hasattr(type(x), "_fields")
+def _walk(x, visit):
+    """Copy of ``x`` with ``visit`` applied to its leaves; unchanged parts kept.
 
-
-def _children(x):
-    """The values a packed container is rebuilt from, or None if not walked."""
-    kind = type(x)
-    if kind is dict:
-        return list(x.values())
-    if kind is list or kind is tuple or _named_tuple(x):
-        return list(x)
-    return None
-
-
-def _rebuild(x, values):
-    kind = type(x)
-    if kind is dict:
-        return dict(zip(x.keys(), values, strict=False))
-    if kind is list:
-        return values
-    if kind is tuple:
-        return tuple(values)
-    return tuple.__new__(kind, values)
-
-
-def _walk(x, visit, memo, depth):
-    """Copy of ``x`` with ``visit`` applied to its leaves; unchanged parts kept."""
-    children = _children(x)
-    if children is None:
-        return visit(x)
-    key = id(x)
-    if key in memo:
-        return memo[key]
-    if depth >= _MAX_DEPTH:
-        return x
-    memo[key] = x  # a container reached again while being walked stays as is
-    values = [_walk(v, visit, memo, depth + 1) for v in children]
-    result = x if all(a is b for a, b in zip(values, children, strict=False)) else _rebuild(x, values)
-    memo[key] = result
-    return result
-
-
-def _extent(a):
-    """(lo, hi) byte addresses ``a`` touches."""
-    lo, hi = byte_span(a.__array_interface__["data"][0], a.shape, a.strides)
-    return lo, hi + a.itemsize
-
-
-def _root(a):
-    while isinstance(a.base, np.ndarray):
-        a = a.base
-    return a.base
+    Walked: dicts, lists, tuples and named tuples (their exact types: other
+    objects pickle as they are), shared ones once, to ``_MAX_DEPTH``.
+    """
+    return tree.map_structure(x, lambda leaf, _path: visit(leaf), max_depth=_MAX_DEPTH)
 
 
 def _in_shared_memory(a) -> bool:
     if is_shared_memory(a):
         return True
-    root = _root(a)
+    root = memory_owner(a)
     # rlpyt's own np_mp_array (multiprocessing.RawArray) or any mmap'ed memory.
     return isinstance(root, mmap.mmap) or (isinstance(root, _CTYPES_DATA)
                                            and hasattr(root, "_wrapper"))
@@ -236,22 +193,16 @@ class _Span:
 
 
 def _group(arrays):
-    """Lists of arrays whose memory overlaps (transitively)."""
-    spans = sorted(((*_extent(a), i) for i, a in enumerate(arrays)))
-    groups: list[list[int]] = []
-    current: list[int] = []
-    current_hi = 0
-    for lo, hi, i in spans:
-        if current and lo < current_hi:
-            current.append(i)
-            current_hi = max(current_hi, hi)
-        else:
-            if current:
-                groups.append(current)
-            current, current_hi = [i], hi
-    if current:
-        groups.append(current)
-    return [[arrays[i] for i in g] for g in groups]
+    """(arrays, (lo, hi)) for each set of arrays whose memory overlaps (transitively).
+
+    Groups in address order, and the arrays of a group by (start, end, index).
+    """
+    extents = [extent(a) for a in arrays]
+    groups = []
+    for members, span in overlap_groups(extents):
+        members.sort(key=lambda i: (extents[i] or span, i))
+        groups.append(([arrays[i] for i in members], span))
+    return sorted(groups, key=lambda g: g[1])
 
 
 def _view_entry(a, base_index, base_lo):
@@ -260,22 +211,14 @@ def _view_entry(a, base_index, base_lo):
             a.shape, a.strides, a.dtype, bool(a.flags.writeable))
 
 
-def _checkpoint_keeps_aliasing() -> bool:
-    """Whether namedschema.save is pickling: it stores arrays raw and keeps views itself."""
-    module = sys.modules.get("namedschema.checkpoint.pickled")
-    return module is not None and module.keeps_aliasing()
-
-
 def _pack_arrays(arrays, table, refs):
-    saving = _checkpoint_keeps_aliasing()
-    for group in _group(arrays):
+    saving = arrays_kept_apart()  # namedschema.save: it stores arrays raw, views as views
+    for group, (lo, hi) in _group(arrays):
         shared = any(_in_shared_memory(a) for a in group)
         if (len(group) == 1 or saving) and not shared:
             continue  # pickled as usual (the checkpoint keeps views of its own)
-        lo = min(_extent(a)[0] for a in group)
-        hi = max(_extent(a)[1] for a in group)
         base = next((a for a in group if a.flags.c_contiguous
-                     and _extent(a) == (lo, hi)), None)
+                     and extent(a) == (lo, hi)), None)
         base_index = len(table)
         if base is not None:
             table.append(("array", base, shared))
@@ -338,7 +281,7 @@ def _pack(state):
             arrays.append(x)
         return x
 
-    _walk(state, collect, {}, 0)
+    _walk(state, collect)
     table: list[tuple] = []
     refs: dict[int, _Ref] = {}
     _pack_arrays(arrays, table, refs)
@@ -354,7 +297,7 @@ def _pack(state):
         table.append(entry)
         return ref
 
-    return _walk(state, replace, {}, 0), table
+    return _walk(state, replace), table
 
 
 # --------------------------------------------------------------------------
@@ -448,7 +391,7 @@ def restore_state(skeleton, table):
     def fill(x):
         return made[x.index] if type(x) is _Ref else x
 
-    return _walk(skeleton, fill, {}, 0)
+    return _walk(skeleton, fill)
 
 
 def restore_with_globals(skeleton, table, used):
@@ -488,20 +431,15 @@ def _is_stdlib(kind) -> bool:
 
 
 def _attributes(x):
-    """(label, value) pairs to search for the unpicklable part of ``x``."""
-    if isinstance(x, dict):
-        return [(f"[{k!r}]" if not (isinstance(k, str) and k.isidentifier()) else f".{k}", v)
-                for k, v in x.items()]
-    if isinstance(x, (list, tuple)):
-        fields = getattr(type(x), "_fields", None)
-        if fields is not None and len(fields) == len(x):
-            return [(f".{f}", v) for f, v in zip(fields, x, strict=False)]
-        return [(f"[{i}]", v) for i, v in enumerate(x)]
+    """(key, value) pairs to search for the unpicklable part of ``x``."""
+    node = tree.node_of(x, tree.CONTAINERS, subclasses=True)
+    if node is not None:
+        return list(node.items(x))
     kind = type(x)
     if not hasattr(x, "__dict__") or _is_stdlib(kind):
         return []  # the object itself is the answer: a Thread, not its inner lock
     if kind.__reduce_ex__ is object.__reduce_ex__ and kind.__reduce__ is object.__reduce__:
-        return [(f".{k}", v) for k, v in vars(x).items()]
+        return list(vars(x).items())
     return []
 
 
@@ -518,18 +456,26 @@ def _probe(skeleton, table, owner, protocol):
         return
     path, value = owner, skeleton
     for _depth in range(_MAX_DEPTH):
-        for label, child in _attributes(value):
+        for key, child in _attributes(value):
             child_error = _fails(child, protocol)
             if isinstance(child_error, UnpicklableError):
                 # A nested object with this reduction found it: prefix our path.
                 inner = child_error.path.partition(".")[2]
-                raise UnpicklableError(path + label + ("." + inner if inner else ""),
+                raise UnpicklableError(tree.join_path(path, key) + ("." + inner if inner else ""),
                                        child_error.what, child_error.reason) from None
             if child_error is not None:
-                path, value, error = path + label, child, child_error
+                path, value, error = tree.join_path(path, key), child, child_error
                 break
         else:
             break
     kind = type(value)
     raise UnpicklableError(path, f"{kind.__module__}.{kind.__qualname__}",
                            f"{type(error).__name__}: {error}") from error
+
+
+# Pickles name these as ``namedschema.rlpyt.pickling.*`` (their home before the
+# rlpyt patch became a folder); that module re-exports them, so pickles stay
+# byte-identical and older ones load.
+for _wired in (restore_state, restore_with_globals, _Ref, _Span):
+    _wired.__module__ = "namedschema.rlpyt.pickling"
+del _wired

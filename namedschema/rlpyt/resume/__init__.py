@@ -2,7 +2,8 @@
 
 runner              resumable(), the entry point: checkpoints every N iterations, resumes on start
 state               capture and restore of the whole run through the handler table
-registry            the handler table and the context handlers receive
+handlers            the table: every handler of rlpyt's classes, in one place
+registry            the handler table's machinery and the context handlers receive
 learner_handlers    agent, algorithm, optimizer, replay buffer, runner counters
 sampling_handlers   samplers, collectors, envs (serial and parallel)
 atari_state         AtariEnv's emulator state (ale-py and atari_py)

@@ -28,6 +28,8 @@ import math
 import sys
 from typing import Any
 
+from ..._core.optional import torch_if_loaded
+
 __all__ = ["snapshot", "accepted", "compare", "Differences", "Reapply", "NEVER"]
 
 # Components compared, and attribute names left out: counters and state that
@@ -173,7 +175,7 @@ class Reapply:
                 self.attributes.append((obj, name, vars(obj)[name]))
         keys = {"lr"} if "algo.learning_rate" in accepted else set()
         keys |= {k.split(".", 2)[2] for k in accepted if k.startswith("algo.optim_kwargs.")}
-        torch = sys.modules.get("torch")
+        torch = torch_if_loaded()
         algo = components.get("algo")
         if not keys or torch is None or algo is None:
             return

@@ -16,17 +16,17 @@ atari_py      atari_py's ctypes ``ALEInterface``, which holds a raw C pointer as
 Either way the state goes into the checkpoint as a ``uint8`` array and back
 into the emulator of the freshly built env (which loaded the same ROM with the
 same settings). An emulator of another kind is said at start; such an env
-starts a new episode on resume.
+starts a new episode on resume. The handler (``atari_*``) is listed in :mod:`.handlers`.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from .registry import StateMismatchError, register_handler
+from .registry import ResumeContext, StateMismatchError
 
-__all__ = ["emulator_kind", "emulator_state", "restore_emulator_state", "install",
-           "ATARI_ENV"]
+__all__ = ["emulator_kind", "emulator_state", "restore_emulator_state", "atari_capture",
+           "atari_restore", "atari_check", "ATARI_ENV"]
 
 ATARI_ENV = "rlpyt.envs.atari.atari_env.AtariEnv"
 # atari_py's state API, as in atari_py/ale_python_interface.py.
@@ -85,7 +85,7 @@ def restore_emulator_state(ale, saved: dict, where: str = "env.ale") -> None:
             ale.deleteState(native)
 
 
-def _atari_check(env, ctx):
+def atari_check(env, ctx: ResumeContext) -> list[str]:
     ale = getattr(env, "ale", None)
     if emulator_kind(ale) is None:
         return [f"env {type(env).__name__}: its emulator ({type(ale).__qualname__}) is "
@@ -94,20 +94,14 @@ def _atari_check(env, ctx):
     return []
 
 
-def _atari_capture(env, ctx):
+def atari_capture(env, ctx: ResumeContext) -> dict:
     return {"ale": emulator_state(env.ale)}
 
 
-def _atari_restore(env, state, ctx):
-    if getattr(ctx, "new_envs", False):
+def atari_restore(env, state, ctx: ResumeContext) -> None:
+    if ctx.new_envs:
         return                  # accepted new env arguments: the env starts afresh
     if state["ale"]["kind"] is None:
         ctx.fresh_envs.append(env)
         return
     restore_emulator_state(env.ale, state["ale"])
-
-
-def install() -> None:
-    """Register the handler of rlpyt's ``AtariEnv`` (its emulator; the rest is generic)."""
-    register_handler(ATARI_ENV, _atari_capture, _atari_restore, _atari_check,
-                     attributes=("ale",))

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ... import checkpoint
+
 
 class CheckpointWriter:
     """Saves resume checkpoints to one path; keeps the background save in flight."""
@@ -23,11 +25,11 @@ class CheckpointWriter:
 
     def save(self, obj: Any) -> None:
         """Save ``obj`` (waits for the previous background save first, raising its error)."""
-        import namedschema  # looked up at each call (tests wrap namedschema.save)
-        self.pending = namedschema.save(obj, self.path, allow_pickle=True,
-                                        metadata=self.metadata,
-                                        incremental=self.incremental,
-                                        background=self.background)
+        # checkpoint.save looked up at each call: tests wrap it.
+        self.pending = checkpoint.save(obj, self.path, allow_pickle=True,
+                                       metadata=self.metadata,
+                                       incremental=self.incremental,
+                                       background=self.background)
 
     def wait(self) -> None:
         """Wait for the background save in flight; raise its error."""

@@ -15,35 +15,18 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from ..._core.optional import import_torch, is_tensor
+from ..._core.tree import is_named
 from ...checkpoint.mapped import copy_from_map
 from ...state.rng import rng_state, set_rng_state
 from .registry import StateMismatchError
 
-__all__ = ["data_state", "restore_data_state", "copy_into", "fresh_copy", "is_tensor",
-           "torch_if_loaded", "import_torch", "traj_infos_state", "make_traj_infos",
-           "rng_state", "set_rng_state"]
+__all__ = ["data_state", "restore_data_state", "copy_into", "fresh_copy",
+           "traj_infos_state", "make_traj_infos", "rng_state", "set_rng_state"]
 
 _Info = TypeVar("_Info", bound=MutableMapping[str, Any])   # rlpyt's TrajInfo, an AttrDict
 
 _SCALARS = (bool, int, float, complex, str, bytes, type(None), np.generic)
-
-
-def import_torch():
-    """The torch module (imported on first use: torch is optional)."""
-    import torch
-    return torch
-
-
-def is_tensor(value) -> bool:
-    """Whether ``value`` is a torch tensor (never imports torch)."""
-    torch = torch_if_loaded()
-    return torch is not None and isinstance(value, torch.Tensor)
-
-
-def torch_if_loaded():
-    """The torch module if something imported it already, else None."""
-    import sys
-    return sys.modules.get("torch")
 
 
 def _is_shared_value(value) -> bool:
@@ -51,11 +34,6 @@ def _is_shared_value(value) -> bool:
     from multiprocessing.sharedctypes import Synchronized
     return isinstance(value, Synchronized) or \
         (hasattr(type(value), "_type_") and hasattr(value, "value"))
-
-
-def _is_array_tuple(value) -> bool:
-    # rlpyt namedarraytuples (classic classes or namedschema schemas).
-    return isinstance(value, tuple) and hasattr(value, "_fields")
 
 
 def _is_replay_part(value) -> bool:
@@ -71,7 +49,7 @@ def _data_value(value):
         return ("array", value)
     if isinstance(value, _SCALARS):
         return ("value", value)
-    if _is_array_tuple(value):
+    if is_named(value):
         return ("tuple", value)
     if _is_shared_value(value):
         return ("shared", value.value)
@@ -101,8 +79,8 @@ def data_state(obj: Any, names: Iterable[str] | None = None,
 
 def copy_into(target, value, where):
     """Write ``value`` into the existing array/tensor/array tuple ``target``."""
-    if _is_array_tuple(target):
-        if not _is_array_tuple(value) or tuple(target._fields) != tuple(value._fields):
+    if is_named(target):
+        if not is_named(value) or tuple(target._fields) != tuple(value._fields):
             raise StateMismatchError(f"{where}: fields differ: checkpoint "
                                      f"{getattr(value, '_fields', type(value).__name__)}, "
                                      f"built {tuple(target._fields)}")
@@ -199,7 +177,7 @@ def _offset(view, base):
 
 def fresh_copy(value: Any) -> Any:
     """A copy of an array, tensor or array tuple (others are returned as they are)."""
-    if _is_array_tuple(value):
+    if is_named(value):
         return type(value)(*(fresh_copy(v) for v in value))
     if is_tensor(value):
         return value.clone()

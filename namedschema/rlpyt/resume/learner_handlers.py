@@ -1,22 +1,19 @@
 """State handlers of rlpyt's learner side: agents (models, epsilon, recurrent
 state), algorithms (counters, optimizers, learning-rate schedulers) and replay
-buffers. :func:`install` registers them (``namedschema.rlpyt.resume.state`` calls it).
+buffers. The table of :mod:`.handlers` says which class each one handles.
 """
 
 from __future__ import annotations
 
 import copy
 
-from .data_state import (
-    data_state,
-    fresh_copy,
-    is_tensor,
-    restore_data_state,
-    torch_if_loaded,
-)
-from .registry import StateMismatchError, capture, register_handler, restore
+from ..._core.optional import is_tensor, torch_if_loaded
+from .data_state import data_state, fresh_copy, restore_data_state
+from .registry import ResumeContext, StateMismatchError
 
-__all__ = ["install"]
+__all__ = ["agent_capture", "agent_restore", "eps_capture", "eps_restore", "eps_prepare",
+           "rnn_capture", "rnn_restore", "RNN_STATE", "ALTERNATING_RNN_STATE",
+           "algo_capture", "algo_restore", "replay_capture", "replay_restore"]
 
 
 # -- agents ------------------------------------------------------------------------
@@ -34,12 +31,12 @@ def _modules(obj) -> dict:
     return out
 
 
-def _agent_capture(agent, ctx):
+def agent_capture(agent, ctx: ResumeContext) -> dict:
     return {"modules": {name: m.state_dict() for name, m in _modules(agent).items()},
             "mode": agent._mode}
 
 
-def _agent_restore(agent, state, ctx):
+def agent_restore(agent, state, ctx: ResumeContext) -> None:
     modules = _modules(agent)
     if sorted(modules) != sorted(state["modules"]):
         raise StateMismatchError(
@@ -55,7 +52,7 @@ _EPS_NAMES = ("eps_sample", "eps_init", "eps_final", "eps_itr_min", "eps_itr_max
               "_eps_itr_min_max")
 
 
-def _eps_capture(agent, ctx):
+def eps_capture(agent, ctx: ResumeContext) -> dict:
     state = data_state(agent, _EPS_NAMES)
     dist = getattr(agent, "distribution", None)
     if dist is not None and hasattr(dist, "_epsilon"):
@@ -64,7 +61,7 @@ def _eps_capture(agent, ctx):
     return state
 
 
-def _eps_restore(agent, state, ctx):
+def eps_restore(agent, state, ctx: ResumeContext) -> None:
     state = dict(state)
     dist_eps = state.pop("distribution_epsilon", None)
     for name in ("eps_sample", "eps_init", "eps_final"):
@@ -101,18 +98,26 @@ class _EpsilonAfterSchedule:
             agent.distribution.set_epsilon(agent.eps_sample)
 
 
-def _eps_prepare(agent, saved):
+def eps_prepare(agent, saved, ctx: ResumeContext) -> None:
     if saved is not None and not isinstance(vars(agent).get("sample_mode"), _EpsilonAfterSchedule):
         agent.sample_mode = _EpsilonAfterSchedule(agent, agent.sample_mode)
 
 
-def _rnn_capture(names):
+# The recurrent-state attributes of rlpyt's recurrent agent mixins.
+RNN_STATE = ("_prev_rnn_state", "_sample_rnn_state")
+ALTERNATING_RNN_STATE = ("_alt", "_prev_rnn_state", "_prev_rnn_state_pair",
+                         "_sample_rnn_state_pair")
+
+
+def rnn_capture(names):
+    """A capture of the attributes ``names`` (recurrent states: arrays or lists of them)."""
     def capture_(agent, ctx):
         return {name: _plain(getattr(agent, name)) for name in names}
     return capture_
 
 
-def _rnn_restore(names):
+def rnn_restore(names):
+    """The restore of :func:`rnn_capture`'s state."""
     def restore_(agent, state, ctx):
         for name in names:
             setattr(agent, name, _fresh_copy_deep(state[name]))
@@ -133,7 +138,7 @@ def _fresh_copy_deep(value):
 
 # -- algorithms and replay buffers -------------------------------------------------
 
-def _algo_capture(algo, ctx):
+def algo_capture(algo, ctx: ResumeContext) -> dict:
     torch = torch_if_loaded()
     state: dict = {"counters": data_state(algo, skip=("replay_buffer",))}
     if torch is not None:
@@ -144,7 +149,7 @@ def _algo_capture(algo, ctx):
         state["optimizers"] = optim
     buffer = getattr(algo, "replay_buffer", None)
     if buffer is not None:
-        state["replay_buffer"] = capture(buffer, ctx)
+        state["replay_buffer"] = ctx.capture(buffer)
     return state
 
 
@@ -152,7 +157,7 @@ def _is_lr_scheduler(torch, value) -> bool:
     return isinstance(value, torch.optim.lr_scheduler.LRScheduler)
 
 
-def _algo_restore(algo, state, ctx):
+def algo_restore(algo, state, ctx: ResumeContext) -> None:
     for name, sd in state.get("optimizers", {}).items():
         target = getattr(algo, name, None)
         if target is None:
@@ -164,29 +169,12 @@ def _algo_restore(algo, state, ctx):
         buffer = getattr(algo, "replay_buffer", None)
         if buffer is None:
             raise StateMismatchError("algo.replay_buffer: the built algorithm has none")
-        restore(buffer, state["replay_buffer"], ctx, "algo.replay_buffer")
+        ctx.restore(buffer, state["replay_buffer"], "algo.replay_buffer")
 
 
-def _replay_capture(buffer, ctx):
+def replay_capture(buffer, ctx: ResumeContext) -> dict:
     return data_state(buffer)
 
 
-def _replay_restore(buffer, state, ctx):
+def replay_restore(buffer, state, ctx: ResumeContext) -> None:
     restore_data_state(buffer, state, "replay_buffer")
-
-
-def install() -> None:
-    """Register the handlers of rlpyt's agents, algorithms and replay buffers."""
-    agents = "rlpyt.agents."
-    register_handler(agents + "base.BaseAgent", _agent_capture, _agent_restore)
-    register_handler(agents + "dqn.epsilon_greedy.EpsilonGreedyAgentMixin",
-                     _eps_capture, _eps_restore, prepare=_eps_prepare)
-    rnn = ("_prev_rnn_state", "_sample_rnn_state")
-    register_handler(agents + "base.RecurrentAgentMixin", _rnn_capture(rnn),
-                     _rnn_restore(rnn))
-    alt = ("_alt", "_prev_rnn_state", "_prev_rnn_state_pair", "_sample_rnn_state_pair")
-    register_handler(agents + "base.AlternatingRecurrentAgentMixin", _rnn_capture(alt),
-                     _rnn_restore(alt))
-    register_handler("rlpyt.algos.base.RlAlgorithm", _algo_capture, _algo_restore)
-    register_handler("rlpyt.replays.base.BaseReplayBuffer", _replay_capture,
-                     _replay_restore)

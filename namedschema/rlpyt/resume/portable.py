@@ -25,6 +25,7 @@ import weakref
 
 from ..._core.factories import is_classic_namedtuple_class, is_classic_nat_class
 from ..._core.schema import NamedArrayTupleSchema, NamedTupleSchema
+from ..._core.tree import is_named
 from ..patch.lazy_globals import LAZY_GLOBALS, refuse_unloadable
 
 __all__ = ["portable", "retype", "dry_pickle", "unsavable"]
@@ -73,7 +74,7 @@ def portable(value, _memo=None):
             result = _schema_for(kind)(*values)
         elif same:
             result = value
-        elif hasattr(value, "_fields"):
+        elif is_named(value):
             result = kind(*values)
         else:
             result = kind(values)
@@ -85,8 +86,7 @@ def portable(value, _memo=None):
 
 def retype(value, like):
     """``value`` (a named tuple) rebuilt with the classes of ``like``, where fields match."""
-    if not (isinstance(value, tuple) and isinstance(like, tuple)
-            and hasattr(value, "_fields") and hasattr(like, "_fields")
+    if not (is_named(value) and is_named(like)
             and tuple(value._fields) == tuple(like._fields)):
         return value
     return type(like)(*(retype(v, w) for v, w in zip(value, like, strict=True)))

@@ -39,12 +39,13 @@ import warnings
 from collections.abc import Iterable
 from typing import Literal, TypeVar
 
-from ...errors import ResumeError, ResumeWarning
+from ... import checkpoint as _checkpoint
+from ...errors import ResumeError, ResumeWarning, UnexpectedKindError
 from . import arguments as _arguments
 from . import async_offsets as _offsets
 from . import portable as _portable
 from . import state as _state
-from . import workers as _workers  # (also registers the parallel-sampler handler)
+from . import workers as _workers
 from .checkpoint_writer import CheckpointWriter
 
 __all__ = ["resumable", "ResumeError", "ResumeWarning", "CHECKPOINT_KIND"]
@@ -93,22 +94,6 @@ def _interval(value, name):
     return value
 
 
-class _Context:
-    """What state handlers share during one capture or restore."""
-
-    def __init__(self, resume):
-        self._resume = resume
-        self.fresh_envs: list = []
-        self.new_envs = False   # accepted new env arguments: envs are not restored
-
-    @property
-    def traj_info_cls(self):
-        return self._resume.runner.sampler.TrajInfoCls
-
-    def note_once(self, message):
-        self._resume.note(message)
-
-
 class _Gates:
     """Stand-ins that make the loop body do nothing for already-done iterations."""
 
@@ -139,10 +124,8 @@ class _Gates:
 
 def _load_checkpoint(path):
     """The resume state in ``path``, unpickled only once its header says it is one."""
-    import namedschema
-    from namedschema.errors import UnexpectedKindError
     try:
-        data = namedschema.load(path, allow_pickle=True, mmap_mode="r",
+        data = _checkpoint.load(path, allow_pickle=True, mmap_mode="r",
                                 expect_metadata=_MARKER)
     except UnexpectedKindError as exc:
         if exc.metadata.get("kind") == CHECKPOINT_KIND:
@@ -201,6 +184,11 @@ class _Resume:
             warnings.warn(f"namedschema.rlpyt.resumable: {message}", ResumeWarning,
                           stacklevel=4)
 
+    def context(self, new_envs: bool = False) -> _state.ResumeContext:
+        """What the handlers of one capture, check, restore or prepare share."""
+        return _state.context(traj_info_cls=getattr(self.runner.sampler, "TrajInfoCls", None),
+                              note_once=self.note, new_envs=new_envs)
+
     def components(self):
         r = self.runner
         return {"runner": r, "agent": r.agent, "algo": r.algo, "sampler": r.sampler}
@@ -216,9 +204,10 @@ class _Resume:
     def _prepare(self):
         """Before rlpyt's startup (before sampler workers fork)."""
         r = self.runner
+        ctx = self.context()
         if self.checkpoint is None:
             for obj in self.components().values():
-                _state.prepare(obj, None)
+                _state.prepare(obj, None, ctx)
             return
         seeds = [v["seed"] for v in self.checkpoint["state"]["runner"].values()
                  if isinstance(v, dict) and v.get("seed") is not None]
@@ -226,7 +215,7 @@ class _Resume:
             # The same seed builds the same envs and models as the first start.
             r.seed = seeds[0]
         for what, obj in self.components().items():
-            _state.prepare(obj, self.checkpoint["state"].get(what))
+            _state.prepare(obj, self.checkpoint["state"].get(what), ctx)
 
     def startup(self):
         self._prepare()
@@ -259,7 +248,7 @@ class _Resume:
             pass
 
     def _check(self):
-        ctx = _Context(self)
+        ctx = self.context()
         reasons = []
         for what, obj in self.components().items():
             reasons.extend(_state.check(obj, ctx))
@@ -299,9 +288,8 @@ class _Resume:
             self.note(f"the run now has {now['n_itr']} iterations, the checkpoint's "
                       f"run had {saved['n_itr']}: from iteration {self.start} on it "
                       "follows the new length")
-        ctx = _Context(self)
         reapply = self._reapply          # (from _verify_config)
-        ctx.new_envs = reapply is not None and reapply.new_envs
+        ctx = self.context(new_envs=reapply is not None and reapply.new_envs)
         try:
             for what, obj in self.components().items():
                 _state.restore(obj, checkpoint["state"][what], ctx, what)
@@ -376,7 +364,7 @@ class _Resume:
 
     def save(self, itr, **extra):
         """Checkpoint the state between iterations ``itr - 1`` and ``itr``."""
-        ctx = _Context(self)
+        ctx = self.context()
         with _replay_write_lock(self.runner.algo):
             # rlpyt's run-time sample types by value: loads without patch_rlpyt().
             state = _portable.portable({what: _state.capture(obj, ctx)

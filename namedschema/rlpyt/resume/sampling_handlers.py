@@ -1,6 +1,6 @@
 """State handlers of rlpyt's experience side: environments, collectors, samplers
 (serial; async ones are only checked) and runners (counters, trajectory infos,
-timers). :func:`install` registers them (``namedschema.rlpyt.resume.state`` calls it).
+timers). The table of :mod:`.handlers` says which class each one handles.
 """
 
 from __future__ import annotations
@@ -9,7 +9,6 @@ import collections
 import copy
 import pickle
 
-from . import registry as _registry
 from .data_state import (
     copy_into,
     data_state,
@@ -19,14 +18,20 @@ from .data_state import (
     traj_infos_state,
 )
 from .portable import retype
-from .registry import StateMismatchError, capture, check, handler_key, register_handler, restore
+from .registry import ResumeContext, StateMismatchError, handler_key
 
-__all__ = ["install", "is_async_sampler"]
+__all__ = ["ENV", "ASYNC_SAMPLER", "env_capture", "env_restore", "env_check",
+           "collector_capture", "collector_restore", "collector_check",
+           "eval_collector_capture", "serial_sampler_capture", "serial_sampler_restore",
+           "serial_sampler_check", "async_sampler_check", "nothing_to_capture",
+           "nothing_to_restore", "minibatch_capture", "minibatch_restore", "async_capture",
+           "is_async_sampler"]
 
 
 # -- envs, collectors, samplers ----------------------------------------------------
 
-_ENV_KEY = "rlpyt.envs.base.Env"
+ENV = "rlpyt.envs.base.Env"
+ASYNC_SAMPLER = "rlpyt.samplers.async_.base.AsyncSamplerMixin"
 
 
 def _picklable(value) -> bool:
@@ -37,7 +42,7 @@ def _picklable(value) -> bool:
     return True
 
 
-def _env_attributes(env):
+def _env_attributes(env, ctx: ResumeContext):
     """``(attributes to pickle, names left to subclass handlers, why not picklable)``.
 
     Attributes that handlers of subclasses take care of (their ``attributes``)
@@ -45,21 +50,21 @@ def _env_attributes(env):
     that did not say which attributes it takes care of, the attributes that
     fail are left to it; otherwise the env cannot be saved.
     """
-    owned = _registry.owned_attributes(env, _ENV_KEY)
+    owned = ctx.handlers.owned_attributes(env, ENV)
     attrs = {k: v for k, v in vars(env).items() if k not in owned}
     try:
         pickle.dumps(attrs, protocol=pickle.HIGHEST_PROTOCOL)
         return attrs, sorted(owned), None
     except Exception as exc:
         why = f"{type(exc).__name__}: {exc}"
-    if not any(not h.attributes for _, h in _registry.handlers_below(env, _ENV_KEY)):
+    if not any(not h.attributes for _, h in ctx.handlers.handlers_below(env, ENV)):
         return None, sorted(owned), why
     left = {k for k, v in attrs.items() if not _picklable(v)}
     return ({k: v for k, v in attrs.items() if k not in left}, sorted(owned | left), None)
 
 
-def _env_check(env, ctx):
-    attrs, _, why = _env_attributes(env)
+def env_check(env, ctx: ResumeContext):
+    attrs, _, why = _env_attributes(env, ctx)
     if attrs is None:
         return [f"env {type(env).__name__}: its attributes cannot be pickled "
                 f"({why}); on resume it starts a new episode (register a handler "
@@ -67,15 +72,15 @@ def _env_check(env, ctx):
     return []
 
 
-def _env_capture(env, ctx):
-    attrs, left, _ = _env_attributes(env)
+def env_capture(env, ctx: ResumeContext):
+    attrs, left, _ = _env_attributes(env, ctx)
     if attrs is None:
         return {"picklable": False}
     return {"picklable": True, "attributes": attrs, "left": left, "order": list(vars(env))}
 
 
-def _env_restore(env, state, ctx):
-    if not state["picklable"] or getattr(ctx, "new_envs", False):
+def env_restore(env, state, ctx: ResumeContext):
+    if not state["picklable"] or ctx.new_envs:
         ctx.fresh_envs.append(env)
         return
     # Into the existing object: whoever holds the env keeps holding it.
@@ -91,53 +96,52 @@ def _env_restore(env, state, ctx):
     vars(env).update(attributes)
 
 
-def _collector_capture(collector, ctx):
+def collector_capture(collector, ctx: ResumeContext):
     return {"data": data_state(collector, skip=("samples_np", "agent")),
-            "envs": [capture(env, ctx) for env in collector.envs]}
+            "envs": [ctx.capture(env) for env in collector.envs]}
 
 
-def _collector_restore(collector, state, ctx):
+def collector_restore(collector, state, ctx: ResumeContext):
     restore_data_state(collector, state["data"], "collector")
     if len(state["envs"]) != len(collector.envs):
         raise StateMismatchError(f"collector: checkpoint has {len(state['envs'])} envs, "
                                  f"the built sampler {len(collector.envs)}")
     for i, (env, env_state) in enumerate(zip(collector.envs, state["envs"], strict=True)):
-        restore(env, env_state, ctx, f"collector.envs[{i}]")
+        ctx.restore(env, env_state, f"collector.envs[{i}]")
 
 
-def _collector_check(collector, ctx):
+def collector_check(collector, ctx: ResumeContext):
     reasons = []
     for env in collector.envs:
-        reasons.extend(check(env, ctx))
+        reasons.extend(ctx.check(env))
     return sorted(set(reasons))
 
 
-def _serial_sampler_capture(sampler, ctx):
+def serial_sampler_capture(sampler, ctx: ResumeContext):
     state = {"agent_inputs": sampler.agent_inputs,
              "traj_infos": traj_infos_state(sampler.traj_infos),
              "samples_np": sampler.samples_np,
-             "collector": capture(sampler.collector, ctx)}
+             "collector": ctx.capture(sampler.collector)}
     if getattr(sampler, "eval_collector", None) is not None:
-        state["eval_collector"] = capture(sampler.eval_collector, ctx)
+        state["eval_collector"] = ctx.capture(sampler.eval_collector)
     return state
 
 
-def _serial_sampler_restore(sampler, state, ctx):
+def serial_sampler_restore(sampler, state, ctx: ResumeContext):
     # Replaced, not written into: the collector makes new AgentInputs (with
     # the agent's action dtype) every batch, so nothing else holds them.
     # With rlpyt's own classes (the checkpoint holds schemas: see _portable).
     sampler.agent_inputs = retype(fresh_copy(state["agent_inputs"]), sampler.agent_inputs)
     copy_into(sampler.samples_np, state["samples_np"], "sampler.samples_np")
     sampler.traj_infos = make_traj_infos(state["traj_infos"], sampler.TrajInfoCls)
-    restore(sampler.collector, state["collector"], ctx, "sampler.collector")
+    ctx.restore(sampler.collector, state["collector"], "sampler.collector")
     if "eval_collector" in state:
-        restore(sampler.eval_collector, state["eval_collector"], ctx,
-                "sampler.eval_collector")
+        ctx.restore(sampler.eval_collector, state["eval_collector"], "sampler.eval_collector")
     if ctx.fresh_envs:
         _new_episodes(sampler, ctx)
 
 
-def _new_episodes(sampler, ctx):
+def _new_episodes(sampler, ctx: ResumeContext):
     """Envs whose state could not be saved start a new episode (said at start)."""
     collector = sampler.collector
     fresh = {id(env) for env in ctx.fresh_envs}
@@ -149,19 +153,19 @@ def _new_episodes(sampler, ctx):
             sampler.agent.reset_one(idx=b)
 
 
-def _serial_sampler_check(sampler, ctx):
-    reasons = check(sampler.collector, ctx)
+def serial_sampler_check(sampler, ctx: ResumeContext):
+    reasons = ctx.check(sampler.collector)
     if getattr(sampler, "eval_collector", None) is not None:
-        reasons += [r + " (evaluation env)" for r in check(sampler.eval_collector, ctx)]
+        reasons += [r + " (evaluation env)" for r in ctx.check(sampler.eval_collector)]
     return reasons
 
 
-def _eval_collector_capture(collector, ctx):
+def eval_collector_capture(collector, ctx: ResumeContext):
     return {"data": data_state(collector, skip=("agent",)),
-            "envs": [capture(env, ctx) for env in collector.envs]}
+            "envs": [ctx.capture(env) for env in collector.envs]}
 
 
-def _async_sampler_check(sampler, ctx):
+def async_sampler_check(sampler, ctx: ResumeContext):
     return [f"{type(sampler).__name__}: the sampler runs in its own process, whose state "
             "(envs, trajectories in progress, batches not yet copied into the replay "
             "buffer) is not saved: after a resume every env starts a new episode; the "
@@ -171,15 +175,14 @@ def _async_sampler_check(sampler, ctx):
 
 def is_async_sampler(sampler: object) -> bool:
     """Whether ``sampler`` is one of rlpyt's async samplers (its own process)."""
-    return any(handler_key(c) == "rlpyt.samplers.async_.base.AsyncSamplerMixin"
-               for c in type(sampler).__mro__)
+    return any(handler_key(c) == ASYNC_SAMPLER for c in type(sampler).__mro__)
 
 
-def _nothing_to_capture(obj, ctx):
+def nothing_to_capture(obj, ctx: ResumeContext):
     return {}
 
 
-def _nothing_to_restore(obj, state, ctx):
+def nothing_to_restore(obj, state, ctx: ResumeContext):
     pass
 
 
@@ -207,7 +210,8 @@ _ASYNC_NAMES = ("_opt_infos", "_cum_completed_trajs", "_new_completed_trajs",
                 "_last_eval_time", "seed")
 
 
-def _minibatch_capture(runner, ctx, names=_MINIBATCH_NAMES):
+def minibatch_capture(runner, ctx: ResumeContext, names=_MINIBATCH_NAMES) -> dict:
+    """The counters, trajectory infos and timers of rlpyt's minibatch runners."""
     state = {name: getattr(runner, name) for name in names if hasattr(runner, name)}
     state["_opt_infos"] = {k: list(v) for k, v in runner._opt_infos.items()}
     traj = getattr(runner, "_traj_infos", None)
@@ -219,7 +223,7 @@ def _minibatch_capture(runner, ctx, names=_MINIBATCH_NAMES):
     return state
 
 
-def _minibatch_restore(runner, state, ctx):
+def minibatch_restore(runner, state, ctx: ResumeContext):
     state = dict(state)
     _set_runner_times(runner, state.pop("times"))
     traj = state.pop("_traj_infos", None)
@@ -237,20 +241,6 @@ def _minibatch_restore(runner, state, ctx):
         runner.pbar = ProgBarCounter(runner.log_interval_itrs)
 
 
-def install() -> None:
-    """Register the handlers of rlpyt's envs, collectors, samplers and runners."""
-    samplers = "rlpyt.samplers."
-    register_handler("rlpyt.envs.base.Env", _env_capture, _env_restore, _env_check)
-    register_handler(samplers + "collectors.BaseCollector", _collector_capture,
-                     _collector_restore, _collector_check)
-    register_handler(samplers + "collectors.BaseEvalCollector", _eval_collector_capture,
-                     _collector_restore, _collector_check)
-    register_handler(samplers + "serial.sampler.SerialSampler", _serial_sampler_capture,
-                     _serial_sampler_restore, _serial_sampler_check)
-    register_handler("rlpyt.runners.minibatch_rl.MinibatchRlBase", _minibatch_capture,
-                     _minibatch_restore)
-    register_handler("rlpyt.runners.async_rl.AsyncRlBase",
-                     lambda runner, ctx: _minibatch_capture(runner, ctx, _ASYNC_NAMES),
-                     _minibatch_restore)
-    register_handler(samplers + "async_.base.AsyncSamplerMixin", _nothing_to_capture,
-                     _nothing_to_restore, _async_sampler_check)
+def async_capture(runner, ctx: ResumeContext) -> dict:
+    """:func:`minibatch_capture` for rlpyt's async runners (their own counters)."""
+    return minibatch_capture(runner, ctx, _ASYNC_NAMES)

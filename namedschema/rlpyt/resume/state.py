@@ -13,14 +13,17 @@ objects a freshly built run made (``np.copyto``), which keeps views as views
 and shared memory shared. Only objects that are not data (an environment's
 own attributes, say) are pickled by the checkpoint.
 
-This module is the public face; importing it installs the handlers of rlpyt's
-classes. Where things live: the registry and its composition in ``_registry``,
-generic data state, trajectory infos and RNGs in ``_data_state``, the handlers
-of agents, algorithms and replay buffers in ``_learner_handlers``, those of
-envs, collectors, samplers and runners in ``_sampling_handlers``.
+This module is the public face: :data:`HANDLERS`, this process's handler
+table, starts as the table of rlpyt's classes in :mod:`.handlers` (the one
+place that lists them) and takes the handlers users register. Where things
+live: the table's machinery and the context handlers get in ``registry``,
+generic data state, trajectory infos and RNGs in ``data_state``, the handlers
+of agents, algorithms and replay buffers in ``learner_handlers``, those of
+envs, collectors, samplers and runners in ``sampling_handlers``.
 
 register_handler   add or replace the handler of one class (the public one: restore
                    gets writable copies of the arrays)
+context            a ResumeContext over HANDLERS (what handlers get as ``ctx``)
 capture            the state of one component (a dict)
 restore            put a captured state back into a freshly built component
 check              why a component cannot be resumed exactly (list of strings)
@@ -31,13 +34,9 @@ rng_state / set_rng_state         the global RNGs (Python, numpy, torch)
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
-from . import atari_state as _atari_state
-from . import learner_handlers as _learner_handlers
-from . import registry as _registry
-from . import sampling_handlers as _sampling_handlers
 from .data_state import (
     data_state,
     fresh_copy,
@@ -47,31 +46,34 @@ from .data_state import (
     set_rng_state,
     traj_infos_state,
 )
+from .handlers import BUILTIN
 from .registry import (
     CaptureFunction,
     CheckFunction,
     Handler,
-    PrepareFunction,
+    HandlerTable,
     RestoreFunction,
+    ResumeContext,
     StateMismatchError,
-    capture,
-    check,
-    handlers_for,
-    prepare,
-    restore,
 )
 from .sampling_handlers import is_async_sampler
 
-__all__ = ["register_handler", "capture", "restore", "check", "prepare", "data_state",
-           "fresh_copy", "is_async_sampler", "traj_infos_state", "make_traj_infos",
-           "restore_data_state", "rng_state", "set_rng_state", "Handler",
-           "StateMismatchError", "handlers_for"]
+__all__ = ["register_handler", "context", "capture", "restore", "check", "prepare",
+           "data_state", "fresh_copy", "is_async_sampler", "traj_infos_state",
+           "make_traj_infos", "restore_data_state", "rng_state", "set_rng_state", "Handler",
+           "HandlerTable", "ResumeContext", "StateMismatchError", "handlers_for", "HANDLERS"]
 
+# This process's handler table: rlpyt's classes, then what users register.
+HANDLERS = HandlerTable(BUILTIN)
+
+
+# A user's prepare hook: prepare(obj, saved state or None).
+UserPrepareFunction = Callable[[Any, Any], object]
 
 
 def register_handler(cls: type[Any] | str, capture: CaptureFunction, restore: RestoreFunction,
                      check: CheckFunction | None = None,
-                     prepare: PrepareFunction | None = None, *,
+                     prepare: UserPrepareFunction | None = None, *,
                      attributes: str | Iterable[str] = (), writable: bool = True) -> None:
     """Capture and restore the state that class ``cls`` adds to a component.
 
@@ -83,7 +85,9 @@ def register_handler(cls: type[Any] | str, capture: CaptureFunction, restore: Re
     adds and its ``restore`` has the last word. ``check(obj, ctx)``, if
     given, returns reasons (strings) why ``obj`` cannot be resumed exactly,
     said once before training; ``prepare(obj, saved)`` runs before rlpyt's
-    startup with this handler's saved state (None on a fresh start).
+    startup with this handler's saved state (None on a fresh start). ``ctx``
+    is a :class:`~namedschema.rlpyt.resume.registry.ResumeContext`
+    (``ctx.traj_info_cls``: the sampler's ``TrajInfoCls``).
 
     Args:
         cls: the class, or its ``"module.QualName"``; registering it again
@@ -98,10 +102,52 @@ def register_handler(cls: type[Any] | str, capture: CaptureFunction, restore: Re
             it gets the checkpoint's arrays themselves: read-only maps of the
             file, no copy (for large arrays you copy into memory of your own).
     """
-    _registry.register_handler(cls, capture, restore, check, prepare,
-                               attributes=attributes, writable=writable)
+    if isinstance(attributes, str):
+        attributes = (attributes,)
+    HANDLERS.register(cls, Handler(capture, restore, check, _without_context(prepare),
+                                   tuple(attributes), bool(writable)))
 
 
-_learner_handlers.install()
-_sampling_handlers.install()
-_atari_state.install()
+def _without_context(prepare: UserPrepareFunction | None):
+    """A user's ``prepare(obj, saved)`` as the table calls it: ``(obj, saved, ctx)``."""
+    if prepare is None:
+        return None
+
+    def prepare_(obj: Any, saved: Any, ctx: ResumeContext) -> None:
+        prepare(obj, saved)
+    return prepare_
+
+
+def context(**fields: Any) -> ResumeContext:
+    """A :class:`ResumeContext` over :data:`HANDLERS` (``fields``: its other fields)."""
+    return ResumeContext(HANDLERS, **fields)
+
+
+def handlers_for(obj: object) -> list[tuple[str, Handler]]:
+    """The handlers that apply to ``obj``, base classes first."""
+    return HANDLERS.handlers_for(obj)
+
+
+def capture(obj: object, ctx: ResumeContext | None = None) -> dict[str, Any]:
+    """The state of ``obj``: ``{handler key: state}`` (empty if no handler applies)."""
+    return HANDLERS.capture(obj, ctx or context())
+
+
+def restore(obj: object, state: dict[str, Any], ctx: ResumeContext | None = None, what: str = "",
+            partial: bool = False) -> None:
+    """Restore ``state`` (from :func:`capture`) into ``obj``, a freshly built component.
+
+    ``what`` names ``obj`` in errors; with ``partial``, handlers without state
+    in ``state`` are left out.
+    """
+    HANDLERS.restore(obj, state, ctx or context(), what or type(obj).__name__, partial)
+
+
+def check(obj: object, ctx: ResumeContext | None = None) -> list[str]:
+    """Reasons why ``obj`` cannot be resumed exactly; empty when it can."""
+    return HANDLERS.check(obj, ctx or context())
+
+
+def prepare(obj: object, state: dict[str, Any] | None, ctx: ResumeContext | None = None) -> None:
+    """Run the ``prepare`` hooks of ``obj``'s handlers, before rlpyt's startup."""
+    HANDLERS.prepare(obj, state, ctx or context())

@@ -80,7 +80,7 @@ def report(errors, rank: int, during: str, exc: BaseException) -> None:
         errors.put((rank, os.getpid(), during, f"{type(exc).__name__}: {exc}", text))
         errors.close()
         errors.join_thread()   # Delivered before this process ends.
-    except Exception:  # noqa: BLE001  (the worker is failing already; its stderr has it)
+    except Exception:  # the worker is failing already; its stderr has it
         pass
 
 
@@ -181,7 +181,7 @@ class Watch:
         try:
             return self._errors.get(timeout=timeout) if timeout else \
                 self._errors.get_nowait()
-        except Exception:  # noqa: BLE001  (queue.Empty, or a closed queue)
+        except Exception:  # queue.Empty, or a closed queue
             return None
 
     def _fail(self, workers, worker, message):
@@ -247,5 +247,5 @@ def _break(sampler):
         if barrier is not None:
             try:
                 barrier.abort()
-            except Exception:  # noqa: BLE001  (a barrier already broken)
+            except Exception:  # a barrier already broken
                 pass

@@ -39,16 +39,20 @@ import contextlib
 import multiprocessing as mp
 import os
 import queue
-import sys
 import threading
 from typing import Any
 
-from . import state as _state
+from .data_state import fresh_copy, make_traj_infos, rng_state, set_rng_state, traj_infos_state
+from .registry import HandlerTable, ResumeContext
+from .sampling_handlers import is_async_sampler
 from .worker_guard import SamplerWorkerError, Watch, die_with_parent, report
 
 __all__ = ["WorkerChannel", "install", "capture_workers", "check_workers", "finish",
-           "skip_env_states", "SamplerWorkerError"]
+           "skip_env_states", "SamplerWorkerError", "PARALLEL_SAMPLER",
+           "parallel_sampler_capture", "parallel_sampler_restore", "parallel_sampler_check",
+           "parallel_sampler_prepare"]
 
+PARALLEL_SAMPLER = "rlpyt.samplers.parallel.base.ParallelSamplerBase"
 _AGENT_MODELS = "rlpyt.agents.base.BaseAgent"   # models are shared, saved by the main
 _CAPTURE, _CHECK = 1, 2
 _POLL = 0.1
@@ -60,7 +64,8 @@ _IN_WORKER: dict = {}
 class WorkerChannel:
     """What the main process and its sampler workers share (made before the fork)."""
 
-    def __init__(self):
+    def __init__(self, handlers: HandlerTable):
+        self.handlers = handlers             # the main process's handler table (forked)
         self.queue: Any = mp.Queue()         # worker -> main: states, check results
         self.errors: Any = mp.Queue()        # worker -> main: failures
         self.round = mp.RawValue("b", 0)     # _CAPTURE or _CHECK while a round runs
@@ -69,16 +74,6 @@ class WorkerChannel:
         self.parent_pid = os.getpid()
         self.fork_thread_is_main = threading.current_thread() is threading.main_thread()
         self.watch: Watch | None = None
-
-
-class _WorkerContext:
-    def __init__(self, traj_info_cls):
-        self.traj_info_cls = traj_info_cls
-        self.fresh_envs: list = []
-        self.new_envs = False
-
-    def note_once(self, message):
-        print(f"namedschema.rlpyt: {message}", file=sys.stderr)
 
 
 @contextlib.contextmanager
@@ -91,50 +86,48 @@ def _reported(channel, rank, during):
         raise
 
 
-def _worker_state(collector, agent_inputs, traj_infos):
-    ctx = _WorkerContext(collector.TrajInfoCls)
+def _worker_context(channel, collector, new_envs=False) -> ResumeContext:
+    return ResumeContext(channel.handlers, traj_info_cls=collector.TrajInfoCls,
+                         new_envs=new_envs)
+
+
+def _worker_state(ctx, collector, agent_inputs, traj_infos):
     agent = getattr(collector, "agent", None)
     agent_state = None
     if agent is not None:
-        agent_state = {k: v for k, v in _state.capture(agent, ctx).items()
-                       if k != _AGENT_MODELS}
+        agent_state = {k: v for k, v in ctx.capture(agent).items() if k != _AGENT_MODELS}
     evaluator = _IN_WORKER.get("eval_collector")
-    return {"collector": _state.capture(collector, ctx), "agent_inputs": agent_inputs,
-            "traj_infos": _state.traj_infos_state(traj_infos), "agent": agent_state,
-            "eval_collector": None if evaluator is None else _state.capture(evaluator, ctx),
-            "rng": _state.rng_state()}
+    return {"collector": ctx.capture(collector), "agent_inputs": agent_inputs,
+            "traj_infos": traj_infos_state(traj_infos), "agent": agent_state,
+            "eval_collector": None if evaluator is None else ctx.capture(evaluator),
+            "rng": rng_state()}
 
 
-def _worker_check(collector):
-    ctx = _WorkerContext(collector.TrajInfoCls)
-    reasons = [f"{r} (in sampler workers)" for r in _state.check(collector, ctx)]
+def _worker_check(ctx, collector):
+    reasons = [f"{r} (in sampler workers)" for r in ctx.check(collector)]
     evaluator = _IN_WORKER.get("eval_collector")
     if evaluator is not None:
-        reasons += [f"{r} (evaluation env in sampler workers)"
-                    for r in _state.check(evaluator, ctx)]
+        reasons += [f"{r} (evaluation env in sampler workers)" for r in ctx.check(evaluator)]
     return reasons
 
 
-def _apply_worker_state(collector, saved, agent_inputs, traj_infos, new_envs=False):
-    ctx = _WorkerContext(collector.TrajInfoCls)
-    ctx.new_envs = new_envs
+def _apply_worker_state(ctx, collector, saved, agent_inputs, traj_infos):
     envs_saved = next((v["envs"] for v in saved["collector"].values() if "envs" in v), None)
     if envs_saved is None or len(envs_saved) != len(collector.envs):
         ctx.note_once(f"sampler worker {collector.rank}: the checkpoint's worker had "
                       "other envs; its envs start new episodes")
         return agent_inputs, traj_infos
-    _state.restore(collector, saved["collector"], ctx, f"worker {collector.rank}")
+    ctx.restore(collector, saved["collector"], f"worker {collector.rank}")
     agent = getattr(collector, "agent", None)
     if agent is not None and saved["agent"]:
-        _state.restore(agent, saved["agent"], ctx, f"worker {collector.rank} agent",
-                       partial=True)
+        ctx.restore(agent, saved["agent"], f"worker {collector.rank} agent", partial=True)
     evaluator = _IN_WORKER.get("eval_collector")
     if evaluator is not None and saved.get("eval_collector") is not None:
-        _state.restore(evaluator, saved["eval_collector"], ctx,
-                       f"worker {collector.rank} evaluation collector")
-    _state.set_rng_state(saved["rng"])
-    agent_inputs = _state.fresh_copy(saved["agent_inputs"])
-    traj_infos = _state.make_traj_infos(saved["traj_infos"], collector.TrajInfoCls)
+        ctx.restore(evaluator, saved["eval_collector"],
+                    f"worker {collector.rank} evaluation collector")
+    set_rng_state(saved["rng"])
+    agent_inputs = fresh_copy(saved["agent_inputs"])
+    traj_infos = make_traj_infos(saved["traj_infos"], collector.TrajInfoCls)
     fresh = {id(env) for env in ctx.fresh_envs}
     for b, env in enumerate(collector.envs):
         if id(env) not in fresh:
@@ -167,16 +160,19 @@ def resumable_collector_class(cls, channel):
         pending = channel.restore_states.pop(self.rank, None)
         if pending is not None:
             with _reported(channel, self.rank, "the resume (restoring its state)"):
+                ctx = _worker_context(channel, self, bool(channel.new_envs.value))
                 agent_inputs, traj_infos = _apply_worker_state(
-                    self, pending, agent_inputs, traj_infos, bool(channel.new_envs.value))
+                    ctx, self, pending, agent_inputs, traj_infos)
         mode = channel.round.value
         if mode == _CAPTURE:
             with _reported(channel, self.rank, "a capture round"):
-                channel.queue.put((self.rank, _worker_state(self, agent_inputs, traj_infos)))
+                channel.queue.put((self.rank, _worker_state(
+                    _worker_context(channel, self), self, agent_inputs, traj_infos)))
             return agent_inputs, traj_infos, []
         if mode == _CHECK:
             with _reported(channel, self.rank, "the check at start"):
-                channel.queue.put((self.rank, _worker_check(self)))
+                channel.queue.put((self.rank, _worker_check(_worker_context(channel, self),
+                                                            self)))
             return agent_inputs, traj_infos, []
         with _reported(channel, self.rank, "sampling"):
             return cls.collect_batch(self, agent_inputs, traj_infos, itr)
@@ -212,9 +208,12 @@ def resumable_eval_collector_class(cls, channel):
                                        "_namedschema_resumable": True})
 
 
-def install(sampler, saved_workers=None) -> WorkerChannel:
-    """Before the workers fork: the resumable collector classes, and states to restore."""
-    channel = WorkerChannel()
+def install(sampler, saved_workers, handlers: HandlerTable) -> WorkerChannel:
+    """Before the workers fork: the resumable collector classes, and states to restore.
+
+    The workers capture, check and restore with ``handlers`` (the resume's table).
+    """
+    channel = WorkerChannel(handlers)
     if saved_workers:
         channel.restore_states = dict(enumerate(saved_workers))
     sampler.CollectorCls = resumable_collector_class(sampler.CollectorCls, channel)
@@ -309,20 +308,21 @@ def finish(sampler, failed: bool) -> SamplerWorkerError | None:
 
 # -- the handler of rlpyt's parallel samplers (main process) -------------------------
 
-def _prepare(sampler, saved):
-    if not _state.is_async_sampler(sampler):
-        install(sampler, None if saved is None else saved.get("workers"))
+def parallel_sampler_prepare(sampler, saved, ctx: ResumeContext) -> None:
+    """Before the workers fork: make the sampler's workers resumable (with their states)."""
+    if not is_async_sampler(sampler):
+        install(sampler, None if saved is None else saved.get("workers"), ctx.handlers)
 
 
-def _capture(sampler, ctx):
-    if _state.is_async_sampler(sampler):
+def parallel_sampler_capture(sampler, ctx: ResumeContext) -> dict:
+    if is_async_sampler(sampler):
         return {}
     return {"workers": capture_workers(sampler)}
 
 
-def _restore(sampler, saved, ctx):
-    # The workers got their states before they forked (_prepare); say what they lack.
-    if _state.is_async_sampler(sampler):
+def parallel_sampler_restore(sampler, saved, ctx: ResumeContext) -> None:
+    # The workers got their states before they forked (prepare); say what they lack.
+    if is_async_sampler(sampler):
         return
     workers = saved.get("workers")
     if workers is None:
@@ -335,13 +335,9 @@ def _restore(sampler, saved, ctx):
                       f"{sampler.n_worker}: envs start new episodes")
 
 
-def _check(sampler, ctx):
+def parallel_sampler_check(sampler, ctx: ResumeContext) -> list[str]:
     # The workers check their own envs: a throwaway env built here would draw
     # from the run's RNGs (rlpyt's AtariEnv resets, with np.random, when built).
-    if _state.is_async_sampler(sampler):
+    if is_async_sampler(sampler):
         return []   # Said by the async sampler's check.
     return check_workers(sampler)
-
-
-_state.register_handler("rlpyt.samplers.parallel.base.ParallelSamplerBase", _capture,
-                        _restore, _check, _prepare)

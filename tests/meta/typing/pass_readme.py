@@ -24,6 +24,7 @@ from namedschema.evolution import UpgradeReport
 from namedschema.ray import ShardedReplay
 from namedschema.rlpyt import resumable
 from namedschema.state import capture_env, restore_env
+from namedschema.training import PrioritizedSample
 
 # Quickstart: a factory-made schema (fields unknown to checkers; the API keeps its types).
 Dyn = NamedArrayTupleSchema("Samples", ["observation", "action", "reward"])
@@ -146,19 +147,59 @@ ckpt.track(replay=rb, uniform=uniform)
 ckpt.restore()
 for t in range(ckpt.next_step, 3_000):
     rb.add(Transition2(np.full(4, t, np.float32), t % 4, 1.0))
-    batch, index, weights = rb.sample(32)
-    rb.update_priorities(index, np.abs(batch.reward) + 0.1)
+    drawn, index, weights = rb.sample(32)
+    rb.update_priorities(index, np.abs(drawn.reward) + 0.1)
     ckpt.maybe_save(t)
+    assert_type(drawn, DynamicNamedArrayTuple)
+    assert_type(index, npt.NDArray[np.int64])
+    assert_type(weights, npt.NDArray[np.float32])
 assert_type(ckpt.next_step, int)
+assert_type(rb, namedschema.PrioritizedReplayBuffer[DynamicNamedArrayTuple])
 copy = namedschema.ReplayBuffer.from_state_dict(uniform.state_dict())
 assert_type(copy, namedschema.ReplayBuffer)
+assert_type(copy, namedschema.ReplayBuffer[Any])
+
+# Buffers are generic in an array tuple example's type: samples keep their fields' types.
+one_step = Samples(np.zeros((84, 84), np.uint8), np.zeros((), np.int64), np.zeros(()))
+typed_rb = namedschema.ReplayBuffer(one_step, 1_000, seed=0)
+assert_type(typed_rb, namedschema.ReplayBuffer[Samples])
+typed_rb.extend(buf[:10])
+typed_rb.add(buf[3])
+typed_rb.add(Step(np.ones((84, 84), np.uint8), 2, 1.0))   # a record of the same fields
+sampled = typed_rb.sample(32)
+assert_type(sampled, Samples)
+frames: npt.NDArray[np.uint8] = sampled.observation
+rewards: npt.NDArray[np.float64] = sampled.reward
+assert_type(sampled.action, npt.NDArray[np.int64])
+assert_type(typed_rb.storage, Samples)
+prioritized = namedschema.PrioritizedReplayBuffer(buf[0], 1_000, alpha=0.6, seed=0)
+prioritized.extend(buf[:10])
+first, first_index, first_weights = prioritized.sample(8)
+assert_type(first, Samples)
+assert_type(prioritized.sample(8), PrioritizedSample[Samples])
+prioritized.update_priorities(first_index, np.abs(first.reward) + 0.1)
+assert_type(first_weights * 2, npt.NDArray[np.float32])
+resumed = namedschema.PrioritizedReplayBuffer[Samples].from_state_dict(prioritized.state_dict())
+assert_type(resumed, namedschema.PrioritizedReplayBuffer[Samples])
+as_uniform: namedschema.ReplayBuffer[Samples] = typed_rb
+from_record = namedschema.ReplayBuffer(Step(np.ones((84, 84), np.uint8), 2, 1.0), 10)
+assert_type(from_record, namedschema.ReplayBuffer[Any])   # its storage's schema is made at run time
 state, why_not = capture_env(object())
 if state is not None:
     restore_env(object(), state)
 
 # Beyond one machine.
-sharded = ShardedReplay(Transition2(np.zeros(4, np.float32), 0, 0.0), 100_000, num_shards=4,
-                        prioritized=True)
+sharded = ShardedReplay(buf[0], 100_000, num_shards=4, prioritized=True)
 sharded.extend(buf)
+sharded.add(Step(np.ones((84, 84), np.uint8), 2, 1.0))
+across, global_index, across_weights = sharded.sample(64)
+assert_type(across, Samples)
+assert_type(global_index, npt.NDArray[np.int64])
+sharded.update_priorities(global_index, across_weights + 0.1)
 print(sharded.checkpoint("replay.ckpt").path)
-sharded = ShardedReplay.restore("replay.ckpt", num_shards=8)
+assert_type(ShardedReplay(buf[0], 1_000, num_shards=2).sample(8), Samples)
+dynamic = ShardedReplay(Transition2(np.zeros(4, np.float32), 0, 0.0), 1_000, num_shards=2)
+dynamic.add(Transition2(np.zeros(4, np.float32), 0, 0.0))
+assert_type(dynamic.sample(8), DynamicNamedArrayTuple)
+with ShardedReplay.restore("replay.ckpt", num_shards=8) as restored:
+    assert_type(restored, ShardedReplay[Any, Any])
