@@ -51,12 +51,14 @@ def test_the_fixture_refers_only_to_wire_modules():
         assert namedschema_globals(f.read()) == WIRE_MODULES
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("protocol", [2, 4, 5])
 def test_patched_rlpyt_buffer_pickles_name_only_wire_modules(rlpyt_root, protocol):
     data = run_fresh(_BUILD.format(root=rlpyt_root, protocol=protocol)).stdout
     assert namedschema_globals(data) == WIRE_MODULES
 
 
+@pytest.mark.subprocess
 def test_buffer_pickled_before_the_layout_change_loads(rlpyt_root):
     out = run_fresh(f"""
         import pickle, sys
