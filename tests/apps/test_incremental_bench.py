@@ -15,6 +15,7 @@ pytestmark = pytest.mark.subprocess
 @pytest.mark.skipif(not pages.available(), reason="needs Linux pagemap")
 def test_quick_incremental_benchmark_reports_every_change(tmp_path):
     """Two cases at a tiny size: a row per change, each an incremental save, with ratios."""
+    pytest.importorskip("matplotlib")  # the plot is part of what is checked
     out = tmp_path / "incr.json"
     assert incremental.main(["--quick", "--size-mib", "4", "--rounds", "1", "--cases",
                              "buffer_from_example,mmap_resume", "--json", str(out),

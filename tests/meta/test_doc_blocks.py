@@ -242,6 +242,23 @@ for block in blocks:
 '''
 
 
+# Optional dependencies (in the test extra, so blocks need no mark for them): a page whose
+# blocks import one that is missing here skips, saying which, instead of failing.
+OPTIONAL_MODULES = ("torch", "ray", "matplotlib", "optree", "ale_py", "cv2", "gymnasium",
+                    "cloudpickle", "dill", "safetensors", "joblib", "psutil")
+_IMPORT_RE = re.compile(r"^\s*(?:>>>|\.\.\.)?\s*(?:from\s+(\w+)|import\s+([\w., ]+))", re.M)
+
+
+def missing_optional_modules(text: str) -> list[str]:
+    """The optional dependencies that ``text`` (code, doctests) imports and this Python lacks."""
+    imported = set()
+    for from_name, names in _IMPORT_RE.findall(text):
+        imported.update([from_name] if from_name else
+                        [n.split()[0].split(".")[0] for n in names.split(",") if n.strip()])
+    return sorted(m for m in imported & set(OPTIONAL_MODULES)
+                  if importlib.util.find_spec(m) is None)
+
+
 def _variants() -> list:
     params = []
     for path in PAGES:
@@ -287,6 +304,10 @@ def test_page_blocks_run_as_written(path: Path, need: str | None, tmp_path: Path
                         "which cannot be imported here")
     if not any(not block.file for block in blocks):
         return
+    missing = missing_optional_modules("\n".join(block.source for block in blocks))
+    if missing:
+        pytest.skip(f"{path.name}: its blocks import {', '.join(missing)}, an optional "
+                    "dependency (in the test extra) this Python lacks")
     proc = _run_page(path, blocks, extra_path, tmp_path)
     assert proc.returncode == 0, (proc.stdout[-6000:] + proc.stderr[-6000:])
 
