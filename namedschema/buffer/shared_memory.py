@@ -76,17 +76,30 @@ class _Segment(mmap.mmap):
                         "Pipe); plain pickle stores the arrays' data instead")
 
 
+_forgotten: list[tuple[int, weakref.ref[_Segment]]] = []
+
+
+def _purge() -> None:
+    """Drop the entries of collected segments (called with _lock held)."""
+    while _forgotten:
+        start, ref = _forgotten.pop()
+        i = bisect.bisect_left(_starts, start)
+        if i < len(_starts) and _starts[i] == start and _entries[i][1] is ref:
+            del _starts[i], _entries[i]
+
+
 def _register(seg: _Segment) -> None:
     end = seg.address + seg.length
 
     def forget(_ref, start=seg.address):
-        with _lock:
-            i = bisect.bisect_left(_starts, start)
-            if i < len(_starts) and _starts[i] == start and _entries[i][1] is _ref:
-                del _starts[i], _entries[i]
+        # A weakref callback may run inside any allocation, also while this thread
+        # holds _lock (registering another segment): taking the lock here deadlocked.
+        # It only queues the removal (list.append is atomic); _purge applies it.
+        _forgotten.append((start, _ref))
 
     ref = weakref.ref(seg, forget)
     with _lock:
+        _purge()
         i = bisect.bisect_left(_starts, seg.address)
         _starts.insert(i, seg.address)
         _entries.insert(i, (end, ref))
@@ -193,6 +206,7 @@ def _segment_of(a: np.ndarray):
     data = a.__array_interface__["data"][0]
     low, high = extent(a) or (data, data)  # an empty array: just its start
     with _lock:
+        _purge()
         i = bisect.bisect_right(_starts, low) - 1
         if i < 0:
             return None
@@ -212,6 +226,7 @@ def is_shared(a) -> bool:
 def segment_count() -> int:
     """Number of shared segments currently mapped by this process."""
     with _lock:
+        _purge()
         return sum(ref() is not None for _end, ref in _entries)
 
 
@@ -227,6 +242,7 @@ def _rebuild_segment(dupfd, size):
     fd = dupfd.detach()
     st = os.fstat(fd)
     with _lock:
+        _purge()
         seg = _by_inode.get((st.st_dev, st.st_ino))
     if seg is not None:  # already mapped here (e.g. sent back to its owner)
         os.close(fd)

@@ -232,3 +232,25 @@ def test_checkpoint_file_loads_fresh_and_restores(tmp_path):
         assert shared.reward[0] == 42 and buf.reward[0] == 1
         """)
     assert to_shared_memory(buf).obs[2].max() == 5
+
+
+def test_a_segment_collected_while_the_registry_lock_is_held_does_not_deadlock():
+    """A weakref callback runs inside any allocation, also one made under the registry lock.
+
+    It froze a CI run: registering one segment triggered a collection whose callback for
+    another segment waited for the lock its own thread held.
+    """
+    import threading
+
+    def collect_under_lock():
+        a = np_mp_array((16,), np.uint8)
+        with _shared_memory._lock:
+            del a            # the segment's last reference: its callback runs here
+            gc.collect()
+        b = np_mp_array((16,), np.uint8)  # the queued removal is applied
+        assert is_shared_memory(b)
+
+    worker = threading.Thread(target=collect_under_lock, daemon=True)
+    worker.start()
+    worker.join(timeout=20)
+    assert not worker.is_alive(), "the registry deadlocked on a weakref callback"
