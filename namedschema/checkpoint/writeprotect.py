@@ -26,6 +26,7 @@ arm         register and write-protect the pages inside ``[lo, hi)``; a token
 scan        written page runs of ``[lo, hi)`` since the token, re-armed; None if lost
 scan_and_token  the same and the new token, taken together (another thread may arm next)
 token       the current token of a range (None if not armed)
+union       sort and join ``(n, 2)`` run arrays (vectorized; tracking uses it for page runs)
 
 Each re-arming of a range keeps the runs written in the interval it closes
 (the last ``HISTORY`` intervals), so a token armed a few savings ago stays
@@ -52,7 +53,8 @@ from functools import cache
 
 import numpy as np
 
-__all__ = ["available", "arm", "scan", "scan_and_token", "token", "forced_off"]
+__all__ = ["available", "arm", "scan", "scan_and_token", "token", "forced_off", "union",
+           "Runs", "NO_RUNS"]
 
 PAGE = mmap.PAGESIZE
 _NR_USERFAULTFD = {"x86_64": 323, "aarch64": 282}.get(os.uname().machine)
@@ -75,11 +77,6 @@ HISTORY = 8                       # closed intervals kept per range, for older t
 _HISTORY_RUNS = 65536             # runs kept per range at most (else older tokens are lost)
 
 
-class _Region(ctypes.Structure):
-    _fields_ = [("start", ctypes.c_uint64), ("end", ctypes.c_uint64),
-                ("categories", ctypes.c_uint64)]
-
-
 class _ScanArg(ctypes.Structure):
     _fields_ = [(name, ctypes.c_uint64) for name in (
         "size", "flags", "start", "end", "walk_end", "vec", "vec_len", "max_pages",
@@ -93,11 +90,34 @@ class _State:
         self.pagemap = -1
         self.tokens: dict[tuple[int, int], int] = {}   # (lo, hi) -> token of its last arming
         # (lo, hi) -> [(token, runs written from that arming to the next)], oldest first
-        self.history: dict[tuple[int, int], list[tuple[int, list[tuple[int, int]]]]] = {}
+        self.history: dict[tuple[int, int], list[tuple[int, Runs]]] = {}
         # (lo, hi) -> runs written in its current interval that another range's
         # scan or arming has re-armed already (overlapping ranges)
-        self.pending: dict[tuple[int, int], list[tuple[int, int]]] = {}
-        self.vec = (_Region * _VEC)()
+        self.pending: dict[tuple[int, int], list[Runs]] = {}
+        # PAGEMAP_SCAN's output: struct page_region {start, end, categories} (u64 each)
+        self.vec = np.zeros((_VEC, 3), np.uint64)
+
+
+Runs = np.ndarray   # (n, 2) int64 [start, stop) runs, sorted, disjoint, not touching
+NO_RUNS = np.empty((0, 2), np.int64)
+NO_RUNS.flags.writeable = False
+
+
+def union(runs: Runs) -> Runs:
+    """``runs`` (any order, possibly overlapping or empty ones) sorted, with overlapping or
+    touching runs joined: one vectorized pass, whatever the count."""
+    runs = runs[runs[:, 1] > runs[:, 0]]
+    if len(runs) <= 1:
+        return runs
+    runs = runs[np.argsort(runs[:, 0], kind="stable")]
+    reach = np.maximum.accumulate(runs[:, 1])
+    first = np.flatnonzero(np.concatenate(([True], runs[1:, 0] > reach[:-1])))
+    last = np.concatenate((first[1:] - 1, [len(runs) - 1]))
+    return np.stack((runs[first, 0], reach[last]), axis=1)
+
+
+def _joined(parts: list[Runs]) -> Runs:
+    return union(np.concatenate(parts)) if parts else NO_RUNS
 
 
 _state = _State()
@@ -186,7 +206,8 @@ def _probe() -> bool:
         first = _scan(lo, lo + 4 * PAGE)
         second = _scan(lo, lo + 4 * PAGE)
         del view
-        return first == [(lo + PAGE, lo + 2 * PAGE)] and second == []
+        return (first is not None and first.tolist() == [[lo + PAGE, lo + 2 * PAGE]]
+                and second is not None and len(second) == 0)
     except OSError:
         return False
     finally:
@@ -222,27 +243,25 @@ def _protect(lo: int, hi: int) -> int | None:
     return value
 
 
-def _regions(lo: int, hi: int, flags: int, inverted: int, mask: int) -> list[tuple[int, int]]:
+def _regions(lo: int, hi: int, flags: int, inverted: int, mask: int) -> Runs:
+    vec = _state.vec
     arg = _ScanArg(size=ctypes.sizeof(_ScanArg), flags=flags, start=lo, end=hi,
-                   vec=ctypes.addressof(_state.vec), vec_len=_VEC, category_inverted=inverted,
+                   vec=vec.ctypes.data, vec_len=_VEC, category_inverted=inverted,
                    category_mask=mask, return_mask=mask)
-    out: list[tuple[int, int]] = []
+    parts: list[Runs] = []
     while arg.start < hi:
         n = _ioctl(_state.pagemap, _PAGEMAP_SCAN, arg)
-        for r in _state.vec[:n]:
-            if out and out[-1][1] == r.start:
-                out[-1] = (out[-1][0], r.end)
-            else:
-                out.append((r.start, r.end))
+        if n:
+            parts.append(vec[:n, :2].astype(np.int64))
         if arg.walk_end <= arg.start or n == 0 and arg.walk_end >= hi:
             break
         arg.start = arg.walk_end
-    return out
+    return _joined(parts)
 
 
-def _scan(lo: int, hi: int) -> list[tuple[int, int]] | None:
+def _scan(lo: int, hi: int) -> Runs | None:
     """Written runs of ``[lo, hi)``, re-armed; None if part of it is not armed."""
-    if _regions(lo, hi, 0, _PAGE_IS_WPALLOWED, _PAGE_IS_WPALLOWED):
+    if len(_regions(lo, hi, 0, _PAGE_IS_WPALLOWED, _PAGE_IS_WPALLOWED)):
         return None  # not (or no longer) registered: unmapped, remapped, or forked
     return _regions(lo, hi, _PM_SCAN_WP_MATCHING | _PM_SCAN_CHECK_WPASYNC, 0, _PAGE_IS_WRITTEN)
 
@@ -263,16 +282,18 @@ def _collect(key: tuple[int, int]) -> bool:
     if runs is None:
         _drop(key)
         return False
+    if not len(runs):
+        return True
     for other in list(_state.tokens):
-        clipped = [(max(a, other[0]), min(b, other[1])) for a, b in runs
-                   if a < other[1] and b > other[0]]
-        if clipped:
-            pending = _state.pending.setdefault(other, [])
-            pending.extend(clipped)
-            if len(pending) > _HISTORY_RUNS:   # a range nobody scans any more: bounded
-                pending[:] = _union(pending)
-                if len(pending) > _HISTORY_RUNS and other != key:
-                    _drop(other)   # its next scan says None: compare instead
+        inside = runs[(runs[:, 0] < other[1]) & (runs[:, 1] > other[0])]
+        if not len(inside):
+            continue
+        pending = _state.pending.setdefault(other, [])
+        pending.append(np.clip(inside, other[0], other[1]))
+        if len(pending) > 64 or sum(map(len, pending)) > _HISTORY_RUNS:
+            pending[:] = [_joined(pending)]
+            if len(pending[0]) > _HISTORY_RUNS and other != key:
+                _drop(other)   # a range nobody scans any more: its next scan says None
     return True
 
 
@@ -297,18 +318,18 @@ def arm(lo: int, hi: int) -> int | None:
         return None
     key = (first, last)
     with _state.lock:
-        if key in _state.tokens and not _regions(first, last, 0, _PAGE_IS_WPALLOWED,
-                                                 _PAGE_IS_WPALLOWED):
+        if key in _state.tokens and not len(_regions(first, last, 0, _PAGE_IS_WPALLOWED,
+                                                     _PAGE_IS_WPALLOWED)):
             # armed already: close the current interval (keeping its runs for older
             # tokens) instead of protecting blindly, which would forget them
             if _collect(key):
-                return _rearm(first, last, _union(_state.pending.pop(key, [])))
+                return _rearm(first, last, _joined(_state.pending.pop(key, [])))
         _drop(key)
         _collect_others(first, last)
         return _register(first, last)
 
 
-def _rearm(first: int, last: int, runs: list[tuple[int, int]]) -> int:
+def _rearm(first: int, last: int, runs: Runs) -> int:
     """Record ``runs`` as the interval the current token closes; the new token."""
     key = (first, last)
     closed = _state.history.setdefault(key, [])
@@ -320,30 +341,23 @@ def _rearm(first: int, last: int, runs: list[tuple[int, int]]) -> int:
     return _state.tokens[key]
 
 
-def _union(runs: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    out: list[tuple[int, int]] = []
-    for a, b in sorted(runs):
-        if out and a <= out[-1][1]:
-            out[-1] = (out[-1][0], max(out[-1][1], b))
-        else:
-            out.append((a, b))
-    return out
-
-
 def token(lo: int, hi: int) -> int | None:
     """The token of the last arming of the pages inside ``[lo, hi)``, or None."""
     return _state.tokens.get(_pages(lo, hi))
 
 
-def scan(lo: int, hi: int, since: int) -> list[tuple[int, int]] | None:
+def scan(lo: int, hi: int, since: int) -> Runs | None:
     """The runs of :func:`scan_and_token`, or None."""
     found = scan_and_token(lo, hi, since)
     return None if found is None else found[0]
 
 
-def scan_and_token(lo: int, hi: int, since: int
-                   ) -> tuple[list[tuple[int, int]], int] | None:
-    """Page runs ``(start, stop)`` of ``[lo, hi)`` written since arming ``since``, re-armed.
+def scan_and_token(lo: int, hi: int, since: int) -> tuple[Runs, int] | None:
+    """Page runs of ``[lo, hi)`` written since arming ``since``, re-armed.
+
+    The runs are an ``(n, 2)`` int64 array of ``[start, stop)`` addresses,
+    sorted and disjoint (numpy all the way: a scan of a few GiB with tens of
+    thousands of runs costs milliseconds, which a background save's stall is).
 
     ``since`` may be the current token or one of the last ``HISTORY`` before
     it (the runs of the intervals between are kept). None when that cannot
@@ -360,16 +374,15 @@ def scan_and_token(lo: int, hi: int, since: int
         current = _state.tokens.get(key)
         if current is None:
             return None
-        earlier: list[tuple[int, int]] = []
+        earlier: list[Runs] = []
         if since != current:
             closed = _state.history.get(key, [])
             at = next((i for i, (t, _) in enumerate(closed) if t == since), None)
             if at is None:
                 return None
-            for _, runs in closed[at:]:
-                earlier.extend(runs)
+            earlier = [runs for _, runs in closed[at:]]
         if not _collect(key):
             return None
-        fresh = _union(_state.pending.pop(key, []))
+        fresh = _joined(_state.pending.pop(key, []))
         new_token = _rearm(first, last, fresh)
-        return (_union(earlier + fresh) if earlier else fresh), new_token
+        return (_joined([*earlier, fresh]) if earlier else fresh), new_token

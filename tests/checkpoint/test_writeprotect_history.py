@@ -125,8 +125,8 @@ def test_runs_kept_for_a_range_nobody_scans_are_bounded(monkeypatch):
     token = writeprotect.arm(lo, lo + mem.nbytes)
     for page in range(10, 40, 2):                               # scattered runs
         mem[page * PAGE] = 2
-        token = writeprotect.scan(lo, lo + mem.nbytes, token) and \
-            writeprotect.token(lo, lo + mem.nbytes)
+        assert writeprotect.scan(lo, lo + mem.nbytes, token) is not None
+        token = writeprotect.token(lo, lo + mem.nbytes)
     assert writeprotect.scan(lo + 8 * PAGE, lo + 40 * PAGE, stale) is None   # compare instead
     del mem
     region.close()
