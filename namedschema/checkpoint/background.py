@@ -500,6 +500,7 @@ def incremental_job(enc: Any, plan: Any, path: str, progress: bool):
         if armed and written and now and \
                 baselines.identity(now) == baselines.identity(written[1]):
             baselines.record(real, now, written[0], known)
+            tracking.warm_spare(plan.data_bytes)   # the next save copies into warm pages
         else:
             baselines.forget(real)
     return job, on_done

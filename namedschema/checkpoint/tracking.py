@@ -29,6 +29,7 @@ TooMuch        raised by Scan when more changed than its budget
 crc_updates    new block CRC-32s and the journal pieces for a list of changes
 write_in_place write changed data into the file
 arm_for_full_save  arm write protection before a full save reads memory
+warm_spare     ready a snapshot buffer for the next background incremental save
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ from .crc import updated_crc
 from .header import Header
 
 __all__ = ["others_map", "congruence", "Scan", "Change", "TooMuch", "crc_updates",
-           "write_in_place", "MIN_TRACKED", "arm_for_full_save", "mode"]
+           "write_in_place", "MIN_TRACKED", "arm_for_full_save", "mode", "warm_spare"]
 
 PAGE = pages.PAGE
 #: Blocks at least this large are placed in the file at the page offset of their memory,
@@ -70,6 +71,8 @@ MERGE_GAP = 512
 GRAIN = 64
 #: A background save's snapshot buffer is kept for the next one up to this size.
 SPARE_LIMIT = 512 * 2**20
+#: After a full background save, a snapshot buffer of this share of the data is made ready.
+SPARE_FRACTION = 1 / 32
 #: Snapshots larger than this are gathered by two threads (np.take releases the GIL).
 _SPLIT = 32 * 2**20
 
@@ -200,7 +203,10 @@ class Scan:
         # the file later, in another thread (compare_deferred): a background save.
         self.defer = defer
         self.deferred: list[Callable[[], None]] = []
-        self.snapshots: list[np.ndarray] = []     # page copies, back to _spare once compared
+        # where page copies go: the kept buffer (taken at the first block), then fresh ones
+        self.snapshots: list[np.ndarray] = []
+        self._arena: np.ndarray | None = None
+        self._used = 0
         self.deferred_bytes = 0
         self.dev, self.ino = st.st_dev, st.st_ino
         self.base = baselines.lookup(real_path, st, old)
@@ -290,12 +296,23 @@ class Scan:
             return
         where = np.arange(total) + np.repeat(runs[:, 0] - np.cumsum(lengths) + lengths, lengths)
         memory = _raw(base, npages * PAGE).reshape(npages, PAGE)
-        snap = _spare.take(total * PAGE).reshape(total, PAGE)
+        snap = self._room(total * PAGE).reshape(total, PAGE)
         _gather(memory, where, snap)
-        self.snapshots.append(snap)
         self.deferred.append(functools.partial(
             self._compare_all, index, _groups(runs, phase, nbytes, packed=True),
             snap.reshape(-1), phase, digests))
+
+    def _room(self, nbytes: int) -> np.ndarray:
+        """``nbytes`` of snapshot space: from the kept buffer while it lasts, else fresh."""
+        if self._arena is None:
+            self._arena = _spare.take()
+            self.snapshots.append(self._arena)
+        if self._used + nbytes <= self._arena.size:
+            self._used += nbytes
+            return self._arena[self._used - nbytes:self._used]
+        fresh = np.empty(nbytes, np.uint8)
+        self.snapshots.append(fresh)
+        return fresh
 
     def _compare_all(self, index: int, groups: Iterator[list[tuple[int, int, int]]],
                      source: np.ndarray, phase: int, digests: np.ndarray | None) -> None:
@@ -417,27 +434,43 @@ class _Spare:
         self._lock = threading.Lock()
         self._buffer: np.ndarray | None = None
 
-    def take(self, nbytes: int) -> np.ndarray:
+    def take(self) -> np.ndarray:
+        """The kept buffer (empty if none), now the caller's until it gives it back."""
         with self._lock:
             buffer, self._buffer = self._buffer, None
-        if buffer is not None and buffer.size >= nbytes:
-            return buffer[:nbytes]
-        return np.empty(nbytes, np.uint8)
+        return np.empty(0, np.uint8) if buffer is None else buffer
 
-    def give(self, array: np.ndarray) -> None:
-        base = array.base if isinstance(array.base, np.ndarray) else array
-        while isinstance(base.base, np.ndarray):
-            base = base.base
-        base = base.reshape(-1)
-        if base.size > SPARE_LIMIT:
+    def warm(self, nbytes: int) -> None:
+        """Have a buffer of at least ``nbytes`` (at most SPARE_LIMIT) with its pages in."""
+        nbytes = min(nbytes, SPARE_LIMIT) // PAGE * PAGE
+        with self._lock:
+            if nbytes <= 0 or self._buffer is not None and self._buffer.size >= nbytes:
+                return
+        buffer = np.empty(nbytes, np.uint8)
+        ctypes.memset(buffer.ctypes.data, 0, nbytes)   # the page faults, without the GIL
+        self.give(buffer)
+
+    def give(self, buffer: np.ndarray) -> None:
+        """Offer a 1-d buffer nobody uses any more; the largest within SPARE_LIMIT is kept."""
+        if buffer.size == 0 or buffer.size > SPARE_LIMIT:
             return
         with self._lock:
-            if self._buffer is None or self._buffer.size < base.size:
-                self._buffer = base
+            if self._buffer is None or self._buffer.size < buffer.size:
+                self._buffer = buffer
 
 
 _spare = _Spare()
 os.register_at_fork(after_in_child=_spare.__init__)
+
+
+def warm_spare(data_bytes: int) -> None:
+    """Ready the next background incremental save's snapshot buffer (in a writer thread).
+
+    Sized SPARE_FRACTION of the checkpoint's data (at most SPARE_LIMIT): a
+    fresh buffer costs a page fault per page at the first copy into it, which
+    was most of the first incremental save's stall (93 of 103 ms for 80 MiB).
+    """
+    _spare.warm(int(data_bytes * SPARE_FRACTION))
 
 
 def _gather(memory: np.ndarray, where: np.ndarray, out: np.ndarray) -> None:
