@@ -339,6 +339,7 @@ def _scan(enc: EncodedGraph, plan: layout.Layout, path: str, real: str, fd: int,
             else:
                 scan.compact(i, source)
     except tracking.TooMuch:
+        scan.release()
         return None
     spans = [(src.lo, src.lo + src.nbytes) for src in plan.sources
              if isinstance(src, MemorySpan)]

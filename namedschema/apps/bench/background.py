@@ -11,11 +11,15 @@ Cases, each in a fresh process:
   stall against the 50 ms budget and against the writer's time.
 * ``dqn_loop``: a DQN-like learner (Nature-DQN convolutional network, batch
   32, Adam, one torch thread) on a 1e6-row frame buffer (20,000 with
-  ``--quick``) appending 4 frames per step, for a window without checkpoints
-  and a window checkpointing every ``--every`` seconds (60; 5 with ``--quick``)
-  with the writer ``namedschema.rlpyt.resumable`` uses (incremental, in the
-  background). Throughput ratio (target at least 0.99) and the stall of
-  every checkpoint, optionally plotted over the run (``--plot FILE``).
+  ``--quick``) appending 4 frames per step. After a first, full checkpoint
+  (its writer done), intervals of ``--every`` seconds (60; 5 with
+  ``--quick``) in pairs, one without a checkpoint and one starting with a
+  checkpoint through the writer ``namedschema.rlpyt.resumable`` uses
+  (incremental, in the background; the interval lasts until that writer is
+  done), in alternating order so that drift cancels, ``--window`` seconds of
+  each. Throughput ratio (target at least 0.99: one checkpoint a minute) and
+  the stall of every checkpoint, optionally plotted over the run
+  (``--plot FILE``).
 
 Run it under ``flock /tmp/namedschema-bigmem.lock`` at full size.
 
@@ -124,31 +128,42 @@ def _dqn_child(spec: dict) -> dict:
         optimizer.step()
         state["t"] = t + 1
 
-    def run(seconds: float, checkpoint: bool) -> tuple[int, float, list]:
-        stalls = []
-        start = time.perf_counter()
-        last = start - every          # a first checkpoint at once (the full one)
-        steps = 0
-        while True:
-            now = time.perf_counter()
-            if now - start >= seconds:
-                break
-            if checkpoint and now - last >= every:
-                began = time.perf_counter()
-                writer.save({"buffer": buf, "model": model.state_dict(),
-                             "optimizer": optimizer.state_dict(), "t": state["t"]})
-                stalls.append([began - start, time.perf_counter() - began])
-                last = began
+    def save() -> float:
+        began = time.perf_counter()
+        writer.save({"buffer": buf, "model": model.state_dict(),
+                     "optimizer": optimizer.state_dict(), "t": state["t"]})
+        return time.perf_counter() - began
+
+    def run(seconds: float) -> int:
+        end, steps = time.perf_counter() + seconds, 0
+        while time.perf_counter() < end:
             step()
             steps += 1
-        return steps, time.perf_counter() - start, stalls
+        return steps
 
     for _ in range(20):               # warm up (allocations, kernels)
         step()
-    plain = run(window, False)
-    with_ckpt = run(window, True)
+    origin = time.perf_counter()
+    stalls = [[0.0, save()]]          # the first checkpoint: full, by fork
+    run(every)                        # its writer runs meanwhile (not counted)
     writer.wait()
-    return {"plain": plain[:2], "checkpointed": with_ckpt[:2], "stalls": with_ckpt[2]}
+    # Then pairs of intervals, one without a checkpoint and one starting with a
+    # checkpoint, in alternating order, so that drift over the run cancels.
+    totals = {"plain": [0, 0.0], "checkpointed": [0, 0.0]}
+    for k in range(max(1, int(window // every))):
+        for side in (("plain", "checkpointed") if k % 2 == 0 else ("checkpointed", "plain")):
+            began = time.perf_counter()
+            if side == "checkpointed":
+                stalls.append([began - origin, save()])
+            steps = run(every - (time.perf_counter() - began))
+            if side == "checkpointed":   # its writer's cost stays in its own interval
+                while writer.pending is not None and not writer.pending.done():
+                    step()
+                    steps += 1
+            totals[side][0] += steps
+            totals[side][1] += time.perf_counter() - began
+    writer.wait()
+    return {"plain": totals["plain"], "checkpointed": totals["checkpointed"], "stalls": stalls}
 
 
 def _child(argv: list[str]) -> None:
@@ -221,7 +236,7 @@ def _plot(stalls: list, path: str, rows: int) -> None:
     ys = [s * 1e3 for _t, s in stalls]
     ax.plot(xs, ys, "o-")
     ax.axhline(STALL_BUDGET_MS, color="grey", linestyle="--", linewidth=1)
-    ax.set_yscale("log")
+    ax.set_ylim(0, max([STALL_BUDGET_MS, *ys]) * 1.15)
     ax.set_xlabel("time in the run (s)")
     ax.set_ylabel("learner stall per checkpoint (ms)")
     ax.set_title(f"background checkpoints of a DQN-like learner ({rows:,} frame rows)")
