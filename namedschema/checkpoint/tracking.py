@@ -460,7 +460,14 @@ class _Spare:
 
 
 _spare = _Spare()
-os.register_at_fork(after_in_child=_spare.__init__)
+
+
+def _forget_spare_in_child() -> None:
+    global _spare
+    _spare = _Spare()   # a fork child never saves in the background from its parent's buffer
+
+
+os.register_at_fork(after_in_child=_forget_spare_in_child)
 
 
 def warm_spare(data_bytes: int) -> None:
