@@ -14,7 +14,9 @@ sampler: none for SerialSampler, ``_cpu`` CpuSampler, ``_gpu`` GpuSampler with
 to OUT.json every sampler batch, replay batch, loss and logged diagnostic
 (by iteration, as digests) and the digest of the final state. The kill
 options end the process with SIGKILL at a chosen moment: at the start of an
-iteration, inside the first loss computation of an iteration, or inside the N-th checkpoint
+iteration (once the background checkpoint in flight, if any, is written: the
+kill falls between checkpoints, so the resume point does not depend on how
+fast the writer was), inside the first loss computation of an iteration, or inside the N-th checkpoint
 (at its first write, just before its rename, or at its first in-place write after the
 journal commit of an incremental save); in a background save's writer process, the
 training process is killed and then the writer. ``--sync-full-saves`` makes resumable
@@ -288,6 +290,9 @@ class Recorder:
         def set_iteration_(itr):
             self.itr = itr
             if self.args.kill_at_itr is not None and itr == self.args.kill_at_itr:
+                if self.args.ckpt:   # "between checkpoints": the last one has been written
+                    from namedschema.checkpoint.background import written
+                    written(str(self.args.ckpt))
                 os.kill(os.getpid(), signal.SIGKILL)
             if self.kill_worker is not None and itr == self.kill_worker[0]:
                 os.kill(self.kill_worker[1], signal.SIGKILL)
