@@ -266,7 +266,7 @@ class Scan:
             if mapped is None:
                 mapped = self._mapped_pages(index, lo, nbytes)
             candidates = self._own_copies(npages, mapped)
-            if digests is not None and candidates.tolist() != [[0, npages]]:
+            if digests is not None and not np.array_equal(candidates, [[0, npages]]):
                 digests = None  # pages left out are not read: no checksums for them
         candidates = writeprotect.union(candidates)
         if self.defer:

@@ -167,13 +167,7 @@ def when_imported(name: str, callback: Callback) -> None:
 
 def cancel(name: str, callback: Callback) -> None:
     """Drop ``callback`` from those waiting for ``name`` (no error if absent)."""
-    with _lock:
-        callbacks = _pending.get(name, [])
-        if callback in callbacks:
-            callbacks.remove(callback)
-        if not callbacks:
-            _pending.pop(name, None)
-        _remove_if_idle()
+    _drop_callback(_pending, name, callback)
 
 
 def pending() -> list[str]:
@@ -202,10 +196,15 @@ def after_each_import(package: str, callback: Callback) -> None:
 
 def stop_each_import(package: str, callback: Callback) -> None:
     """Drop an :func:`after_each_import` callback (no error if absent)."""
+    _drop_callback(_each, package, callback)
+
+
+def _drop_callback(table: dict[str, list[Callback]], name: str, callback: Callback) -> None:
+    """Remove ``callback`` from ``table[name]`` (the entry goes when empty); unhook if idle."""
     with _lock:
-        callbacks = _each.get(package, [])
+        callbacks = table.get(name, [])
         if callback in callbacks:
             callbacks.remove(callback)
         if not callbacks:
-            _each.pop(package, None)
+            table.pop(name, None)
         _remove_if_idle()
