@@ -23,56 +23,21 @@ deterministic torch: bit for bit).
 from __future__ import annotations
 
 import os
-import random
 import time
 import warnings
 from typing import Any
 
-import numpy as np
-
-from .._core.optional import torch_if_loaded
 from ..checkpoint import load, save
 from ..checkpoint.background import written
 from ..errors import RunCheckpointError, RunCheckpointWarning, UnexpectedKindError
 from ..state import plain as _plain_state
 from ..state import rng as _rng_state
-from ..state.env import capture_env, restore_env
-from .replay import ReplayBuffer
+from .state_kinds import KindContext, StateKind, kind_named, kind_of
 
 __all__ = ["RunCheckpoint", "RunCheckpointError", "RunCheckpointWarning"]
 
 FORMAT = "namedschema.RunCheckpoint"
 VERSION = 1
-
-
-def _kind(obj: Any) -> str:
-    """How a registered object's state is captured."""
-    torch = torch_if_loaded()
-    if callable(getattr(obj, "capture_state", None)) and \
-            callable(getattr(obj, "restore_state", None)):
-        return "protocol"
-    if isinstance(obj, np.random.Generator):
-        return "generator"
-    if isinstance(obj, np.random.RandomState) or obj is np.random:
-        return "numpy_random_state"
-    if isinstance(obj, random.Random) or obj is random:
-        return "python_random"
-    if torch is not None and (isinstance(obj, torch.Generator) or obj is torch):
-        return "torch_generator"
-    if callable(getattr(obj, "state_dict", None)) and \
-            callable(getattr(obj, "load_state_dict", None)):
-        return "state_dict"
-    if callable(getattr(obj, "step", None)) and callable(getattr(obj, "reset", None)):
-        return "env"
-    if type(obj) is dict:
-        return "dict"
-    if isinstance(obj, np.ndarray):
-        return "array"
-    raise TypeError(f"RunCheckpoint.track: cannot capture a {type(obj).__qualname__}: track "
-                    "objects with state_dict()/load_state_dict() (torch modules, optimizers, "
-                    "schedulers, namedschema replay buffers), capture_state()/"
-                    "restore_state(state), gymnasium envs, numpy/Python/torch generators, "
-                    "dicts (counters) or numpy arrays")
 
 
 class RunCheckpoint:
@@ -129,7 +94,7 @@ class RunCheckpoint:
             bool(global_rngs), bool(incremental), bool(allow_pickle)
         self.background = bool(background)
         self._pending: Any = None          # the background save in flight
-        self._components: dict[str, tuple[str, Any]] = {}
+        self._components: dict[str, tuple[StateKind, Any]] = {}
         self.step: int | None = None
         self.loop: dict = {}
         self.restarted: dict[str, str] = {}
@@ -143,39 +108,13 @@ class RunCheckpoint:
         for name, obj in components.items():
             if name in self._components:
                 raise ValueError(f"RunCheckpoint.track: {name!r} is registered already")
-            self._components[name] = (_kind(obj), obj)
+            self._components[name] = (kind_of(obj), obj)
         return self
 
     # -- capturing -------------------------------------------------------------------
 
-    def _capture(self, name: str, kind: str, obj: Any) -> Any:
-        torch = torch_if_loaded()
-        if kind == "protocol":
-            return obj.capture_state()
-        if kind == "generator":
-            return _plain_state.to_data(obj.bit_generator.state, name)
-        if kind == "numpy_random_state":
-            k, keys, pos, has_gauss, gauss = obj.get_state()
-            return {"keys": keys, "pos": int(pos), "has_gauss": int(has_gauss),
-                    "gauss": float(gauss)}
-        if kind == "python_random":
-            version, internal, gauss = obj.getstate()
-            return {"version": version, "internal": np.array(internal, np.uint64),
-                    "gauss": gauss}
-        if kind == "torch_generator":
-            return (torch.get_rng_state() if obj is torch else obj.get_state()).clone()
-        if kind == "state_dict":
-            return _plain_state.to_data(obj.state_dict(), name, self.allow_pickle)
-        if kind == "env":
-            state, reason = capture_env(obj, name)
-            if state is None:
-                self._warn_once(name, f"env {name!r} cannot be captured exactly ({reason}); "
-                                "a resumed run restarts it with new episodes")
-                return {"restarted": reason}
-            return {"captured": state}
-        if kind == "dict":
-            return _plain_state.to_data(obj, name, self.allow_pickle)
-        return obj   # an array: stored as it is (no copy)
+    def _context(self, name: str) -> KindContext:
+        return KindContext(name, self.path, self.allow_pickle, self._warn_once, self.restarted)
 
     def _warn_once(self, key: str, message: str) -> None:
         if key not in self._warned:
@@ -188,7 +127,8 @@ class RunCheckpoint:
         components = {}
         for name, (kind, obj) in self._components.items():
             try:
-                components[name] = {"kind": kind, "state": self._capture(name, kind, obj)}
+                components[name] = {"kind": kind.name,
+                                    "state": kind.capture(obj, self._context(name))}
             except _plain_state.NotDataValue as exc:
                 raise RunCheckpointError(
                     f"RunCheckpoint: {exc}; pass RunCheckpoint(..., allow_pickle=True) to "
@@ -307,62 +247,26 @@ class RunCheckpoint:
                 f"{sorted(built)} (missing from the file: {sorted(built - saved)}; not "
                 f"tracked: {sorted(saved - built)})")
         for name, (kind, _) in self._components.items():
-            if data["components"][name]["kind"] != kind:
+            saved_kind = data["components"][name]["kind"]
+            if saved_kind != kind.name:
+                known = "" if kind_named(saved_kind) is not None else " (a kind this " \
+                    "namedschema does not know)"
                 raise RunCheckpointError(
-                    f"RunCheckpoint: {name!r} was saved as {data['components'][name]['kind']}"
-                    f", this run's is captured as {kind}")
+                    f"RunCheckpoint: {name!r} was saved as {saved_kind}{known}, this run's is "
+                    f"captured as {kind.name}")
         for name, (kind, obj) in self._components.items():
-            saved = data["components"][name]["state"]
-            if kind == "array" and (np.shape(saved) != obj.shape or
-                                    getattr(saved, "dtype", None) != obj.dtype):
-                raise RunCheckpointError(
-                    f"RunCheckpoint: {name!r} was saved as an array of "
-                    f"{getattr(saved, 'dtype', type(saved).__name__)} {np.shape(saved)}, this "
-                    f"run's is {obj.dtype} {obj.shape}")
+            if kind.check is not None:
+                kind.check(obj, data["components"][name]["state"], self._context(name))
         if (data["rng"] is None) == self.global_rngs:
             raise RunCheckpointError(f"RunCheckpoint: {self.path!r} was saved with "
                                      f"global_rngs={data['rng'] is not None}, this run has "
                                      f"global_rngs={self.global_rngs}")
 
-    def _restore_one(self, name: str, kind: str, obj: Any, state: Any, done: list) -> None:
+    def _restore_one(self, name: str, kind: StateKind, obj: Any, state: Any,
+                     done: list) -> None:
         try:
-            self._apply(name, kind, obj, state)
+            kind.apply(obj, state, self._context(name))
         except (RunCheckpointError, KeyError, TypeError, ValueError, RuntimeError) as exc:
             raise RunCheckpointError(f"RunCheckpoint: {name!r} cannot be restored from "
                                      f"{self.path!r}: {type(exc).__name__}: {exc} (already "
                                      f"restored: {done})") from exc
-
-    def _apply(self, name: str, kind: str, obj: Any, state: Any) -> None:
-        torch = torch_if_loaded()
-        if kind == "protocol":
-            obj.restore_state(_plain_state.from_data(state))
-        elif kind == "generator":
-            obj.bit_generator.state = _plain_state.from_data(state)
-        elif kind == "numpy_random_state":
-            obj.set_state(("MT19937", np.array(state["keys"], np.uint32), state["pos"],
-                           state["has_gauss"], state["gauss"]))
-        elif kind == "python_random":
-            obj.setstate((state["version"], tuple(int(x) for x in state["internal"]),
-                          state["gauss"]))
-        elif kind == "torch_generator":
-            (torch.set_rng_state if obj is torch else obj.set_state)(state.clone())
-        elif kind == "state_dict":
-            # namedschema's replay buffers copy into their own arrays: no second copy.
-            obj.load_state_dict(state if isinstance(obj, ReplayBuffer)
-                                else _plain_state.from_data(state))
-        elif kind == "env":
-            self._restore_env(name, obj, state)
-        elif kind == "dict":
-            obj.clear()
-            obj.update(_plain_state.from_data(state))
-        else:
-            np.copyto(obj, state, casting="no")
-
-    def _restore_env(self, name: str, env: Any, state: dict) -> None:
-        if "restarted" in state:
-            self.restarted[name] = state["restarted"]
-            self._warn_once(name, f"env {name!r} was not captured ({state['restarted']}); it "
-                            "is not restored: reset it")
-            return
-        restore_env(env, state["captured"], name)
-

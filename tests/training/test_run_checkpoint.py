@@ -176,9 +176,10 @@ def test_a_checkpoint_of_another_run_is_refused_naming_the_parts(tmp_path):
     other.track(net=run["net"], extra={"x": 1})
     with pytest.raises(RunCheckpointError, match=r"missing from the file: \['extra'\]"):
         other.restore()
-    wrong_shape, _ = build(tmp_path / "a.nsc")
-    wrong_shape._components["rb"] = ("state_dict", namedschema.ReplayBuffer(
-        Step(np.zeros(4, np.float32), np.int64(0), np.float32(0)), 25))
+    _, fresh = build(tmp_path / "unused.nsc")
+    fresh["rb"] = namedschema.ReplayBuffer(
+        Step(np.zeros(4, np.float32), np.int64(0), np.float32(0)), 25)
+    wrong_shape = namedschema.RunCheckpoint(tmp_path / "a.nsc").track(**fresh)
     with pytest.raises(RunCheckpointError, match="'rb' cannot be restored.*another example"):
         wrong_shape.restore()
     namedschema.save({"format": "something else"}, tmp_path / "x.nsc")
