@@ -188,8 +188,15 @@ def saved_leaves(saved: Any, storage: Any, capacity: int, where: str) -> list:
     Otherwise the saved storage is first mapped onto the buffer's schemas by
     the rules of schema evolution (:func:`namedschema.upgrade`: a new field
     from its default, a removed one refused), which needs every saved field to
-    hold ``capacity`` rows. Raises ReplayStateError, with the cause chained.
+    hold ``capacity`` rows. The saved schema must have the buffer's typename
+    (a renamed schema maps through ``load(..., schemas={old: new})``). Raises
+    ReplayStateError, with the cause chained.
     """
+    if is_named(saved) and _typename(saved) != _typename(storage):
+        raise ReplayStateError(
+            f"{where}: the saved storage is a {_describe_fields(saved)}, this buffer stores "
+            f"{_describe_fields(storage)} (for a renamed schema, load the file with "
+            f"schemas={{{_typename(saved)!r}: {_typename(storage)}}})")
     try:
         return batch_leaves(saved, storage, where)
     except StructureMismatchError as exc:
