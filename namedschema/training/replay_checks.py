@@ -37,6 +37,7 @@ __all__ = ["batch_leaves", "first_change", "refuse_change", "by_names", "saved_l
            "leaf_paths"]
 
 _CHUNK_ELEMENTS = 1 << 20   # a cast is checked this many elements at a time
+_RANGE_PIECE = 1 << 16      # integers are range-checked in pieces that stay in cache
 
 
 def _typename(x: Any) -> str:
@@ -116,7 +117,7 @@ def first_change(value: np.ndarray, dtype: np.dtype) -> tuple | None:
         return None
     if value.dtype.kind in "iu" and dtype.kind in "iu":
         info = np.iinfo(dtype)
-        if value.min() >= info.min and value.max() <= info.max:
+        if _within(value, info.min, info.max):
             return None
         return tuple(int(i) for i in np.argwhere((value < info.min) | (value > info.max))[0])
     rows = max(1, _CHUNK_ELEMENTS // max(1, value.size // max(1, value.shape[0])))
@@ -125,6 +126,19 @@ def first_change(value: np.ndarray, dtype: np.dtype) -> tuple | None:
         if where is not None:
             return (start + where[0],) + where[1:]
     return None
+
+
+def _within(value: np.ndarray, low: int, high: int) -> bool:
+    """Whether every integer of ``value`` is in ``[low, high]``: a maximum (and a minimum
+    for signed values), over cache-sized pieces when the array is contiguous."""
+    signed = value.dtype.kind == "i"
+    flat = value.reshape(-1) if value.flags.c_contiguous else None
+    pieces = [value] if flat is None else [flat[i:i + _RANGE_PIECE]
+                                           for i in range(0, flat.size, _RANGE_PIECE)]
+    for piece in pieces:
+        if piece.max() > high or (signed and piece.min() < low):
+            return False
+    return True
 
 
 def refuse_change(storage: Any, path: tuple[str, ...], value: np.ndarray, dtype: np.dtype,
