@@ -18,6 +18,7 @@ NotRegularFileError     save refused a target that is not a regular file (an OSE
 NotDataError            save met a value that is not data and allow_pickle was not given
 BufferShapeError        buffer arrays disagree in leading dimensions (ValueError)
 BufferSizeError         a buffer too large to allocate (a BufferShapeError and MemoryError)
+ReplayStateError        a saved replay buffer state that does not fit the buffer (a BufferShapeError)
 UnpicklableError        an attribute of an object being pickled cannot be (TypeError)
 MissingModuleError      unpickling needs a module this process cannot import (ModuleNotFoundError)
 MissingClassError       unpickling needs a name its module lacks here (AttributeError)
@@ -73,6 +74,7 @@ __all__ = [
     "NotDataError",
     "BufferShapeError",
     "BufferSizeError",
+    "ReplayStateError",
     "UnpicklableError",
     "MissingModuleError",
     "MissingClassError",
@@ -342,6 +344,16 @@ class BufferSizeError(BufferShapeError, MemoryError):
     """A buffer too large to allocate: more bytes than numpy can address, or the machine gave.
 
     Also a MemoryError. The message names the field, its shape and the bytes needed.
+    """
+
+
+class ReplayStateError(BufferShapeError):
+    """A saved replay buffer state does not fit the buffer, or does not hold together.
+
+    Raised by ``load_state_dict`` / ``from_state_dict`` of the replay buffers before
+    anything of the buffer changed: fields that do not map by name, another capacity,
+    a cursor or size out of range, a sum tree that is not the sum of its leaves.
+    A BufferShapeError, so also a ValueError.
     """
 
 

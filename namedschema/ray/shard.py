@@ -45,6 +45,7 @@ from typing import Any
 import numpy as np
 
 from .._core.tree import is_named
+from ..errors import FormatError
 from ..training.replay import PrioritizedReplayBuffer, ReplayBuffer
 
 __all__ = ["ReplayShard", "route", "last_routed", "ordered_rows", "CUT_WAIT_SECONDS"]
@@ -99,16 +100,23 @@ class ReplayShard:
     """A replay buffer shard: ``extend``/``sample``/``update_priorities`` and the cut."""
 
     def __init__(self, spec: dict, index: int, num_shards: int, seed: Any):
+        """A shard of ``spec["capacity"]`` rows; with capacity None, one whose buffer
+        :meth:`load` makes from a shard file (a restore: nothing is allocated before
+        the file is checked)."""
         self.index = index
         self.num_shards = num_shards
-        self.capacity = int(spec["capacity"])
-        if spec["prioritized"]:
-            self.buffer: ReplayBuffer = PrioritizedReplayBuffer(
-                spec["example"], self.capacity, alpha=spec["alpha"], beta=spec["beta"],
-                seed=seed)
-        else:
-            self.buffer = ReplayBuffer(spec["example"], self.capacity, seed=seed)
         self.prioritized = bool(spec["prioritized"])
+        self.buffer: ReplayBuffer
+        if spec.get("capacity") is None:
+            self.capacity = 0
+        else:
+            self.capacity = int(spec["capacity"])
+            if self.prioritized:
+                self.buffer = PrioritizedReplayBuffer(
+                    spec["example"], self.capacity, alpha=spec["alpha"], beta=spec["beta"],
+                    seed=seed)
+            else:
+                self.buffer = ReplayBuffer(spec["example"], self.capacity, seed=seed)
         self.applied: dict[int, int] = {}
         self._pending: dict[int, dict[int, Any]] = {}   # writer -> seq -> batch, not applied
         self._frozen = False
@@ -232,13 +240,33 @@ class ReplayShard:
                 "num_shards": self.num_shards,
                 "applied": {str(w): seq for w, seq in self.applied.items()}}
 
-    def load(self, path: str) -> int:
-        """Put back the buffer of a shard file written by :meth:`snapshot`."""
+    def load(self, path: str, expect: dict[str, Any]) -> int:
+        """Make this shard's buffer from a shard file written by :meth:`snapshot`.
+
+        The file is read with its checksums verified, checked against ``expect``
+        (what the manifest says of this shard: see
+        :func:`namedschema.ray.shard_files.expected_shard`), and its whole buffer
+        state checked by ``from_state_dict`` (trees included); the loaded arrays
+        become the buffer's own. Raises FormatError before anything changes.
+        """
         from ..checkpoint import load
-        saved = load(path)
-        self.buffer.load_state_dict(saved["buffer"])
-        self.applied = {int(w): int(seq) for w, seq in saved["applied"].items()}
-        return len(self.buffer)
+        from ..errors import ReplayStateError
+        from .shard_files import check_loaded_shard
+        where = f"replay shard {self.index}: {path!r}"
+        saved = load(path, verify=True)
+        state = check_loaded_shard(saved, expect, where, os.path.getsize(path))
+        try:
+            applied = {int(w): int(seq) for w, seq in saved["applied"].items()}
+        except (TypeError, ValueError):
+            raise FormatError(f"{where}: the record of the calls applied is not writer "
+                              "ids and call numbers") from None
+        cls = PrioritizedReplayBuffer if self.prioritized else ReplayBuffer
+        try:
+            buffer = cls.from_state_dict(state)
+        except ReplayStateError as exc:
+            raise FormatError(f"{where}: {exc}") from exc
+        self.buffer, self.capacity, self.applied = buffer, buffer.capacity, applied
+        return len(buffer)
 
     def rows(self, start: int, stop: int) -> tuple[Any, np.ndarray | None]:
         """Rows ``start:stop`` in the order they were written (oldest first), with their

@@ -25,11 +25,12 @@ import numpy as np
 
 from .._core.instance import NamedArrayTuple
 from .._core.tree import is_named
-from ..errors import ShardedReplayError
+from ..errors import FormatError, ShardedReplayError
 from ..state.rng import pcg64_words, set_pcg64_words
 from ..training.replay import BatchT, PrioritizedSample
 from . import manifest as _manifest
 from .shard import CUT_WAIT_SECONDS, ReplayShard, ordered_rows, route
+from .shard_files import check_shard_files, expected_shard
 
 __all__ = ["ShardedReplay", "ShardedReplayError", "CheckpointInfo"]
 
@@ -368,18 +369,24 @@ class ShardedReplay(Generic[BatchT, SampleT]):
         another count the rows are dealt out afresh (oldest first, interleaved
         by age across the old shards) with their priorities; sampling then
         differs from the original's.
+
+        Nothing is built before the manifest and the files agree (capacities,
+        row counts, prioritized or not, one file per shard, one schema): every
+        shard is sized by the data its file holds. Each shard verifies its
+        file's checksums as it loads it. A file that does not agree or is
+        damaged raises FormatError (the shards started for it are ended); a
+        shard that dies raises ShardedReplayError.
         """
         directory = os.fspath(path)
         m = _manifest.read_manifest(directory)
-        from ..checkpoint import load
+        example = check_shard_files(directory, m)
         files = [os.path.join(directory, f) for f in m.files]
-        first = load(files[0], mmap_mode="r")
-        example = _first_step(first["buffer"]["storage"])
         spec = {"example": example, "prioritized": m.prioritized, "alpha": m.alpha,
                 "beta": m.beta}
         n = m.num_shards if num_shards is None else _positive(num_shards, "num_shards")
         self = cls.__new__(cls)
-        capacities = list(m.capacities) if n == m.num_shards else _split(sum(m.capacities), n)
+        same = n == m.num_shards
+        capacities = list(m.capacities) if same else _split(sum(m.capacities), n)
         if min(capacities) < 1:
             raise ValueError(f"ShardedReplay.restore: {sum(m.capacities)} rows of capacity "
                              f"cannot be split over {n} shards")
@@ -388,26 +395,52 @@ class ShardedReplay(Generic[BatchT, SampleT]):
         set_pcg64_words(self._rng, np.array(m.rng, np.uint64), f"manifest of {directory!r}")
         self._generation = m.generation
         seeds = np.random.SeedSequence(m.seed_entropy, spawn_key=(m.generation, n))
-        self._start([(dict(spec, capacity=c), s) for c, s in
+        # on the same count a shard's buffer is made from its file by load()
+        self._start([(dict(spec, capacity=None if same else c), s) for c, s in
                      zip(capacities, seeds.spawn(n), strict=True)])
-        if n == m.num_shards:
-            self._writer, self._seq = m.writer, m.seq
-            rows = self._get([s.load.remote(f) for s, f in
-                              zip(self._shards, files, strict=True)], "restore")
-            if tuple(rows) != m.rows:
-                raise ShardedReplayError(f"ShardedReplay.restore: shard files hold {rows} "
-                                         f"rows, the manifest says {list(m.rows)}")
-        else:
-            self._reshard(files, m, example)
+        try:
+            if same:
+                self._writer, self._seq = m.writer, m.seq
+                self._restore_get([s.load.remote(f, expected_shard(m, i)) for i, (s, f) in
+                                   enumerate(zip(self._shards, files, strict=True))])
+            else:
+                self._reshard(files, m, example)
+        except BaseException:
+            self.close()
+            raise
         return self
+
+    def _restore_get(self, refs: Any) -> Any:
+        """``_get`` for a restore: a shard's FormatError (a damaged or disagreeing
+        file) comes back as the FormatError it is."""
+        ray = _ray()
+        try:
+            return ray.get(refs)
+        except ray.exceptions.RayTaskError as exc:
+            if isinstance(exc.cause, FormatError):
+                raise FormatError(f"ShardedReplay.restore: {exc.cause}") from exc
+        return self._get(refs, "restore")
 
     def _reshard(self, files: list[str], m: _manifest.Manifest, example: Any) -> None:
         from ..checkpoint import load
-        states = [load(f, mmap_mode="r")["buffer"] for f in files]
+        from ..training.sum_tree import tree_problem
+        states = []
+        for f, capacity, size in zip(files, m.capacities, m.rows, strict=True):
+            # verified (checksums); rows go in through extend and update_priorities,
+            # which check them again; the trees the priorities come from hold together
+            state = load(f, mmap_mode="r", verify=True)["buffer"]
+            cursor = state.get("cursor")
+            if isinstance(cursor, bool) or not isinstance(cursor, int | np.integer) or not (
+                    0 <= cursor < capacity and (size == capacity or cursor == size)):
+                raise FormatError(f"ShardedReplay.restore: {f!r}: cursor {cursor!r:.40} does "
+                                  f"not fit {size} rows of {capacity}")
+            problem = tree_problem(np.asarray(state["sum_tree"]), np.asarray(state["min_tree"]),
+                                   capacity, size) if m.prioritized else None
+            if problem is not None:
+                raise FormatError(f"ShardedReplay.restore: {f!r}: the saved trees do not "
+                                  f"hold together: {problem}")
+            states.append(state)
         sizes = [int(s["size"]) for s in states]
-        if tuple(sizes) != m.rows:
-            raise ShardedReplayError(f"ShardedReplay.restore: shard files hold {sizes} rows, "
-                                     f"the manifest says {list(m.rows)}")
         # every old row by relative age (0 oldest), interleaving the old shards
         owner = np.concatenate([np.full(k, i) for i, k in enumerate(sizes)]).astype(np.int64)
         rank = np.concatenate([np.arange(k) for k in sizes]).astype(np.int64)
@@ -481,13 +514,6 @@ def _one(step: Any) -> Any:
     if is_named(step):
         return type(step)(*(_one(v) for v in step))
     return None if step is None else np.asarray(step)[None]
-
-
-def _first_step(storage: Any) -> Any:
-    """One step (a copy) of a buffer's storage: the example its shards are built from."""
-    if is_named(storage):
-        return type(storage)(*(_first_step(v) for v in storage))
-    return None if storage is None else np.array(storage[0])
 
 
 def _remove_strays(directory: str, generation: int, files: list[str]) -> None:

@@ -35,9 +35,17 @@ import numpy.typing as npt
 from .._core.instance import NamedArrayTuple
 from .._core.tree import is_named
 from ..buffer import buffer_from_example
-from ..errors import BufferShapeError, StructureMismatchError
+from ..errors import BufferShapeError, ReplayStateError, StructureMismatchError
 from ..state.rng import pcg64_words, set_pcg64_words
 from . import sum_tree as _sum_tree
+from .replay_checks import (
+    batch_leaves,
+    by_names,
+    first_change,
+    leaf_paths,
+    refuse_change,
+    saved_leaves,
+)
 
 __all__ = ["ReplayBuffer", "PrioritizedReplayBuffer", "PrioritizedSample"]
 
@@ -164,41 +172,46 @@ class ReplayBuffer(Generic[BatchT]):
     # -- writing ---------------------------------------------------------------------
 
     def _arrays(self, batch: Any) -> tuple[list, int]:
-        """The arrays of ``batch`` and their shared leading dimension, all checked.
+        """The arrays of ``batch`` in the storage's order and their leading dimension, checked.
 
-        Shapes must match the stored steps' and dtypes must cast to theirs
-        within their kind (numpy's ``same_kind``: no float into an int field),
-        so a bad batch is refused before anything is written.
+        Fields are matched by name (any order; other names are refused), shapes
+        must match the stored steps', dtypes must cast to theirs within their
+        kind (numpy's ``same_kind``: no float into an int field) and every value
+        must survive that cast (no int64 70000 into int16, no 1e300 into
+        float32), so a bad batch is refused before anything is written.
         """
+        where = f"{self._name}.extend"
         if not is_named(batch):
-            raise StructureMismatchError(f"{self._name}.extend(batch)", "a schema instance "
+            raise StructureMismatchError(f"{where}(batch)", "a schema instance "
                                          "with a leading batch dimension",
                                          type(batch).__name__)
-        given = [x if type(x) is np.ndarray else np.asarray(x) for x in _leaves(batch)]
-        if len(given) != len(self._stored):
-            raise StructureMismatchError(
-                f"{self._name}.extend(batch)", f"{len(self._stored)} arrays (fields "
-                f"{type(self.storage)._fields})",
-                f"{type(batch).__name__} with {len(given)}")
+        given = [x if type(x) is np.ndarray else np.asarray(x)
+                 for x in batch_leaves(batch, self.storage, f"{where}(batch)")]
         n = None
         for stored, value in zip(self._stored, given, strict=True):
             shape = value.shape
             if len(shape) != stored.ndim or shape[1:] != stored.shape[1:]:
                 raise BufferShapeError(
-                    f"{self._name}.extend: an array of {type(batch).__name__} has shape "
+                    f"{where}: an array of {type(batch).__name__} has shape "
                     f"{tuple(shape)}, expected (n, *{stored.shape[1:]}) (fields "
                     f"{type(batch)._fields})")
             if value.dtype != stored.dtype and not np.can_cast(value.dtype, stored.dtype,
                                                                "same_kind"):
                 raise StructureMismatchError(
-                    f"{self._name}.extend(batch)", f"arrays castable to {stored.dtype}",
+                    f"{where}(batch)", f"arrays castable to {stored.dtype}",
                     f"{value.dtype} (fields {type(batch)._fields})")
             if n is None:
                 n = shape[0]
             elif shape[0] != n:
                 raise BufferShapeError(
-                    f"{self._name}.extend: the arrays of {type(batch).__name__} have "
+                    f"{where}: the arrays of {type(batch).__name__} have "
                     f"different leading dimensions ({n} and {shape[0]})")
+        for i, (stored, value) in enumerate(zip(self._stored, given, strict=True)):
+            if value.dtype != stored.dtype:
+                index = first_change(value, stored.dtype)
+                if index is not None:
+                    raise refuse_change(self.storage, leaf_paths(self.storage)[i], value,
+                                        stored.dtype, index, where)
         return given, 0 if n is None else int(n)
 
     def _write(self, batch: Any) -> tuple[int, int]:
@@ -227,7 +240,9 @@ class ReplayBuffer(Generic[BatchT]):
 
     def add(self, step: BatchT | NamedTuple) -> None:
         """Append one step (a schema instance without the batch dimension, or a record
-        with the same field names, as in ``buffer[i] = step``)."""
+        with the same field names, in any order), checked as ``buffer[i] = step`` is."""
+        if getattr(step, "_fields", None) != type(self.storage)._fields:
+            step = by_names(step, self.storage)
         self.storage[self._cursor] = step
         self._added(self._cursor)
         self._cursor = (self._cursor + 1) % self.capacity
@@ -280,24 +295,30 @@ class ReplayBuffer(Generic[BatchT]):
         loaded into memory (``namedschema.load`` without ``mmap_mode``) become the
         buffer's own, without a copy; others (memory-mapped, read-only) are copied.
         """
+        where = f"{cls.__name__}.from_state_dict"
         try:
             storage = state["storage"]
             leaves = _leaves(storage)
             capacity = len(leaves[0])
         except (KeyError, TypeError, IndexError) as exc:
-            raise ValueError(f"{cls.__name__}.from_state_dict: not a buffer state ({exc!r})") \
-                from None
-        if not leaves or any(np.ndim(a) < 1 or len(a) != capacity for a in leaves):
-            raise BufferShapeError(
-                f"{cls.__name__}.from_state_dict: the saved storage's fields must all hold "
-                f"the same number of steps, got {[np.shape(a) for a in leaves]}")
+            raise ReplayStateError(f"{where}: not a buffer state ({exc!r})") from None
+        if not is_named(storage) or any(np.ndim(a) < 1 or len(a) != capacity
+                                        for a in leaves) or capacity < 1:
+            raise ReplayStateError(
+                f"{where}: the saved storage's fields must all hold the same number of "
+                f"steps (at least 1), got {[np.shape(a) for a in leaves]}")
         if all(_adoptable(a) for a in leaves):
             buffer = cls.__new__(cls)
-            buffer.capacity = _count(capacity, cls.__name__, "capacity", 1)
+            buffer.capacity = capacity
             buffer.storage = storage
             buffer._adopt(state)
         else:
-            buffer = cls(storage[0], capacity, **cls._options(state))
+            try:
+                options = cls._options(state)
+                buffer = cls(storage[0], capacity, **options)
+            except (TypeError, ValueError) as exc:
+                raise ReplayStateError(f"{where}: the saved state cannot make a buffer "
+                                       f"({exc})") from exc
         buffer.load_state_dict(state)
         return buffer
 
@@ -310,33 +331,55 @@ class ReplayBuffer(Generic[BatchT]):
         return {}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Put back what :meth:`state_dict` gave, writing into this buffer's arrays."""
+        """Put back what :meth:`state_dict` gave, writing into this buffer's arrays.
+
+        Saved fields are matched to this buffer's by name (a schema whose fields
+        were reordered, added with a default or removed since the save goes
+        through the rules of :func:`namedschema.upgrade`). The whole state is
+        checked before anything changes; a state that does not fit or does not
+        hold together raises ReplayStateError and leaves the buffer as it was.
+        """
+        self._commit(self._checked(state))
+
+    def _checked(self, state: Any) -> dict[str, Any]:
+        """Everything :meth:`_commit` puts in place, checked (ReplayStateError otherwise)."""
         where = f"{self._name}.load_state_dict"
         try:
             storage, cursor, size, rng = (state["storage"], state["cursor"], state["size"],
                                           state["rng"])
-        except (KeyError, TypeError) as exc:
-            raise ValueError(f"{where}: not a {type(self).__name__} state ({exc!r} missing)") \
-                from None
-        given = _leaves(storage)
-        if len(given) != len(self._stored) or any(
-                np.shape(g) != s.shape or np.asarray(g).dtype != s.dtype
-                for g, s in zip(given, self._stored, strict=False)):
-            raise BufferShapeError(
+        except (KeyError, TypeError, IndexError) as exc:
+            raise ReplayStateError(f"{where}: not a {type(self).__name__} state ({exc!r} "
+                                   "missing)") from None
+        given = saved_leaves(storage, self.storage, self.capacity, where)
+        if any(np.shape(g) != s.shape or np.asarray(g).dtype != s.dtype
+               for g, s in zip(given, self._stored, strict=True)):
+            raise ReplayStateError(
                 f"{where}: the saved storage "
                 f"{[(np.asarray(g).dtype.str, np.shape(g)) for g in given]} does not fit "
                 f"this buffer's {[(s.dtype.str, s.shape) for s in self._stored]} (built with "
                 "another example or capacity?)")
-        cursor = _count(cursor, where, "cursor", 0)
-        size = _count(size, where, "size", 0)
-        if cursor >= self.capacity or size > self.capacity:
-            raise ValueError(f"{where}: cursor {cursor} / size {size} do not fit capacity "
-                             f"{self.capacity}")
-        set_pcg64_words(self._rng, rng, where)
-        for stored, value in zip(self._stored, given, strict=True):
+        try:
+            cursor = _count(cursor, where, "cursor", 0)
+            size = _count(size, where, "size", 0)
+            scratch = np.random.Generator(np.random.PCG64())
+            set_pcg64_words(scratch, rng, where)
+        except (TypeError, ValueError) as exc:
+            raise ReplayStateError(str(exc)) from None
+        if cursor >= self.capacity or size > self.capacity or (
+                size < self.capacity and cursor != size):
+            # a ring is written from row 0: until it is full, the cursor is the size
+            raise ReplayStateError(f"{where}: cursor {cursor} / size {size} do not fit "
+                                   f"capacity {self.capacity}")
+        return {"leaves": given, "cursor": cursor, "size": size,
+                "rng": scratch.bit_generator.state}
+
+    def _commit(self, checked: dict[str, Any]) -> None:
+        """Put a state :meth:`_checked` accepted in place."""
+        for stored, value in zip(self._stored, checked["leaves"], strict=True):
             if stored is not value:
                 np.copyto(stored, value, casting="no")
-        self._cursor, self._size = cursor, size
+        self._rng.bit_generator.state = checked["rng"]
+        self._cursor, self._size = checked["cursor"], checked["size"]
 
 
 class PrioritizedReplayBuffer(ReplayBuffer[BatchT]):
@@ -393,11 +436,28 @@ class PrioritizedReplayBuffer(ReplayBuffer[BatchT]):
         _sum_tree.update_sum(self._sum, index, values)
         _sum_tree.update_min(self._min, index, values)
 
+    def _new_leaf(self) -> float:
+        """The leaf of a new step, ``max_priority ** alpha``, checked against the tree's bounds
+        (it is one of the priorities already checked, unless ``alpha`` was changed)."""
+        with np.errstate(all="ignore"):
+            leaf = np.float64(self._max_priority) ** self.alpha
+        if _sum_tree.out_of_bounds(np.array([leaf]), self.capacity)[0]:
+            low, high = _sum_tree.leaf_bounds(self.capacity)
+            raise ValueError(f"{self._name}: the priority of new steps, max_priority "
+                             f"{self._max_priority!r} ** alpha {self.alpha!r} = {float(leaf)!r}, is "
+                             f"outside [{low!r}, {high!r}], what the sum tree holds")
+        return float(leaf)
+
     def extend(self, batch: BatchT) -> None:
+        leaf = self._new_leaf()
         start, n = self._write(batch)
         if n:
             positions = (start + np.arange(n)) % self.capacity
-            self._set(positions, np.full(n, self._max_priority ** self.alpha))
+            self._set(positions, np.full(n, leaf))
+
+    def add(self, step: BatchT | NamedTuple) -> None:
+        self._new_leaf()  # checked before the step is written
+        super().add(step)
 
     def _added(self, position: int) -> None:
         self._set(np.array([position]), np.array([self._max_priority ** self.alpha]))
@@ -419,8 +479,11 @@ class PrioritizedReplayBuffer(ReplayBuffer[BatchT]):
         """Set the priorities (before ``alpha``) of the steps at ``indices``.
 
         Priorities must be finite and positive (add a small epsilon to TD
-        errors); indices must be of stored steps. With repeated indices the
-        last priority wins.
+        errors), and after ``alpha`` within what the sum tree holds
+        (``2**-511`` to ``2**511 / capacity`` rounded up to a power of two, so
+        that no sum overflows and no probability underflows to 0); indices must
+        be of stored steps. With repeated indices the last priority wins. A
+        refused call changes nothing.
         """
         where = f"{self._name}.update_priorities"
         index = np.asarray(indices)
@@ -437,8 +500,18 @@ class PrioritizedReplayBuffer(ReplayBuffer[BatchT]):
                              f"{index.min()}..{index.max()}")
         if not (np.all(np.isfinite(value)) and value.min() > 0):
             raise ValueError(f"{where}: priorities must be finite and > 0")
+        with np.errstate(all="ignore"):
+            leaves = value ** self.alpha
+        bad = _sum_tree.out_of_bounds(leaves, self.capacity)
+        if bad.any():
+            i = int(np.argmax(bad))
+            low, high = _sum_tree.leaf_bounds(self.capacity)
+            raise ValueError(f"{where}: priority {float(value[i])!r} (of step "
+                             f"{int(index[i])}) ** alpha {self.alpha!r} is "
+                             f"{float(leaves[i])!r}, outside [{low!r}, {high!r}], what the "
+                             "sum tree holds")
         index = index.astype(np.int64, copy=False)
-        self._set(index, value ** self.alpha)
+        self._set(index, leaves)
         self._max_priority = max(self._max_priority, float(value.max()))
 
     def state_dict(self) -> dict[str, Any]:
@@ -465,37 +538,45 @@ class PrioritizedReplayBuffer(ReplayBuffer[BatchT]):
         _claim([self._sum, self._min])
         self._max_priority = 1.0
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
+    def _checked(self, state: Any) -> dict[str, Any]:
+        checked = super()._checked(state)
         where = f"{self._name}.load_state_dict"
         try:
             trees = (state["sum_tree"], state["min_tree"])
             max_priority, alpha, beta = state["max_priority"], state["alpha"], state["beta"]
         except (KeyError, TypeError) as exc:
-            raise ValueError(f"{where}: not a PrioritizedReplayBuffer state ({exc!r} "
-                             "missing)") from None
-        alpha, beta = self._exponent(alpha, "alpha"), self._exponent(beta, "beta")
+            raise ReplayStateError(f"{where}: not a PrioritizedReplayBuffer state ({exc!r} "
+                                   "missing)") from None
+        try:
+            alpha, beta = self._exponent(alpha, "alpha"), self._exponent(beta, "beta")
+        except (TypeError, ValueError) as exc:
+            raise ReplayStateError(f"{where}: {exc}") from None
         try:
             max_priority = float(max_priority)
         except (TypeError, ValueError):
-            raise ValueError(f"{where}: max_priority must be a number, got "
-                             f"{type(max_priority).__name__}") from None
+            raise ReplayStateError(f"{where}: max_priority must be a number, got "
+                                   f"{type(max_priority).__name__}") from None
         if not (math.isfinite(max_priority) and max_priority > 0):
-            raise ValueError(f"{where}: max_priority must be finite and > 0, got "
-                             f"{max_priority!r}")
-        for label, tree in zip(("sum_tree", "min_tree"), trees, strict=True):
-            t = np.asarray(tree)
-            if t.shape != self._sum.shape or t.dtype != np.float64:
-                raise BufferShapeError(f"{where}: saved {label} is {t.dtype} {t.shape}, this "
-                                       f"buffer's float64 {self._sum.shape}")
-            # priorities are > 0 (empty leaves: 0 in the sum tree, inf in the min tree)
-            bad = ~(np.isfinite(t[1:]) & (t[1:] >= 0)) if label == "sum_tree" else \
-                np.isnan(t[1:]) | (t[1:] <= 0)
-            if bad.any():
-                raise ValueError(f"{where}: saved {label} holds invalid priorities (NaN, "
-                                 f"negative or infinite) at node {int(np.argmax(bad)) + 1}")
-        super().load_state_dict(state)
-        for target, tree in zip((self._sum, self._min), trees, strict=True):
+            raise ReplayStateError(f"{where}: max_priority must be finite and > 0, got "
+                                   f"{max_priority!r}")
+        with np.errstate(all="ignore"):
+            new_leaf = np.float64(max_priority) ** alpha
+        if _sum_tree.out_of_bounds(np.array([new_leaf]), self.capacity)[0]:
+            raise ReplayStateError(f"{where}: max_priority {max_priority!r} ** alpha "
+                                   f"{alpha!r} is outside what the sum tree holds")
+        sum_tree, min_tree = (np.asarray(t) for t in trees)
+        problem = _sum_tree.tree_problem(sum_tree, min_tree, self.capacity, checked["size"])
+        if problem is not None:
+            raise ReplayStateError(f"{where}: the saved trees do not hold together: "
+                                   f"{problem}")
+        checked.update(trees=(sum_tree, min_tree), max_priority=max_priority, alpha=alpha,
+                       beta=beta)
+        return checked
+
+    def _commit(self, checked: dict[str, Any]) -> None:
+        super()._commit(checked)
+        for target, tree in zip((self._sum, self._min), checked["trees"], strict=True):
             if target is not tree:
                 np.copyto(target, tree, casting="no")
-        self._max_priority = max_priority
-        self.alpha, self.beta = alpha, beta
+        self._max_priority = checked["max_priority"]
+        self.alpha, self.beta = checked["alpha"], checked["beta"]

@@ -329,3 +329,83 @@ def test_bad_arguments(cluster):
         ShardedReplay(EXAMPLE, 10, num_shards=2.0)
     with pytest.raises(FileNotFoundError, match="no manifest"):
         ShardedReplay.restore("/nonexistent-dir-for-test")
+
+
+# -- issue 34, items 14-16: a restore sizes shards by the files, refuses files that
+# disagree with the manifest, and verifies every row ----------------------------------
+
+MARK = 4242.0     # obs value of the rows whose bytes a test damages
+
+
+@pytest.fixture(scope="module")
+def committed_prioritized(cluster, tmp_path_factory):
+    path = tmp_path_factory.mktemp("committed_prioritized")
+    r = ShardedReplay(EXAMPLE, 40, num_shards=2, prioritized=True, seed=0)
+    r.extend(Step(np.full((10, 4), MARK, np.float32), np.arange(10), np.zeros(10, np.float32)))
+    r.extend(batch(2))
+    _, idx, _ = r.sample(8)
+    r.update_priorities(idx, np.linspace(0.5, 3, 8))
+    r.checkpoint(path)
+    r.close()
+    return path
+
+
+def _edited_copy(source, target, **changes):
+    shutil.copytree(source, target)
+    path = target / "manifest.json"
+    m = json.loads(path.read_text())
+    m.update({k: v(m) if callable(v) else v for k, v in changes.items()})
+    path.write_text(json.dumps(m))
+    return target
+
+
+def test_capacities_beyond_the_files_are_refused_before_any_shard_starts(
+        committed, tmp_path, monkeypatch):
+    # a 521-byte manifest made the shard actors allocate 703 MiB before failing
+    directory = _edited_copy(committed, tmp_path / "c", capacities=[2**40, 2**40])
+    assert (directory / "manifest.json").stat().st_size < 1024
+    started = []
+    monkeypatch.setattr(ShardedReplay, "_start", lambda self, args: started.append(args))
+    for num_shards in (None, 3):
+        with pytest.raises(FormatError, match="gives the shard 1099511627776 rows"):
+            ShardedReplay.restore(directory, num_shards=num_shards)
+    assert started == []     # no shard was built, so nothing was allocated
+
+
+def test_a_shard_file_listed_twice_is_refused(committed, tmp_path):
+    directory = _edited_copy(committed, tmp_path / "c",
+                             files=lambda m: [m["files"][0]] * 2,
+                             rows=lambda m: [m["rows"][0]] * 2)
+    with pytest.raises(FormatError, match="listed twice or out of place"):
+        ShardedReplay.restore(directory)
+
+
+def test_a_prioritized_replay_never_comes_back_uniform(committed_prioritized, tmp_path):
+    directory = _edited_copy(committed_prioritized, tmp_path / "c", prioritized=False)
+    for num_shards in (None, 3):
+        with pytest.raises(FormatError, match="would drop its priorities"):
+            ShardedReplay.restore(directory, num_shards=num_shards)
+
+
+@pytest.mark.parametrize("num_shards", [None, 3])
+def test_a_damaged_shard_row_is_never_served(committed_prioritized, tmp_path, num_shards):
+    shutil.copytree(committed_prioritized, tmp_path / "c")
+    m = json.loads((tmp_path / "c" / "manifest.json").read_text())
+    pattern = np.full(4, MARK, np.float32).tobytes()
+    damaged = 0
+    for name in m["files"]:
+        path = tmp_path / "c" / name
+        data = bytearray(path.read_bytes())
+        at = data.find(pattern)
+        if at >= 0:
+            data[at + 2] ^= 0x10          # one bit of one row of obs
+            path.write_bytes(bytes(data))
+            damaged += 1
+    assert damaged == 1
+    with pytest.raises(FormatError, match="(?i)checksum|crc"):
+        ShardedReplay.restore(tmp_path / "c", num_shards=num_shards)
+    # the undamaged checkpoint restores and serves its rows
+    restored = ShardedReplay.restore(committed_prioritized, num_shards=num_shards)
+    batch_, _, _ = restored.sample(200)
+    assert set(np.unique(batch_.obs).tolist()) <= {MARK, 2.0}
+    restored.close()
