@@ -309,8 +309,22 @@ class ReplayBuffer(Generic[BatchT]):
     def _options(cls, state: dict) -> dict:
         return {}
 
+    def check_state_dict(self, state: dict[str, Any]) -> None:
+        """Raise what :meth:`load_state_dict` would raise for ``state``; change nothing."""
+        self._checked_state(state)
+
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Put back what :meth:`state_dict` gave, writing into this buffer's arrays."""
+        given, cursor, size, rng = self._checked_state(state)
+        where = f"{self._name}.load_state_dict"
+        set_pcg64_words(self._rng, rng, where)
+        for stored, value in zip(self._stored, given, strict=True):
+            if stored is not value:
+                np.copyto(stored, value, casting="no")
+        self._cursor, self._size = cursor, size
+
+    def _checked_state(self, state: dict[str, Any]) -> tuple:
+        """``state``'s storage leaves, cursor, size and generator words, checked."""
         where = f"{self._name}.load_state_dict"
         try:
             storage, cursor, size, rng = (state["storage"], state["cursor"], state["size"],
@@ -332,11 +346,8 @@ class ReplayBuffer(Generic[BatchT]):
         if cursor >= self.capacity or size > self.capacity:
             raise ValueError(f"{where}: cursor {cursor} / size {size} do not fit capacity "
                              f"{self.capacity}")
-        set_pcg64_words(self._rng, rng, where)
-        for stored, value in zip(self._stored, given, strict=True):
-            if stored is not value:
-                np.copyto(stored, value, casting="no")
-        self._cursor, self._size = cursor, size
+        set_pcg64_words(np.random.Generator(np.random.PCG64()), rng, where)   # a scratch one
+        return given, cursor, size, rng
 
 
 class PrioritizedReplayBuffer(ReplayBuffer[BatchT]):
@@ -466,6 +477,19 @@ class PrioritizedReplayBuffer(ReplayBuffer[BatchT]):
         self._max_priority = 1.0
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        trees, max_priority, alpha, beta = self._checked_priorities(state)
+        super().load_state_dict(state)
+        for target, tree in zip((self._sum, self._min), trees, strict=True):
+            if target is not tree:
+                np.copyto(target, tree, casting="no")
+        self._max_priority = max_priority
+        self.alpha, self.beta = alpha, beta
+
+    def check_state_dict(self, state: dict[str, Any]) -> None:
+        self._checked_priorities(state)
+        super().check_state_dict(state)
+
+    def _checked_priorities(self, state: dict[str, Any]) -> tuple:
         where = f"{self._name}.load_state_dict"
         try:
             trees = (state["sum_tree"], state["min_tree"])
@@ -493,9 +517,4 @@ class PrioritizedReplayBuffer(ReplayBuffer[BatchT]):
             if bad.any():
                 raise ValueError(f"{where}: saved {label} holds invalid priorities (NaN, "
                                  f"negative or infinite) at node {int(np.argmax(bad)) + 1}")
-        super().load_state_dict(state)
-        for target, tree in zip((self._sum, self._min), trees, strict=True):
-            if target is not tree:
-                np.copyto(target, tree, casting="no")
-        self._max_priority = max_priority
-        self.alpha, self.beta = alpha, beta
+        return trees, max_priority, alpha, beta
