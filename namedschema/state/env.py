@@ -1,7 +1,10 @@
 """Exact state of gymnasium environments (Atari included), as plain data.
 
 capture_env    an env's or a synchronous vector env's whole state, or None with the reason
+check_env      raise what restore_env would, changing nothing (a restore checks first)
 restore_env    write a captured state into a freshly built env of the same construction
+env_settings   an env's settings as built (``TimeLimit``'s step limit...), name -> value
+keep_env_settings  put settings back into an env (a changed setting the run accepts)
 EnvStateError  a captured state does not fit the env it is restored into
 
 An env is captured layer by layer: the vector env (``SyncVectorEnv``), then for
@@ -22,7 +25,11 @@ Restoring gives the fresh env new arrays (arrays that were one array when
 captured, such as a frame stack's repeated padding, are one array again) and
 writes generator and emulator states into its generators and emulators, so an
 env built the same way continues the episode exactly.
-Capturing never steps an env and never draws from a generator.
+Capturing never steps an env and never draws from a generator. A state is
+untrusted input: :func:`check_env` walks it exactly as :func:`restore_env` does
+without writing anything (kinds, classes, layer counts, array dtypes and shapes,
+generator states tried on a scratch generator of an allow-listed bit generator
+class: a file never names code to run), so a restore checks before it writes.
 """
 
 from __future__ import annotations
@@ -37,7 +44,19 @@ import numpy as np
 from .._core.tree import join_path
 from ..errors import EnvStateError
 
-__all__ = ["capture_env", "restore_env", "EnvStateError"]
+__all__ = ["capture_env", "check_env", "restore_env", "env_settings", "keep_env_settings",
+           "EnvStateError"]
+
+# The bit generators a captured state may name (a file never chooses other code to run).
+_BIT_GENERATORS: dict[str, type] = {
+    "PCG64": np.random.PCG64, "PCG64DXSM": np.random.PCG64DXSM, "MT19937": np.random.MT19937,
+    "Philox": np.random.Philox, "SFC64": np.random.SFC64}
+
+# Attributes of wrapper layers that are settings chosen in code, not state: compared
+# between a checkpoint and the run it is restored into (RunCheckpoint's accept_changes).
+_SETTING_NAMES = ("_max_episode_steps", "frame_skip", "noop_max", "terminal_on_life_loss",
+                  "repeat_action_probability", "_skip", "stack_size")
+_MAX_DEPTH = 64    # nesting of captured values (a file could nest lists without end)
 
 # Wrapper bookkeeping and configuration: never state.
 _CONFIG_NAMES = frozenset({
@@ -78,11 +97,16 @@ def _exact(value: Any) -> Any:
     return value
 
 
-def _unexact(value: Any) -> Any:
+def _unexact(value: Any, depth: int = 0) -> Any:
     if isinstance(value, dict):
+        if depth > 4:     # a generator state is two levels deep; a file could nest more
+            raise EnvStateError("a generator state nested too deep")
         if set(value) == {"int"}:
-            return int(value["int"])
-        return {k: _unexact(v) for k, v in value.items()}
+            text = value["int"]
+            if not isinstance(text, str) or len(text) > 50 or not text.lstrip("-").isdigit():
+                raise EnvStateError(f"a generator state holds an invalid int {text!r:.60}")
+            return int(text)
+        return {k: _unexact(v, depth + 1) for k, v in value.items()}
     return value
 
 
@@ -174,93 +198,217 @@ def capture_env(env: Any, name: str = "env") -> tuple[dict[str, Any] | None, str
         return None, f"{exc} is not data this library can capture exactly"
 
 
-def _restore_value(owner: Any, name: str, item: Any, path: str, memo: dict) -> None:
-    kind, data = item
-    setattr(owner, name, _rebuilt(getattr(owner, name, None), kind, data, path, memo))
+def _restore_value(owner: Any, name: str, item: Any, path: str, memo: dict,
+                   write: bool) -> None:
+    kind, data = _item(item, path)
+    value = _rebuilt(getattr(owner, name, None), kind, data, path, memo, write, 0)
+    if write:
+        setattr(owner, name, value)
 
 
-def _rebuilt(current: Any, kind: str, data: Any, path: str, memo: dict) -> Any:
-    """The value to put in place of ``current`` (often ``current`` itself, updated)."""
+def _item(item: Any, path: str) -> tuple[str, Any]:
+    if not isinstance(item, (list, tuple)) or len(item) != 2 or not isinstance(item[0], str):
+        raise EnvStateError(f"{path}: not a captured value ([kind, data] expected, got "
+                            f"{type(item).__name__})")
+    return item[0], item[1]
+
+
+def _rebuilt(current: Any, kind: str, data: Any, path: str, memo: dict, write: bool,
+             depth: int) -> Any:
+    """The value to put in place of ``current`` (often ``current`` itself, updated).
+
+    With ``write`` False nothing is changed (what is returned is then not to be used):
+    the same walk checks a state before any of it is written.
+    """
+    if depth > _MAX_DEPTH:
+        raise EnvStateError(f"{path}: nested deeper than {_MAX_DEPTH} levels")
     if kind == "value":
+        if not (data is None or isinstance(data, (bool, int, float, str, np.generic))):
+            raise EnvStateError(f"{path}: a value must be a number, a string or None, the "
+                                f"checkpoint has a {type(data).__name__}")
         return data
     if kind == "array":
+        if not isinstance(data, np.ndarray) or data.dtype.hasobject:
+            raise EnvStateError(f"{path}: the checkpoint has no array here (a "
+                                f"{type(data).__name__})")
+        if isinstance(current, np.ndarray) and (current.dtype != data.dtype or
+                                                current.shape != data.shape):
+            raise EnvStateError(f"{path}: the checkpoint has an array of {data.dtype} "
+                                f"{data.shape}, the env {current.dtype} {current.shape}")
         # A fresh array, never a write into the env's: the env's arrays may alias one
         # another (a frame stack repeats one padding array). Arrays that were one array
         # when captured are one array again (the file keeps identity; ``memo`` too).
         key = id(data)
         if key not in memo:
-            memo[key] = np.array(data, copy=True)
+            memo[key] = np.array(data, copy=True) if write else data
         return memo[key]
     if kind == "generator":
         gen = current if isinstance(current, np.random.Generator) else None
-        return _set_generator(gen, data)
+        return _set_generator(gen, data, path, write)
     if kind == "space":
         if current is None or not _is_space(current):
             raise EnvStateError(f"{path}: the checkpoint has a space here, the env "
                                 f"{type(current).__name__}")
         if data is not None:
-            current._np_random = _set_generator(getattr(current, "_np_random", None), data)
+            gen = _set_generator(getattr(current, "_np_random", None), data, path, write)
+            if write:
+                current._np_random = gen
         return current
     if kind == "ale":
         if current is None or not _is_ale(current):
             raise EnvStateError(f"{path}: the checkpoint has an ALE emulator here, the env "
                                 f"{type(current).__name__}")
+        if not isinstance(data, np.ndarray) or data.dtype != np.uint8 or data.ndim != 1:
+            raise EnvStateError(f"{path}: an emulator state must be a uint8 array, the "
+                                f"checkpoint has {getattr(data, 'dtype', type(data).__name__)}")
         from ale_py import ALEState
-        current.restoreState(ALEState(bytes(np.asarray(data, np.uint8))))
+        state = ALEState(bytes(data))
+        if write:
+            current.restoreState(state)
         return current
     if kind == "sequence":
+        if not isinstance(data, dict) or not isinstance(data.get("items"), list) or \
+                data.get("kind") not in ("list", "tuple", "deque"):
+            raise EnvStateError(f"{path}: not a captured list, tuple or deque")
+        maxlen = data.get("maxlen")
+        if maxlen is not None and (isinstance(maxlen, bool) or not isinstance(
+                maxlen, (int, np.integer)) or maxlen < 0):
+            raise EnvStateError(f"{path}: a deque's maxlen must be None or an int >= 0, "
+                                f"got {maxlen!r:.40}")
         olds = list(current) if isinstance(current, (list, tuple, collections.deque)) else []
-        items = [_rebuilt(olds[i] if i < len(olds) else None, k, d, join_path(path, i), memo)
-                 for i, (k, d) in enumerate(data["items"])]
+        items = [_rebuilt(olds[i] if i < len(olds) else None, *_item(d, join_path(path, i)),
+                          join_path(path, i), memo, write, depth + 1)
+                 for i, d in enumerate(data["items"])]
         if data["kind"] == "deque":
-            return collections.deque(items, maxlen=data["maxlen"])
+            return collections.deque(items, maxlen=None if maxlen is None else int(maxlen))
         return tuple(items) if data["kind"] == "tuple" else items
     if kind == "dict":
+        if not isinstance(data, dict) or not all(isinstance(k, str) for k in data):
+            raise EnvStateError(f"{path}: not a captured dict")
         old = current if isinstance(current, dict) else {}
-        return {k: _rebuilt(old.get(k), kk, d, join_path(path, k), memo)
-                for k, (kk, d) in data.items()}
-    raise EnvStateError(f"{path}: unknown captured kind {kind!r}")
+        return {k: _rebuilt(old.get(k), *_item(d, join_path(path, k)), join_path(path, k),
+                            memo, write, depth + 1)
+                for k, d in data.items()}
+    raise EnvStateError(f"{path}: unknown captured kind {kind!r:.40}")
 
 
-def _set_generator(gen: np.random.Generator | None, data: dict) -> np.random.Generator:
-    state = _unexact(data["state"])
-    if gen is None or type(gen.bit_generator).__name__ != data["bit_generator"]:
-        gen = np.random.Generator(getattr(np.random, data["bit_generator"])())
-    gen.bit_generator.state = state
-    return gen
+def _set_generator(gen: np.random.Generator | None, data: Any, path: str,
+                   write: bool) -> np.random.Generator:
+    """``gen`` (or a new generator) set to the captured state; with ``write`` False,
+    a scratch generator is set instead, which checks the state and changes nothing."""
+    name = data.get("bit_generator") if isinstance(data, dict) else None
+    if not isinstance(name, str) or name not in _BIT_GENERATORS:
+        raise EnvStateError(f"{path}: the checkpoint names the bit generator {name!r:.40}; "
+                            f"only {sorted(_BIT_GENERATORS)} are accepted")
+    state = _unexact(data.get("state"))
+    if not isinstance(state, dict) or state.get("bit_generator") != name:
+        raise EnvStateError(f"{path}: not a {name} generator state")
+    target = gen if write and gen is not None and \
+        type(gen.bit_generator) is _BIT_GENERATORS[name] else None
+    if target is None:
+        target = np.random.Generator(_BIT_GENERATORS[name]())
+    try:
+        target.bit_generator.state = state
+    except (TypeError, ValueError, KeyError, OverflowError) as exc:
+        raise EnvStateError(f"{path}: not a valid {name} generator state ({exc})") from None
+    return target
 
 
-def _restore_layer(layer: Any, state: dict, path: str, memo: dict) -> None:
-    if type(layer).__qualname__ != state["class"]:
-        raise EnvStateError(f"{path}: the checkpoint has a {state['class']} here, the env a "
-                            f"{type(layer).__qualname__} (was it built differently?)")
-    for name, item in state["attributes"].items():
-        _restore_value(layer, name, item, join_path(path, name), memo)
+def _layer_checked(layer: Any, state: Any, path: str) -> dict:
+    if not isinstance(state, dict) or not isinstance(state.get("attributes"), dict) or \
+            not all(isinstance(k, str) for k in state["attributes"]):
+        raise EnvStateError(f"{path}: not a captured wrapper layer")
+    if type(layer).__qualname__ != state.get("class"):
+        raise EnvStateError(f"{path}: the checkpoint has a {state.get('class')!r:.80} here, the "
+                            f"env a {type(layer).__qualname__} (was it built differently?)")
+    return state["attributes"]
 
 
-def _restore_chain(env: Any, states: list, path: str, memo: dict) -> None:
+def _restore_layer(layer: Any, state: Any, path: str, memo: dict, write: bool) -> None:
+    for name, item in _layer_checked(layer, state, path).items():
+        _restore_value(layer, name, item, join_path(path, name), memo, write)
+
+
+def _restore_chain(env: Any, states: Any, path: str, memo: dict, write: bool) -> None:
     layers = _layers(env)
-    if len(layers) != len(states):
-        raise EnvStateError(f"{path}: the checkpoint has {len(states)} wrapper layers "
-                            f"({[s['class'] for s in states]}), the env {len(layers)} "
-                            f"({[type(x).__qualname__ for x in layers]})")
+    if not isinstance(states, list) or len(layers) != len(states):
+        n = len(states) if isinstance(states, list) else "no list of"
+        raise EnvStateError(f"{path}: the checkpoint has {n} wrapper layers, the env "
+                            f"{len(layers)} ({[type(x).__qualname__ for x in layers]})")
     for layer, state in zip(layers, states, strict=True):
-        _restore_layer(layer, state, path, memo)
+        _restore_layer(layer, state, path, memo, write)
 
 
-def restore_env(env: Any, state: dict[str, Any], name: str = "env") -> None:
-    """Put a :func:`capture_env` state into ``env``, built as the captured one was."""
+def _walk(env: Any, state: Any, name: str, write: bool) -> None:
     subs = _sub_envs(env)
     memo: dict = {}
+    if not isinstance(state, dict) or not ("layers" in state or "envs" in state):
+        raise EnvStateError(f"{name}: not a captured env state")
     if "layers" in state:
         if subs is not None:
             raise EnvStateError(f"{name}: the checkpoint has a single env, this is a vector env")
-        _restore_chain(env, state["layers"], name, memo)
+        _restore_chain(env, state["layers"], name, memo, write)
         return
-    if subs is None or len(subs) != len(state["envs"]):
+    envs = state["envs"]
+    if subs is None or not isinstance(envs, list) or len(subs) != len(envs):
         raise EnvStateError(f"{name}: the checkpoint has a vector env of "
-                            f"{len(state['envs'])} envs, this env has "
-                            f"{'none' if subs is None else len(subs)}")
-    _restore_layer(env, state["vector"], name, memo)
-    for i, (sub, chain) in enumerate(zip(subs, state["envs"], strict=True)):
-        _restore_chain(sub, chain, f"{name}.envs[{i}]", memo)
+                            f"{len(envs) if isinstance(envs, list) else 'no list of'} envs, "
+                            f"this env has {'none' if subs is None else len(subs)}")
+    _restore_layer(env, state.get("vector"), name, memo, write)
+    for i, (sub, chain) in enumerate(zip(subs, envs, strict=True)):
+        _restore_chain(sub, chain, f"{name}.envs[{i}]", memo, write)
+
+
+def check_env(env: Any, state: Any, name: str = "env") -> None:
+    """Raise the :class:`EnvStateError` :func:`restore_env` would raise; change nothing."""
+    _walk(env, state, name, write=False)
+
+
+def restore_env(env: Any, state: dict[str, Any], name: str = "env") -> None:
+    """Put a :func:`capture_env` state into ``env``, built as the captured one was.
+
+    The whole state is checked first (:func:`check_env`): a state that does not fit
+    raises before anything in the env changed.
+    """
+    _walk(env, state, name, write=False)
+    _walk(env, state, name, write=True)
+
+
+def _setting_layers(env: Any, name: str) -> list:
+    """``(prefix, layer)`` for every layer of ``env`` (and of its sub-envs)."""
+    subs = _sub_envs(env)
+    chains = [(name, env)] if subs is None else \
+        [(f"{name}.envs[{i}]", sub) for i, sub in enumerate(subs)]
+    out = []
+    for prefix, chain in chains:
+        seen: dict = {}
+        for layer in _layers(chain):
+            cls = type(layer).__qualname__
+            seen[cls] = seen.get(cls, 0) + 1
+            out.append((f"{prefix}.{cls}" + ("" if seen[cls] == 1 else f"#{seen[cls]}"),
+                        layer))
+    return out
+
+
+def env_settings(env: Any, name: str = "env") -> dict[str, Any]:
+    """The settings chosen in code of every wrapper layer (``"env.TimeLimit._max_episode_steps"``).
+
+    Names are relative to ``name`` and without it: ``"TimeLimit._max_episode_steps"``,
+    ``"envs[0].TimeLimit._max_episode_steps"``.
+    """
+    out: dict[str, Any] = {}
+    for prefix, layer in _setting_layers(env, name):
+        for attr in _SETTING_NAMES:
+            value = vars(layer).get(attr)
+            if isinstance(value, (bool, int, float, str)):
+                out[f"{prefix[len(name) + 1:]}.{attr}".lstrip(".")] = value
+    return out
+
+
+def keep_env_settings(env: Any, values: dict[str, Any], name: str = "env") -> None:
+    """Set the settings :func:`env_settings` named (those of ``values``) to ``values``."""
+    for prefix, layer in _setting_layers(env, name):
+        for attr in _SETTING_NAMES:
+            key = f"{prefix[len(name) + 1:]}.{attr}".lstrip(".")
+            if key in values and attr in vars(layer):
+                setattr(layer, attr, values[key])

@@ -19,11 +19,16 @@ import numpy as np
 from .._core.optional import torch_if_loaded
 from .._core.tree import is_named, join_path
 
-__all__ = ["to_data", "from_data", "NotDataValue"]
+__all__ = ["to_data", "from_data", "NotDataValue", "BadData", "MAX_DEPTH"]
 
 _KEYED = "namedschema.keyed"   # a dict whose keys are not all str: [[key, value], ...]
 _BIG_INT = "namedschema.int"   # an int beyond 64 bits, as decimal text
 _SCALARS = (bool, float, str, type(None), np.generic)
+MAX_DEPTH = 200   # nesting from_data follows (a state dict is a few levels deep)
+
+
+class BadData(ValueError):
+    """A value that :func:`to_data` cannot have given (a damaged or forged file)."""
 
 
 class NotDataValue(TypeError):
@@ -62,23 +67,45 @@ def to_data(value: Any, path: str, allow_pickle: bool = False) -> Any:
     raise NotDataValue(path, value)
 
 
-def from_data(value: Any) -> Any:
-    """What :func:`to_data` gave, back as state-dict values (arrays and tensors copied)."""
+def from_data(value: Any, copy: bool = True, depth: int = 0) -> Any:
+    """What :func:`to_data` gave, back as state-dict values (arrays and tensors copied).
+
+    ``copy=False`` leaves arrays and tensors as they are (to look at a state before
+    restoring it). A file is untrusted: markers of the wrong shape and nesting
+    deeper than ``MAX_DEPTH`` raise :class:`BadData` (a ValueError).
+    """
+    if depth > MAX_DEPTH:
+        raise BadData(f"nested deeper than {MAX_DEPTH} levels")
     torch = torch_if_loaded()
     if isinstance(value, np.ndarray):
-        return np.array(value, copy=True)
+        return np.array(value, copy=True) if copy else value
     if torch is not None and isinstance(value, torch.Tensor):
-        return value.clone()
+        return value.clone() if copy else value
     if isinstance(value, dict):
         if set(value) == {_KEYED}:
-            return {_key(from_data(k)): from_data(v) for k, v in value[_KEYED]}
+            pairs = value[_KEYED]
+            if not isinstance(pairs, list) or not all(
+                    isinstance(p, (list, tuple)) and len(p) == 2 for p in pairs):
+                raise BadData(f"{_KEYED} must hold [key, value] pairs")
+            out = {}
+            for k, v in pairs:
+                key = _key(from_data(k, copy, depth + 1))
+                try:
+                    hash(key)
+                except TypeError:
+                    raise BadData(f"a dict key cannot be a {type(key).__name__}") from None
+                out[key] = from_data(v, copy, depth + 1)
+            return out
         if set(value) == {_BIG_INT}:
-            return int(value[_BIG_INT])
-        return {k: from_data(v) for k, v in value.items()}
+            text = value[_BIG_INT]
+            if not isinstance(text, str) or len(text) > 4000 or not text.lstrip("-").isdigit():
+                raise BadData(f"{_BIG_INT} must hold decimal digits")
+            return int(text)
+        return {k: from_data(v, copy, depth + 1) for k, v in value.items()}
     if isinstance(value, tuple) and not is_named(value):
-        return tuple(from_data(v) for v in value)
+        return tuple(from_data(v, copy, depth + 1) for v in value)
     if isinstance(value, list):
-        return [from_data(v) for v in value]
+        return [from_data(v, copy, depth + 1) for v in value]
     return value
 
 

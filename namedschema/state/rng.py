@@ -19,7 +19,7 @@ import numpy as np
 
 from .._core.optional import import_torch, torch_if_loaded
 
-__all__ = ["rng_state", "set_rng_state", "pcg64_words", "set_pcg64_words"]
+__all__ = ["rng_state", "set_rng_state", "check_rng_state", "pcg64_words", "set_pcg64_words"]
 
 _MASK64 = (1 << 64) - 1
 
@@ -56,6 +56,43 @@ def rng_state() -> dict[str, Any]:
         if torch.cuda.is_available() and torch.cuda.is_initialized():
             state["torch_cuda"] = list(torch.cuda.get_rng_state_all())
     return state
+
+
+def check_rng_state(state: Any) -> None:
+    """Raise (TypeError, ValueError) if :func:`set_rng_state` cannot take ``state``; set nothing.
+
+    Each part is tried on a scratch generator (``random.Random``, ``RandomState``,
+    ``torch.Generator``), never on the global ones.
+    """
+    if not isinstance(state, dict) or not {"python", "numpy"} <= set(state) or \
+            not set(state) <= {"python", "numpy", "torch", "torch_cuda"}:
+        raise TypeError("not a global generator state (python, numpy[, torch])")
+    py = state["python"]
+    if not isinstance(py, (tuple, list)) or len(py) != 3 or py[0] != 3:
+        raise TypeError("not a version 3 Python random state")
+    internal = np.asarray(py[1]) if isinstance(py[1], (np.ndarray, tuple, list)) else None
+    if internal is None or internal.shape != (625,) or internal.dtype.kind not in "ui" or \
+            not (internal[:624] < 1 << 32).all() or not (py[2] is None or
+                                                        isinstance(py[2], float)):
+        raise TypeError("not a Python random state (625 ints, the first 624 of 32 bits)")
+    random.Random().setstate((3, tuple(int(x) for x in internal), py[2]))
+    n = state["numpy"]
+    if not isinstance(n, dict) or set(n) != {"kind", "keys", "pos", "has_gauss", "gauss"} \
+            or n["kind"] != "MT19937" or not isinstance(n["keys"], np.ndarray) or \
+            n["keys"].dtype != np.uint32 or n["keys"].shape != (624,) or \
+            not isinstance(n["pos"], (int, np.integer)) or not 0 <= n["pos"] <= 624 or \
+            n["has_gauss"] not in (0, 1) or not isinstance(n["gauss"], (float, np.floating)):
+        raise TypeError("not a numpy MT19937 state")
+    np.random.RandomState().set_state((n["kind"], n["keys"], int(n["pos"]),
+                                       int(n["has_gauss"]), float(n["gauss"])))
+    if "torch" in state:
+        torch = import_torch()
+        if not isinstance(state["torch"], torch.Tensor) or state["torch"].dtype != torch.uint8:
+            raise TypeError("torch's generator state must be a uint8 tensor")
+        torch.Generator().set_state(state["torch"].clone())
+    cuda = state.get("torch_cuda", [])
+    if not isinstance(cuda, list) or len(cuda) > 1024:
+        raise TypeError("torch's CUDA generator states must be a list")
 
 
 def set_rng_state(state: dict[str, Any]) -> None:

@@ -330,6 +330,10 @@ class ReplayBuffer(Generic[BatchT]):
     def _options(cls, state: dict) -> dict:
         return {}
 
+    def check_state_dict(self, state: dict[str, Any]) -> None:
+        """Raise what :meth:`load_state_dict` would raise for ``state``; change nothing."""
+        self._checked(state)
+
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Put back what :meth:`state_dict` gave, writing into this buffer's arrays.
 

@@ -22,17 +22,29 @@ deterministic torch: bit for bit).
 
 from __future__ import annotations
 
+import logging
+import math
 import os
+import sys
 import time
 import warnings
-from typing import Any
+from collections.abc import Iterable
+from typing import Any, Literal
 
 from ..checkpoint import load, save
 from ..checkpoint.background import written
-from ..errors import RunCheckpointError, RunCheckpointWarning, UnexpectedKindError
+from ..errors import FormatError, RunCheckpointError, RunCheckpointWarning, UnexpectedKindError
 from ..state import plain as _plain_state
 from ..state import rng as _rng_state
-from .state_kinds import KindContext, StateKind, kind_named, kind_of
+from .state_kinds import CLASS_SETTING, KindContext, StateKind, kind_named, kind_of
+
+_log = logging.getLogger("namedschema")
+
+# What a row's check or a malformed file may raise: turned into one RunCheckpointError.
+_BAD_STATE = (TypeError, ValueError, KeyError, IndexError, AttributeError, OverflowError,
+              RuntimeError, SystemError)
+_COMPONENT_KEYS = {"kind", "state", "settings"}
+_TOP_KEYS = {"format", "version", "step", "rng", "components", "loop"}
 
 __all__ = ["RunCheckpoint", "RunCheckpointError", "RunCheckpointWarning"]
 
@@ -64,6 +76,29 @@ class RunCheckpoint:
             and such values are refused at the first save, named. With it,
             :meth:`restore` unpickles the file, and only once its header
             (plain data) says it is a RunCheckpoint.
+        verify: :meth:`restore` checks the CRC-32 of every block it reads (all
+            of the file), so damaged weights are refused, not restored. False
+            skips that pass over the data (see :doc:`/resume` for its cost).
+        accept_changes: settings the run may change on resume, by the names
+            the refusal lists (``"opt.lr"``, ``"envs.envs[0].TimeLimit._max_episode_steps"``,
+            ``"rb.alpha"``; a name also covers the names below it, ``"opt"`` all of
+            the optimizer's), or ``True`` for all. What the run was built with in
+            code (an optimizer's hyperparameters, a scheduler's, an env's step
+            limit, a prioritized replay's ``alpha``/``beta``, taken by
+            :meth:`track`) is stored in each checkpoint; by default a resume
+            into a run built with other values is refused, naming each
+            difference. An accepted one keeps the run's new value (after the
+            checkpoint's state is restored) and is said as a
+            :class:`RunCheckpointWarning`. Another class of a tracked object
+            (an SGD where Adam was saved) is always refused.
+        quiet: :meth:`restore` says that it resumed on a logging INFO record of
+            the ``"namedschema"`` logger, and also on one line of stderr unless
+            ``quiet``.
+
+    The folder of ``path`` must exist and be writable when the checkpoint is
+    made (a :class:`RunCheckpointError` names it otherwise), and the first save
+    of a new run is written before :meth:`save` returns (so that a target
+    that cannot be written fails at once, not at the next save).
 
     A loop, CleanRL style (``rb`` a :class:`~namedschema.ReplayBuffer`)::
 
@@ -81,8 +116,11 @@ class RunCheckpoint:
     def __init__(self, path: str | os.PathLike[str], *, every_steps: int | None = None,
                  every_seconds: float | None = None, global_rngs: bool = True,
                  incremental: bool = True, background: bool = True,
-                 allow_pickle: bool = False):
+                 allow_pickle: bool = False, verify: bool = True,
+                 accept_changes: Literal[True] | str | Iterable[str] = (),
+                 quiet: bool = False):
         self.path = os.fspath(path)
+        _check_target(self.path)
         if every_steps is not None and (not isinstance(every_steps, int) or every_steps < 1):
             raise ValueError(f"RunCheckpoint: every_steps must be a positive int, got "
                              f"{every_steps!r}")
@@ -93,8 +131,11 @@ class RunCheckpoint:
         self.global_rngs, self.incremental, self.allow_pickle = \
             bool(global_rngs), bool(incremental), bool(allow_pickle)
         self.background = bool(background)
+        self.verify, self.quiet = bool(verify), bool(quiet)
+        self.accept_changes = _accepted(accept_changes)
         self._pending: Any = None          # the background save in flight
         self._components: dict[str, tuple[StateKind, Any]] = {}
+        self._settings: dict[str, dict] = {}   # as tracked: what the run chose in code
         self.step: int | None = None
         self.loop: dict = {}
         self.restarted: dict[str, str] = {}
@@ -108,7 +149,10 @@ class RunCheckpoint:
         for name, obj in components.items():
             if name in self._components:
                 raise ValueError(f"RunCheckpoint.track: {name!r} is registered already")
-            self._components[name] = (kind_of(obj), obj)
+            kind = kind_of(obj)
+            self._components[name] = (kind, obj)
+            if kind.settings is not None:
+                self._settings[name] = dict(kind.settings(obj, self._context(name)))
         return self
 
     # -- capturing -------------------------------------------------------------------
@@ -129,6 +173,8 @@ class RunCheckpoint:
             try:
                 components[name] = {"kind": kind.name,
                                     "state": kind.capture(obj, self._context(name))}
+                if name in self._settings:
+                    components[name]["settings"] = self._settings[name]
             except _plain_state.NotDataValue as exc:
                 raise RunCheckpointError(
                     f"RunCheckpoint: {exc}; pass RunCheckpoint(..., allow_pickle=True) to "
@@ -156,10 +202,18 @@ class RunCheckpoint:
             kwargs["allow_pickle"] = True
         state = self.state(step, **loop)
         self.wait()       # the previous save's error, if any, is raised here, not lost
-        if self.background:
-            self._pending = save(state, self.path, background=True, **kwargs)
-        else:
-            save(state, self.path, **kwargs)
+        try:
+            if self.background:
+                self._pending = save(state, self.path, background=True, **kwargs)
+                if self.step is None:     # a new run's first save: its error, now
+                    self.wait()
+            else:
+                save(state, self.path, **kwargs)
+        except OSError as exc:
+            if self.step is not None:
+                raise
+            raise RunCheckpointError(f"RunCheckpoint: the first checkpoint could not be "
+                                     f"written to {self.path!r}: {exc}") from exc
         self._last_time = time.monotonic()
         self.step = int(step)
 
@@ -200,73 +254,228 @@ class RunCheckpoint:
     def restore(self) -> bool:
         """Restore the last checkpoint into the registered objects; whether there was one.
 
-        The names and kinds of what the run tracks, and the shapes and dtypes of
-        tracked arrays, are checked against the file before anything is written.
-        Other parts (a model, an optimizer, a replay buffer) check their own
-        state as they load it: one that does not fit raises
-        :class:`~namedschema.errors.RunCheckpointError` naming it and the
-        parts already restored (rebuild those before going on). Envs that were not
-        captured are left as they are and listed in ``ckpt.restarted`` (with a
-        :class:`~namedschema.errors.RunCheckpointWarning`): reset them.
+        The whole file is checked before anything in the run changes: its
+        checksums (unless ``verify=False``), its structure, and each saved part
+        against its object (a torch module's parameter names, shapes and dtypes,
+        an optimizer's class, parameter groups and state sizes, a replay
+        buffer's fields and counters, an env's wrappers and values, generator
+        states, the loop's values), and the settings the run was built with
+        against the checkpoint's (``accept_changes``). Any of it that does not
+        fit raises one :class:`~namedschema.errors.RunCheckpointError` and the
+        run is as it was. Envs that were not captured are left as they are and
+        listed in ``ckpt.restarted`` (with a
+        :class:`~namedschema.errors.RunCheckpointWarning`): reset them. A
+        resume is said once (``quiet``).
         """
         written(self.path)   # a background save of this process to it, if one runs
         if not os.path.exists(self.path):
             return False
         try:  # with allow_pickle, only a file whose header says it is ours is unpickled
             data = load(
-                self.path, mmap_mode="r", allow_pickle=self.allow_pickle,
+                self.path, mmap_mode="r", allow_pickle=self.allow_pickle, verify=self.verify,
                 expect_metadata={"kind": FORMAT} if self.allow_pickle else None)
         except UnexpectedKindError as exc:
             raise RunCheckpointError(
                 f"RunCheckpoint: {self.path!r} is not a RunCheckpoint file (its header does "
                 "not say so; nothing in it was unpickled); refusing to use or overwrite "
                 "it") from exc
-        self._check(data)
+        except FormatError as exc:
+            raise RunCheckpointError(
+                f"RunCheckpoint: {self.path!r} cannot be restored: {exc} (nothing in the run "
+                "changed; delete the file to start fresh)") from exc
+        rng, loop, accepted = self._checked(data)
         done: list[str] = []
         for name, (kind, obj) in self._components.items():
             self._restore_one(name, kind, obj, data["components"][name]["state"], done)
             done.append(name)
-        if data["rng"] is not None:
-            _rng_state.set_rng_state(_plain_state.from_data(data["rng"]))
-        self.loop = _plain_state.from_data(data["loop"])
+        self._keep_accepted(accepted)
+        if rng is not None:
+            _rng_state.set_rng_state(_plain_state.from_data(rng))
+        self.loop = loop
         self.step = int(data["step"])
         self._last_time = time.monotonic()
+        self._say_resumed()
         return True
 
-    def _check(self, data: Any) -> None:
+    def _say_resumed(self) -> None:
+        message = (f"namedschema: resumed from {self.path} at step {self.step:,} (delete it "
+                   "to start fresh)")
+        _log.info(message)
+        if not self.quiet:
+            print(message, file=sys.stderr, flush=True)
+
+    def _refuse(self, message: str) -> RunCheckpointError:
+        return RunCheckpointError(f"RunCheckpoint: {self.path!r} {message}")
+
+    def _checked(self, data: Any) -> tuple[Any, dict, list]:
+        """Check the whole file against the run; ``(rng, loop, accepted changes)``."""
         if not isinstance(data, dict) or data.get("format") != FORMAT:
-            raise RunCheckpointError(f"RunCheckpoint: {self.path!r} is not a RunCheckpoint "
-                                     "file; refusing to use or overwrite it")
+            raise self._refuse("is not a RunCheckpoint file; refusing to use or overwrite it")
         if data.get("version") != VERSION:
-            raise RunCheckpointError(f"RunCheckpoint: {self.path!r} has version "
-                                     f"{data.get('version')!r}, this namedschema reads {VERSION}")
-        saved, built = set(data["components"]), set(self._components)
+            raise self._refuse(f"has version {data.get('version')!r:.40}, this namedschema "
+                               f"reads {VERSION}")
+        if set(data) != _TOP_KEYS:
+            raise self._refuse(f"is malformed: its top level holds {sorted(map(str, data))[:10]}"
+                               f", not {sorted(_TOP_KEYS)}")
+        step, components = data["step"], data["components"]
+        if isinstance(step, bool) or not isinstance(step, int) or not 0 <= step < 1 << 62:
+            raise self._refuse(f"is malformed: its step is {step!r:.40}")
+        if not isinstance(components, dict) or not all(
+                isinstance(c, dict) and {"kind", "state"} <= set(c) <= _COMPONENT_KEYS and
+                isinstance(c["kind"], str) for c in components.values()):
+            raise self._refuse("is malformed: its components are not {kind, state} entries")
+        saved, built = set(components), set(self._components)
         if saved != built:
-            raise RunCheckpointError(
-                f"RunCheckpoint: {self.path!r} holds {sorted(saved)}, this run tracks "
-                f"{sorted(built)} (missing from the file: {sorted(built - saved)}; not "
-                f"tracked: {sorted(saved - built)})")
+            raise self._refuse(
+                f"holds {sorted(saved)}, this run tracks {sorted(built)} (missing from the "
+                f"file: {sorted(built - saved)}; not tracked: {sorted(saved - built)})")
         for name, (kind, _) in self._components.items():
-            saved_kind = data["components"][name]["kind"]
+            saved_kind = components[name]["kind"]
             if saved_kind != kind.name:
                 known = "" if kind_named(saved_kind) is not None else " (a kind this " \
                     "namedschema does not know)"
                 raise RunCheckpointError(
-                    f"RunCheckpoint: {name!r} was saved as {saved_kind}{known}, this run's is "
-                    f"captured as {kind.name}")
+                    f"RunCheckpoint: {name!r} was saved as {saved_kind:.60}{known}, this "
+                    f"run's is captured as {kind.name}")
+        changes = self._changes(components)
         for name, (kind, obj) in self._components.items():
             if kind.check is not None:
-                kind.check(obj, data["components"][name]["state"], self._context(name))
-        if (data["rng"] is None) == self.global_rngs:
-            raise RunCheckpointError(f"RunCheckpoint: {self.path!r} was saved with "
-                                     f"global_rngs={data['rng'] is not None}, this run has "
-                                     f"global_rngs={self.global_rngs}")
+                try:
+                    kind.check(obj, components[name]["state"], self._context(name))
+                except RunCheckpointError:
+                    raise
+                except _BAD_STATE as exc:
+                    raise RunCheckpointError(
+                        f"RunCheckpoint: {name!r} cannot be restored from {self.path!r}: "
+                        f"{type(exc).__name__}: {exc} (nothing in the run changed)") from exc
+        rng = data["rng"]
+        if (rng is None) == self.global_rngs:
+            raise self._refuse(f"was saved with global_rngs={rng is not None}, this run has "
+                               f"global_rngs={self.global_rngs}")
+        try:
+            if rng is not None:
+                _rng_state.check_rng_state(_plain_state.from_data(rng, copy=False))
+            loop = _plain_state.from_data(data["loop"])
+            if not isinstance(loop, dict):
+                raise TypeError(f"the loop's variables are a {type(loop).__name__}")
+        except _BAD_STATE as exc:
+            raise self._refuse(f"is malformed: {type(exc).__name__}: {exc} (nothing in the "
+                               "run changed)") from exc
+        return rng, loop, self._accepted_changes(changes)
+
+    def _changes(self, components: dict) -> list:
+        """``(name, key, saved value, this run's value)`` of each setting that differs."""
+        out = []
+        for name in self._components:
+            saved = components[name].get("settings")
+            if saved is None or name not in self._settings:
+                continue           # a file from before settings were stored: as before
+            if not isinstance(saved, dict) or not all(
+                    isinstance(k, str) and _comparable(v) is not _BAD for k, v in
+                    saved.items()):
+                raise self._refuse(f"is malformed: the settings of {name!r} are not plain data")
+            now = self._settings[name]
+            for key in sorted(set(saved) | set(now)):
+                old, new = saved.get(key, _ABSENT), now.get(key, _ABSENT)
+                if _comparable(old) != _comparable(new):
+                    out.append((name, key, old, new))
+        for name, key, old, new in out:
+            if key == CLASS_SETTING:
+                raise RunCheckpointError(
+                    f"RunCheckpoint: {name!r} was saved from a {old!s:.100}, this run's is a "
+                    f"{new!s:.100}; a checkpoint restores only into the class it was saved "
+                    "from")
+        return out
+
+    def _accepted_changes(self, changes: list) -> list:
+        accept = self.accept_changes
+        refused = [c for c in changes if not (accept is True or _matches(f"{c[0]}.{c[1]}",
+                                                                         accept))]
+        if refused:
+            names = [f"{name}.{key}" for name, key, _o, _n in refused]
+            raise self._refuse(
+                "was written by a run built with other settings: "
+                f"{_describe(refused)}. Resuming would restore the checkpoint's values; to "
+                "resume with this run's deliberately, pass RunCheckpoint(..., "
+                f"accept_changes={names!r}) (or accept_changes=True); nothing in the run "
+                "changed")
+        return changes
+
+    def _keep_accepted(self, accepted: list) -> None:
+        if not accepted:
+            return
+        for name, (kind, obj) in self._components.items():
+            values = {key: new for n, key, _old, new in accepted
+                      if n == name and new is not _ABSENT}
+            if values and kind.keep_settings is not None:
+                kind.keep_settings(obj, values, self._context(name))
+        self._warn_once("accepted changes", "resuming with this run's settings (accepted, "
+                        f"they are kept): {_describe(accepted)}")
 
     def _restore_one(self, name: str, kind: StateKind, obj: Any, state: Any,
                      done: list) -> None:
         try:
             kind.apply(obj, state, self._context(name))
-        except (RunCheckpointError, KeyError, TypeError, ValueError, RuntimeError) as exc:
+        except (RunCheckpointError, *_BAD_STATE) as exc:
             raise RunCheckpointError(f"RunCheckpoint: {name!r} cannot be restored from "
                                      f"{self.path!r}: {type(exc).__name__}: {exc} (already "
                                      f"restored: {done})") from exc
+
+
+class _Absent:
+    def __repr__(self) -> str:
+        return "absent"
+
+
+_ABSENT = _Absent()
+_BAD = object()
+
+
+def _comparable(value: Any) -> Any:
+    """A setting as a value to compare (lists as tuples, NaN equal to NaN), or ``_BAD``."""
+    if value is _ABSENT or value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, float):
+        return "nan" if math.isnan(value) else value
+    if isinstance(value, (tuple, list)) and len(value) <= 64:
+        items = tuple(_comparable(v) for v in value)
+        return _BAD if any(i is _BAD for i in items) else items
+    return _BAD
+
+
+def _describe(changes: list) -> str:
+    return "; ".join(f"{name}.{key}: {old!r:.60} in the checkpoint, {new!r:.60} in this run"
+                     for name, key, old, new in changes)
+
+
+def _matches(key: str, names: tuple) -> bool:
+    return any(key == n or key.startswith((n + ".", n + "[")) for n in names)
+
+
+def _accepted(value: Any) -> Literal[True] | tuple[str, ...]:
+    """``accept_changes`` as True or a tuple of names (ValueError otherwise)."""
+    if value is True:
+        return True
+    names = (value,) if isinstance(value, str) else value
+    try:
+        names = tuple(names)
+    except TypeError:
+        names = None
+    if names is None or not all(isinstance(n, str) for n in names):
+        raise ValueError("RunCheckpoint: accept_changes must be True or names of settings "
+                         f"such as 'opt.lr', not {value!r:.100}")
+    return names
+
+
+def _check_target(path: str) -> None:
+    """Refuse, when the checkpoint is made, a target that no save could write."""
+    folder = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        raise RunCheckpointError(f"RunCheckpoint: {path!r} is a directory, not a checkpoint "
+                                 "file")
+    if not os.path.isdir(folder):
+        raise RunCheckpointError(f"RunCheckpoint: the folder {folder!r} of the checkpoint "
+                                 f"{path!r} does not exist (create it first)")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise RunCheckpointError(f"RunCheckpoint: the folder {folder!r} of the checkpoint "
+                                 f"{path!r} is not writable")

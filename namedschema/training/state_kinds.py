@@ -17,8 +17,19 @@ register_kind   add a row (integrations), before a built-in one or at the end
 
 The rules every row keeps: ``capture`` draws from no generator and changes
 nothing in the run; ``check`` raises :class:`~namedschema.errors.RunCheckpointError`
-when a saved state cannot go into the object, and changes nothing, so a restore
-checks every component before it writes any; ``apply`` puts a checked state in.
+(or any exception, which the restore turns into one) when a saved state cannot go
+into the object, and changes nothing, so a restore checks every component before
+it writes any; ``apply`` puts a checked state in. A file is untrusted input: a
+check looks at types, sizes and bounds before it uses a value.
+
+The optional ``settings`` give what the user chose in code for the object (an
+optimizer's ``lr``, a ``TimeLimit``'s step limit, a replay's ``alpha``, and under
+the name ``"class"`` the object's class), as flat plain data. ``RunCheckpoint``
+takes them when the object is tracked (as built, before training changes
+anything), stores them with the state, and on restore compares them with the
+run's: a difference is refused, unless accepted (``accept_changes``), when
+``keep_settings`` puts the run's values back after ``apply``. A changed
+``"class"`` is always refused.
 """
 
 from __future__ import annotations
@@ -34,10 +45,13 @@ import numpy as np
 from .._core.optional import torch_if_loaded
 from ..errors import RunCheckpointError
 from ..state import plain as _plain_state
-from ..state.env import capture_env, restore_env
-from .replay import ReplayBuffer
+from ..state.env import capture_env, check_env, env_settings, keep_env_settings, restore_env
+from .replay import PrioritizedReplayBuffer, ReplayBuffer
 
-__all__ = ["StateKind", "KindContext", "KINDS", "kind_of", "kind_named", "register_kind"]
+__all__ = ["StateKind", "KindContext", "KINDS", "kind_of", "kind_named", "register_kind",
+           "CLASS_SETTING", "qualified_name"]
+
+CLASS_SETTING = "class"     # the settings key of an object's class: never accepted changed
 
 
 @dataclass
@@ -60,6 +74,8 @@ class KindContext:
 Capture = Callable[[Any, KindContext], Any]
 Apply = Callable[[Any, Any, KindContext], None]
 Check = Callable[[Any, Any, KindContext], None]
+Settings = Callable[[Any, KindContext], dict]
+KeepSettings = Callable[[Any, dict, KindContext], None]
 
 
 @dataclass(frozen=True)
@@ -72,6 +88,34 @@ class StateKind:
     apply: Apply
     check: Check | None = None
     accepts: str = ""                # how the TypeError of an unknown object lists this row
+    settings: Settings | None = None           # what was chosen in code: name -> plain value
+    keep_settings: KeepSettings | None = None  # put accepted settings back after apply
+
+
+def qualified_name(cls: type) -> str:
+    """``module.QualName`` of a class, as settings store it."""
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def _fail(ctx: KindContext, message: str) -> RunCheckpointError:
+    return RunCheckpointError(f"RunCheckpoint: {ctx.name!r} cannot be restored from "
+                              f"{ctx.path!r}: {message} (nothing in the run changed)")
+
+
+def _setting(value: Any) -> Any:
+    """``value`` as a plain setting (number, str, None, tuple of those), or ``_NO_SETTING``."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, np.generic) and np.ndim(value) == 0:
+        return _setting(value.item())
+    if isinstance(value, (tuple, list)) and len(value) <= 64:
+        items = [_setting(v) for v in value]
+        if all(i is not _NO_SETTING and not isinstance(i, tuple | list) for i in items):
+            return type(value)(items)
+    return _NO_SETTING
+
+
+_NO_SETTING = object()
 
 
 # -- the rows ---------------------------------------------------------------------------
@@ -85,12 +129,26 @@ def _protocol_capture(obj: Any, ctx: KindContext) -> Any:
     return obj.capture_state()
 
 
+def _protocol_check(obj: Any, state: Any, ctx: KindContext) -> None:
+    check = getattr(obj, "check_state", None)    # optional: raise, change nothing
+    if callable(check):
+        check(_plain_state.from_data(state, copy=False))
+
+
 def _protocol_apply(obj: Any, state: Any, ctx: KindContext) -> None:
     obj.restore_state(_plain_state.from_data(state))
 
 
 def _generator_capture(obj: Any, ctx: KindContext) -> Any:
     return _plain_state.to_data(obj.bit_generator.state, ctx.name)
+
+
+def _generator_check(obj: Any, state: Any, ctx: KindContext) -> None:
+    if not isinstance(state, dict) or \
+            state.get("bit_generator") != type(obj.bit_generator).__name__:
+        raise _fail(ctx, f"not a {type(obj.bit_generator).__name__} generator state")
+    scratch = type(obj.bit_generator)()   # seeded by the OS: the run's generators untouched
+    scratch.state = _plain_state.from_data(state)
 
 
 def _generator_apply(obj: Any, state: Any, ctx: KindContext) -> None:
@@ -106,9 +164,28 @@ def _numpy_random_state_capture(obj: Any, ctx: KindContext) -> Any:
     return {"keys": keys, "pos": int(pos), "has_gauss": int(has_gauss), "gauss": float(gauss)}
 
 
+def _numpy_random_state_tuple(state: Any) -> tuple:
+    if not isinstance(state, dict) or set(state) != {"keys", "pos", "has_gauss", "gauss"}:
+        raise TypeError("not a RandomState state (keys, pos, has_gauss, gauss)")
+    keys = state["keys"]
+    if not isinstance(keys, np.ndarray) or keys.shape != (624,) or keys.dtype != np.uint32:
+        raise TypeError("a RandomState's keys must be 624 uint32")
+    for label in ("pos", "has_gauss"):
+        if isinstance(state[label], bool) or not isinstance(state[label], (int, np.integer)):
+            raise TypeError(f"a RandomState's {label} must be an int")
+    if not 0 <= state["pos"] <= 624 or state["has_gauss"] not in (0, 1) or \
+            not isinstance(state["gauss"], (float, np.floating)):
+        raise ValueError("a RandomState's pos, has_gauss or gauss is out of range")
+    return ("MT19937", np.array(keys, np.uint32), int(state["pos"]), int(state["has_gauss"]),
+            float(state["gauss"]))
+
+
+def _numpy_random_state_check(obj: Any, state: Any, ctx: KindContext) -> None:
+    np.random.RandomState().set_state(_numpy_random_state_tuple(state))   # a scratch one
+
+
 def _numpy_random_state_apply(obj: Any, state: Any, ctx: KindContext) -> None:
-    obj.set_state(("MT19937", np.array(state["keys"], np.uint32), state["pos"],
-                   state["has_gauss"], state["gauss"]))
+    obj.set_state(_numpy_random_state_tuple(state))
 
 
 def _is_python_random(obj: Any) -> bool:
@@ -120,8 +197,25 @@ def _python_random_capture(obj: Any, ctx: KindContext) -> Any:
     return {"version": version, "internal": np.array(internal, np.uint64), "gauss": gauss}
 
 
+def _python_random_tuple(state: Any) -> tuple:
+    if not isinstance(state, dict) or set(state) != {"version", "internal", "gauss"}:
+        raise TypeError("not a random.Random state (version, internal, gauss)")
+    internal, gauss = state["internal"], state["gauss"]
+    if not isinstance(internal, np.ndarray) or internal.shape != (625,) or \
+            internal.dtype.kind not in "ui" or not (internal[:624] < 1 << 32).all():
+        raise TypeError("a random.Random's internal state must be 625 ints, the first 624 "
+                        "of 32 bits")
+    if state["version"] != 3 or not (gauss is None or isinstance(gauss, float)):
+        raise ValueError("not a version 3 random.Random state")
+    return (3, tuple(int(x) for x in internal), gauss)
+
+
+def _python_random_check(obj: Any, state: Any, ctx: KindContext) -> None:
+    random.Random().setstate(_python_random_tuple(state))   # a scratch one
+
+
 def _python_random_apply(obj: Any, state: Any, ctx: KindContext) -> None:
-    obj.setstate((state["version"], tuple(int(x) for x in state["internal"]), state["gauss"]))
+    obj.setstate(_python_random_tuple(state))
 
 
 def _is_torch_generator(obj: Any) -> bool:
@@ -132,6 +226,14 @@ def _is_torch_generator(obj: Any) -> bool:
 def _torch_generator_capture(obj: Any, ctx: KindContext) -> Any:
     torch = torch_if_loaded()
     return (torch.get_rng_state() if obj is torch else obj.get_state()).clone()
+
+
+def _torch_generator_check(obj: Any, state: Any, ctx: KindContext) -> None:
+    torch = torch_if_loaded()
+    if not isinstance(state, torch.Tensor) or state.dtype != torch.uint8 or state.ndim != 1:
+        raise _fail(ctx, "a torch generator state must be a uint8 tensor")
+    device = "cpu" if obj is torch else obj.device
+    torch.Generator(device=device).set_state(state.clone())    # a scratch one
 
 
 def _torch_generator_apply(obj: Any, state: Any, ctx: KindContext) -> None:
@@ -153,6 +255,164 @@ def _state_dict_apply(obj: Any, state: Any, ctx: KindContext) -> None:
     obj.load_state_dict(state if isinstance(obj, ReplayBuffer) else _plain_state.from_data(state))
 
 
+def _state_dict_check(obj: Any, state: Any, ctx: KindContext) -> None:
+    """Compare a saved state with the object's own ``state_dict()`` structure; write nothing."""
+    torch = torch_if_loaded()
+    if isinstance(obj, ReplayBuffer):
+        try:
+            obj.check_state_dict(state)
+        except (ValueError, TypeError, KeyError, IndexError) as exc:
+            raise _fail(ctx, str(exc)) from None
+        return
+    if torch is not None and isinstance(obj, torch.nn.Module):
+        _check_module(obj, state, ctx, torch)
+    elif torch is not None and isinstance(obj, torch.optim.Optimizer):
+        _check_optimizer(obj, state, ctx, torch)
+    elif torch is not None and isinstance(obj, torch.optim.lr_scheduler.LRScheduler):
+        _check_like(obj.state_dict(), _plain_state.from_data(state, copy=False), ctx.name,
+                    ctx, 0)
+    elif isinstance(obj.state_dict(), dict) and not isinstance(state, dict):
+        raise _fail(ctx, f"the saved state is a {type(state).__name__}, not a dict")
+
+
+def _check_module(obj: Any, state: Any, ctx: KindContext, torch: Any) -> None:
+    own = obj.state_dict()
+    if not isinstance(state, dict) or not all(isinstance(k, str) for k in state):
+        raise _fail(ctx, "the saved state is not a dict of tensors")
+    missing, unexpected = sorted(set(own) - set(state)), sorted(set(state) - set(own))
+    if missing or unexpected:
+        raise _fail(ctx, f"the saved module has other parameters (missing: {missing[:8]}, "
+                         f"unexpected: {unexpected[:8]}; built differently?)")
+    for key, mine in own.items():
+        saved = state[key]
+        if not isinstance(mine, torch.Tensor):
+            continue                        # extra state: the module's own business
+        if not isinstance(saved, torch.Tensor) or saved.shape != mine.shape or \
+                saved.dtype != mine.dtype:
+            what = f"{saved.dtype} {tuple(saved.shape)}" if isinstance(saved, torch.Tensor) \
+                else f"a {type(saved).__name__}"
+            raise _fail(ctx, f"{key} was saved as {what}, this run's is {mine.dtype} "
+                             f"{tuple(mine.shape)}")
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float, np.integer, np.floating)) and \
+        not isinstance(value, (bool, np.bool_))
+
+
+def _check_like(mine: Any, saved: Any, path: str, ctx: KindContext, depth: int) -> None:
+    """``saved`` has the structure of ``mine``: dict keys, sequence lengths, value kinds."""
+    torch = torch_if_loaded()
+    if depth > 16:
+        raise _fail(ctx, f"{path} is nested too deep")
+    if isinstance(mine, dict):
+        if not isinstance(saved, dict) or set(saved) != set(mine):
+            keys = sorted(map(str, saved))[:8] if isinstance(saved, dict) else \
+                type(saved).__name__
+            raise _fail(ctx, f"{path} was saved as {keys}, this run's has "
+                             f"{sorted(map(str, mine))[:8]}")
+        for key, value in mine.items():
+            _check_like(value, saved[key], f"{path}.{key}", ctx, depth + 1)
+    elif isinstance(mine, (list, tuple)):
+        if not isinstance(saved, (list, tuple)) or len(saved) != len(mine):
+            raise _fail(ctx, f"{path} was saved as {type(saved).__name__} of another length, "
+                             f"this run's holds {len(mine)}")
+        for i, (a, b) in enumerate(zip(mine, saved, strict=True)):
+            _check_like(a, b, f"{path}[{i}]", ctx, depth + 1)
+    elif isinstance(mine, (bool, np.bool_)):
+        if not isinstance(saved, (bool, np.bool_)):
+            raise _fail(ctx, f"{path} must be a bool, it was saved as {saved!r:.40}")
+    elif _is_number(mine):
+        if not _is_number(saved):
+            raise _fail(ctx, f"{path} must be a number, it was saved as {saved!r:.40}")
+    elif isinstance(mine, str):
+        if not isinstance(saved, str):
+            raise _fail(ctx, f"{path} must be a str, it was saved as {saved!r:.40}")
+    elif torch is not None and isinstance(mine, torch.Tensor):
+        if not isinstance(saved, torch.Tensor) or saved.shape != mine.shape or \
+                saved.dtype != mine.dtype:
+            raise _fail(ctx, f"{path} must be a {mine.dtype} tensor {tuple(mine.shape)}")
+    elif mine is None:
+        if not (saved is None or _is_number(saved) or isinstance(saved, (bool, str))):
+            raise _fail(ctx, f"{path} was saved as a {type(saved).__name__}")
+
+
+def _check_optimizer(obj: Any, state: Any, ctx: KindContext, torch: Any) -> None:
+    state = _plain_state.from_data(state, copy=False) if isinstance(state, dict) else state
+    if not isinstance(state, dict) or set(state) != {"state", "param_groups"} or \
+            not isinstance(state["param_groups"], list) or not isinstance(state["state"], dict):
+        raise _fail(ctx, "not an optimizer state (state, param_groups)")
+    groups, saved_groups = obj.param_groups, state["param_groups"]
+    if len(groups) != len(saved_groups):
+        raise _fail(ctx, f"the saved optimizer has {len(saved_groups)} parameter groups, this "
+                         f"run's {len(groups)}")
+    params: dict = {}
+    for i, (group, saved) in enumerate(zip(groups, saved_groups, strict=True)):
+        mine = {k: v for k, v in group.items() if k != "params"}
+        if not isinstance(saved, dict) or not isinstance(saved.get("params"), list):
+            raise _fail(ctx, f"param_groups[{i}] is not a parameter group")
+        _check_like(mine, {k: v for k, v in saved.items() if k != "params"},
+                    f"param_groups[{i}]", ctx, 0)
+        ids = saved["params"]
+        if len(ids) != len(group["params"]):
+            raise _fail(ctx, f"param_groups[{i}] was saved with {len(ids)} parameters, this "
+                             f"run's has {len(group['params'])}")
+        for pid, param in zip(ids, group["params"], strict=True):
+            if isinstance(pid, bool) or not isinstance(pid, int) or pid in params:
+                raise _fail(ctx, f"param_groups[{i}] names parameter {pid!r:.40}")
+            params[pid] = param
+    check_shapes = type(obj).__name__ != "LBFGS"    # LBFGS keeps flat vectors
+    for pid, entry in state["state"].items():
+        if pid not in params or not isinstance(entry, dict):
+            raise _fail(ctx, f"the saved state of parameter {pid!r:.40} matches no parameter")
+        param = params[pid]
+        for key, value in entry.items():
+            if isinstance(value, torch.Tensor):
+                if check_shapes and value.ndim > 0 and (
+                        value.shape != param.shape or value.dtype != param.dtype):
+                    raise _fail(ctx, f"state[{pid}].{key} is {value.dtype} "
+                                     f"{tuple(value.shape)}, its parameter {param.dtype} "
+                                     f"{tuple(param.shape)}")
+            elif not (_is_number(value) or value is None or isinstance(value, (bool, list))):
+                raise _fail(ctx, f"state[{pid}].{key} was saved as a {type(value).__name__}")
+
+
+def _state_dict_settings(obj: Any, ctx: KindContext) -> dict:
+    out: dict = {CLASS_SETTING: qualified_name(type(obj))}
+    torch = torch_if_loaded()
+    if isinstance(obj, PrioritizedReplayBuffer):
+        out.update(alpha=float(obj.alpha), beta=float(obj.beta))
+    elif torch is not None and isinstance(obj, torch.optim.Optimizer):
+        many = len(obj.param_groups) > 1
+        for i, group in enumerate(obj.param_groups):
+            for key, value in group.items():
+                plain = _setting(value)
+                if key != "params" and plain is not _NO_SETTING:
+                    out[f"param_groups[{i}].{key}" if many else key] = plain
+    elif torch is not None and isinstance(obj, torch.optim.lr_scheduler.LRScheduler):
+        for key, value in obj.state_dict().items():
+            plain = _setting(value)
+            if plain is not _NO_SETTING and key != "optimizer":
+                out[key] = plain
+    return out
+
+
+def _state_dict_keep(obj: Any, values: dict, ctx: KindContext) -> None:
+    torch = torch_if_loaded()
+    if torch is not None and isinstance(obj, torch.optim.Optimizer):
+        many = len(obj.param_groups) > 1
+        for i, group in enumerate(obj.param_groups):
+            for key in list(group):
+                name = f"param_groups[{i}].{key}" if many else key
+                if key != "params" and name in values:
+                    group[key] = values[name]
+        return
+    for key, value in values.items():     # a replay's alpha/beta, a scheduler's settings
+        if key != CLASS_SETTING:
+            setattr(obj, key, list(value) if isinstance(getattr(obj, key, None), list)
+                    else value)
+
+
 def _is_env(obj: Any) -> bool:
     return callable(getattr(obj, "step", None)) and callable(getattr(obj, "reset", None))
 
@@ -166,6 +426,16 @@ def _env_capture(obj: Any, ctx: KindContext) -> Any:
     return {"captured": state}
 
 
+def _env_check(obj: Any, state: Any, ctx: KindContext) -> None:
+    if not isinstance(state, dict) or len(state) != 1 or \
+            not ("restarted" in state or "captured" in state):
+        raise _fail(ctx, "not an env state (captured or restarted)")
+    if "captured" in state:
+        check_env(obj, state["captured"], ctx.name)
+    elif not isinstance(state["restarted"], str):
+        raise _fail(ctx, "the reason an env was restarted must be a str")
+
+
 def _env_apply(obj: Any, state: Any, ctx: KindContext) -> None:
     if "restarted" in state:
         ctx.restarted[ctx.name] = state["restarted"]
@@ -175,8 +445,21 @@ def _env_apply(obj: Any, state: Any, ctx: KindContext) -> None:
     restore_env(obj, state["captured"], ctx.name)
 
 
+def _env_settings(obj: Any, ctx: KindContext) -> dict:
+    return env_settings(obj, ctx.name)
+
+
+def _env_keep(obj: Any, values: dict, ctx: KindContext) -> None:
+    keep_env_settings(obj, values, ctx.name)
+
+
 def _dict_capture(obj: Any, ctx: KindContext) -> Any:
     return _plain_state.to_data(obj, ctx.name, ctx.allow_pickle)
+
+
+def _dict_check(obj: Any, state: Any, ctx: KindContext) -> None:
+    if not isinstance(_plain_state.from_data(state, copy=False), dict):
+        raise _fail(ctx, f"a dict was saved as a {type(state).__name__}")
 
 
 def _dict_apply(obj: Any, state: Any, ctx: KindContext) -> None:
@@ -201,21 +484,26 @@ def _array_apply(obj: Any, state: Any, ctx: KindContext) -> None:
 
 
 KINDS: tuple[StateKind, ...] = (
-    StateKind("protocol", _is_protocol, _protocol_capture, _protocol_apply,
+    StateKind("protocol", _is_protocol, _protocol_capture, _protocol_apply, _protocol_check,
               accepts="capture_state()/restore_state(state)"),
     StateKind("generator", lambda obj: isinstance(obj, np.random.Generator),
-              _generator_capture, _generator_apply, accepts="numpy Generators"),
+              _generator_capture, _generator_apply, _generator_check,
+              accepts="numpy Generators"),
     StateKind("numpy_random_state", _is_numpy_random_state, _numpy_random_state_capture,
-              _numpy_random_state_apply, accepts="numpy RandomState"),
+              _numpy_random_state_apply, _numpy_random_state_check,
+              accepts="numpy RandomState"),
     StateKind("python_random", _is_python_random, _python_random_capture,
-              _python_random_apply, accepts="random.Random"),
+              _python_random_apply, _python_random_check, accepts="random.Random"),
     StateKind("torch_generator", _is_torch_generator, _torch_generator_capture,
-              _torch_generator_apply, accepts="torch Generators"),
+              _torch_generator_apply, _torch_generator_check, accepts="torch Generators"),
     StateKind("state_dict", _has_state_dict, _state_dict_capture, _state_dict_apply,
+              _state_dict_check,
               accepts="state_dict()/load_state_dict() (torch modules, optimizers, "
-                      "schedulers, namedschema replay buffers)"),
-    StateKind("env", _is_env, _env_capture, _env_apply, accepts="gymnasium envs"),
-    StateKind("dict", lambda obj: type(obj) is dict, _dict_capture, _dict_apply,
+                      "schedulers, namedschema replay buffers)",
+              settings=_state_dict_settings, keep_settings=_state_dict_keep),
+    StateKind("env", _is_env, _env_capture, _env_apply, _env_check, accepts="gymnasium envs",
+              settings=_env_settings, keep_settings=_env_keep),
+    StateKind("dict", lambda obj: type(obj) is dict, _dict_capture, _dict_apply, _dict_check,
               accepts="dicts (counters)"),
     StateKind("array", lambda obj: isinstance(obj, np.ndarray), _array_capture, _array_apply,
               _array_check, accepts="numpy arrays"),
