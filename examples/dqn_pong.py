@@ -55,7 +55,8 @@ def parse_args(argv=None):
     p.add_argument("--checkpoint", default="", help="checkpoint file; none: no checkpoints")
     p.add_argument("--save-every", type=int, default=10_000, help="steps between checkpoints")
     p.add_argument("--digest", default="", help="write a SHA-256 of the final state here")
-    p.add_argument("--kill-at", type=int, default=-1, help="SIGKILL itself at this step")
+    p.add_argument("--kill-at", type=int, default=-1,
+                   help="SIGKILL itself at this step, once the last checkpoint is written")
     return p.parse_args(argv)
 
 
@@ -153,7 +154,9 @@ def main(argv=None):
             print(f"resumed at step {start}", file=sys.stderr, flush=True)
 
     for global_step in range(start, args.total_timesteps):
-        if global_step == args.kill_at:
+        if global_step == args.kill_at:           # (tests: a kill between checkpoints)
+            if args.checkpoint:
+                ckpt.wait()     # the last checkpoint is written: the resume point is sure
             os.kill(os.getpid(), signal.SIGKILL)
         epsilon = linear_schedule(args.start_e, args.end_e,
                                   args.exploration_fraction * args.total_timesteps, global_step)

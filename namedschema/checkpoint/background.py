@@ -52,7 +52,6 @@ import ctypes
 import os
 import pickle
 import queue
-import signal
 import sys
 import threading
 import time
@@ -63,17 +62,16 @@ from dataclasses import replace
 from typing import Any
 
 from ..errors import BackgroundSaveError
-from . import baselines, incremental, tracking
-from .blocks import MemorySpan, RawBytes
+from . import baselines, forked, incremental, tracking, writer
+from .blocks import CompactCopy, MemorySpan, RawBytes
 from .header import SaveRecord, read_header
 
 __all__ = ["BackgroundSave", "BackgroundSaveError", "start", "settle", "written",
            "serialized", "freeze_shared"]
 
-_PR_SET_PDEATHSIG = 1
-_CHILD_FAILED = 70          # exit status of a child that could not report
-_MAX_REPORT = 48 * 1024     # a report fits in a pipe's buffer (64 KiB on Linux)
-_MAX_TEXT = 16 * 1024       # of a traceback, the last this many characters
+#: States with at most this many bytes of data are copied aside whole and written by
+#: the writer thread (a fork of a large process costs more than copying them).
+SMALL_STATE = 8 * 2**20
 
 
 class BackgroundSave:
@@ -189,6 +187,23 @@ def _register(handle: BackgroundSave) -> None:
         _latest[_key(handle.path)] = handle
 
 
+def _forget_in_child() -> None:
+    """A fork child has no background save of its own: start it with none.
+
+    The parent's handles are finished by the parent's threads, which the child
+    does not have: waiting on them (``load`` via ``written``, the next save,
+    exit) would hang for ever; the parent's queued writes are the parent's to
+    do; a lock held by another of the parent's threads at the fork is never
+    released here. (The child reads the file as its writer leaves it: a full
+    save renames it whole, an incremental one holds the file's lock.)
+    """
+    global _registry_lock, _writer_lock, _writer, _writes
+    _registry_lock, _writer_lock = threading.Lock(), threading.Lock()
+    _path_locks.clear()
+    _latest.clear()
+    _writer, _writes = None, queue.SimpleQueue()
+
+
 @atexit.register
 def _wait_at_exit() -> None:
     """At interpreter exit: let every background save finish; report the failed ones."""
@@ -241,124 +256,14 @@ def freeze_shared(sources: tuple[Any, ...]) -> tuple[Any, ...]:
     return tuple(out)
 
 
-def replace_sources(plan: Any, sources: tuple[Any, ...]) -> Any:
-    """``plan`` (a layout) with other sources."""
-    return replace(plan, sources=sources)
-
-
 # --------------------------------------------------------------------------
 # The snapshot child
 # --------------------------------------------------------------------------
 
-class _Forker:
-    """One long-lived thread makes every snapshot child.
-
-    ``PR_SET_PDEATHSIG`` fires when the thread that forked a child ends, not
-    the process: forking from a thread that lives as long as the process
-    keeps the child alive exactly as long as the process.
-    """
-
-    def __init__(self) -> None:
-        self._requests: queue.SimpleQueue = queue.SimpleQueue()
-        self._thread: threading.Thread | None = None
-        self._lock = threading.Lock()
-
-    def fork(self, job: Callable[[], Any]) -> tuple[int, int]:
-        """Fork a child that runs ``job`` and reports through a pipe; (pid, read end)."""
-        with self._lock:
-            if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(target=self._serve, daemon=True,
-                                                name="namedschema-snapshot")
-                self._thread.start()
-        box: list = []
-        ready = threading.Event()
-        self._requests.put((job, box, ready))
-        ready.wait()
-        if isinstance(box[0], BaseException):
-            raise box[0]
-        return box[0]
-
-    def _serve(self) -> None:
-        while True:
-            job, box, ready = self._requests.get()
-            try:
-                box.append(_fork_child(job))
-            except BaseException as exc:  # fork failed (no memory, no processes left)
-                box.append(exc)
-            ready.set()
-
-
-def _fork_child(job: Callable[[], Any]) -> tuple[int, int]:
-    parent = os.getpid()
-    read_end, write_end = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - runs in the child, which ends with os._exit
-        os.close(read_end)
-        _child_main(job, write_end, parent)
-    os.close(write_end)
-    return pid, read_end
-
-
-def _child_main(job: Callable[[], Any], write_end: int, parent: int) -> None:  # pragma: no cover
-    status = _CHILD_FAILED
-    try:
-        try:
-            libc = ctypes.CDLL(None, use_errno=True)
-            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        except (OSError, AttributeError):
-            pass
-        if os.getppid() != parent:
-            os._exit(_CHILD_FAILED)  # the caller died before the prctl
-        # Ctrl-C reaches the whole process group: the caller decides whether to stop,
-        # and a caller that exits waits for this save or takes it down with it.
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        try:
-            payload = pickle.dumps(("ok", job()))
-        except BaseException as exc:
-            text = "".join(traceback.format_exception(exc))[-_MAX_TEXT:]
-            try:
-                payload = pickle.dumps(("error", exc, text))
-                pickle.loads(payload)
-            except BaseException:
-                payload = b""
-            if not payload or len(payload) > _MAX_REPORT:
-                payload = pickle.dumps(("error", None, text))
-        view = memoryview(payload)
-        while view.nbytes:
-            view = view[os.write(write_end, view):]
-        status = 0
-    finally:
-        os._exit(status)
-
-
 def _collect(handle: BackgroundSave, pid: int, read_end: int,
              on_done: Callable[[Any], None]) -> None:
-    """In a waiter thread: reap the child, read its report, finish the handle.
-
-    The child exits after writing its report (less than a pipe's buffer), so
-    the report is read after ``waitpid``: another process forked meanwhile
-    (a sampler worker) may hold a copy of the pipe's write end, so the end of
-    the pipe would not say that the child ended.
-    """
-    status: int | None
-    try:
-        _, status = os.waitpid(pid, 0)
-    except ChildProcessError:  # reaped by someone else (SIGCHLD ignored, a waitpid(-1))
-        status = None
-        while _exists(pid):
-            time.sleep(0.01)
-    os.set_blocking(read_end, False)
-    chunks = []
-    with open(read_end, "rb", buffering=0) as f:
-        while True:
-            try:
-                chunk = f.read(1 << 16)
-            except BlockingIOError:
-                break
-            if not chunk:
-                break
-            chunks.append(chunk)
-    data = b"".join(chunks)
+    """In a waiter thread: reap the child, read its report, finish the handle."""
+    status, data = forked.reap(pid, read_end)
     record, error, extra = None, None, None
     try:
         report = pickle.loads(data) if data else None
@@ -389,17 +294,6 @@ def _collect(handle: BackgroundSave, pid: int, read_end: int,
     handle._finish(record, error)
 
 
-def _exists(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass
-    return True
-
-
-_forker = _Forker()
 
 
 def start(path: str, job: Callable[[], tuple[SaveRecord | None, Any]], began: float,
@@ -416,7 +310,7 @@ def start(path: str, job: Callable[[], tuple[SaveRecord | None, Any]], began: fl
     try:
         if not hasattr(os, "fork"):
             raise OSError("no fork on this platform")
-        pid, read_end = _forker.fork(job)
+        pid, read_end = forked.fork(job)
     except OSError as exc:
         warnings.warn(f"namedschema: cannot start a background save of {path!r} ({exc}); "
                       "saving in the foreground", RuntimeWarning, stacklevel=3)
@@ -436,7 +330,8 @@ def start(path: str, job: Callable[[], tuple[SaveRecord | None, Any]], began: fl
     return handle
 
 
-def start_thread(path: str, rest: Callable[[], SaveRecord], began: float) -> BackgroundSave:
+def start_thread(path: str, rest: Callable[[], SaveRecord | None],
+                 began: float) -> BackgroundSave:
     """Run ``rest`` (a save whose data is already copied aside) in the writer thread.
 
     One long-lived thread writes them in order (starting a thread per save
@@ -459,6 +354,7 @@ def start_thread(path: str, rest: Callable[[], SaveRecord], began: float) -> Bac
 _writer_lock = threading.Lock()
 _writer: threading.Thread | None = None
 _writes: queue.SimpleQueue = queue.SimpleQueue()
+os.register_at_fork(after_in_child=_forget_in_child)
 
 
 def _write_in_order() -> None:
@@ -476,20 +372,25 @@ def _write_in_order() -> None:
 def incremental_job(enc: Any, plan: Any, path: str, progress: bool):
     """``(job, on_done)`` of an incremental-mode save written by a snapshot child.
 
-    With write protection, tracking is armed here, at the snapshot's instant,
-    the child writes a full checkpoint and reports its checkpoint id and
-    ``stat``, and ``on_done`` records the baseline of that file (the next
-    save then writes only what changed since the snapshot). Otherwise the
-    child saves incrementally by comparing with the file.
+    The child saves incrementally by comparing its snapshot with the file
+    (writing only what differs, or a full checkpoint when the file does not
+    fit or too much changed): it has no tracking of its own (its baselines
+    are dropped at the fork), so it compares rather than arming anything.
+    With write protection, tracking is armed here, at the snapshot's instant;
+    the child reports its checkpoint id and ``stat``, and ``on_done`` records
+    the baseline of that file (the next save then writes only what changed
+    since the snapshot). Shared memory, copied aside before the fork, is
+    compared too: it is written incrementally, not in full each time.
     """
-    real = os.path.realpath(path)
+    real, parent = os.path.realpath(path), os.getpid()
     armed = tracking.mode() == "writeprotect"
     known = tracking.arm_for_full_save(plan.sources, [b.nbytes for b in plan.blocks]) \
         if armed else []
 
     def job() -> tuple[SaveRecord, tuple[str, os.stat_result]]:
-        record = (incremental.full_save if armed else incremental.save_encoded)(
-            enc, plan, path, progress)
+        if os.getpid() != parent:    # (not when it runs here, fork having failed)
+            os.environ["NAMEDSCHEMA_TRACKING"] = "compare"
+        record = incremental.save_encoded(enc, plan, path, progress)
         incremental.wait(path)   # its sync thread: the child ends after it
         with open(real, "rb", buffering=0) as f:
             st = os.fstat(f.fileno())
@@ -504,3 +405,55 @@ def incremental_job(enc: Any, plan: Any, path: str, progress: bool):
         else:
             baselines.forget(real)
     return job, on_done
+
+
+# --------------------------------------------------------------------------
+# Choosing the route
+# --------------------------------------------------------------------------
+
+def save_in_background(enc: Any, plan: Any, path: str, progress: bool, in_place: bool,
+                       began: float) -> BackgroundSave:
+    """The background half of ``save(..., background=True)`` (``serialized(path)`` held).
+
+    * States with at most SMALL_STATE bytes of data: copied aside whole (the
+      snapshot), then written by the writer thread exactly as the foreground
+      save would write them (incrementally, comparing with the file, when
+      ``in_place``). No fork: the caller pays for the encoding and a copy.
+    * Incremental saves with write protection: the changes are copied aside,
+      the writer thread writes them (``incremental.begin_background``).
+    * Otherwise a snapshot child, shared memory copied aside first.
+    """
+    if plan.data_bytes <= SMALL_STATE:
+        copy = replace(plan, sources=_copied(plan.sources))
+        if in_place:
+            return start_thread(path, lambda: incremental.save_encoded(enc, copy, path,
+                                                                       progress), began)
+
+        def write_copy() -> None:
+            writer.write(enc, copy, path, writer.PLAIN, progress=progress)
+        return start_thread(path, write_copy, began)
+    frozen = replace(plan, sources=freeze_shared(plan.sources))
+    if in_place:
+        rest = incremental.begin_background(enc, frozen, path, progress)
+        if rest is not None:       # the changes are copied aside: the thread writes them
+            return start_thread(path, rest, began)
+        job, on_done = incremental_job(enc, frozen, path, progress)
+        return start(path, job, began, on_done)
+
+    def job_full() -> tuple[None, None]:
+        writer.write(enc, frozen, path, writer.PLAIN, progress=progress)
+        return None, None
+    return start(path, job_full, began)
+
+
+def _copied(sources: tuple[Any, ...]) -> tuple[Any, ...]:
+    """``sources`` as private copies of their bytes: the snapshot of a small state."""
+    out = []
+    for source in sources:
+        if isinstance(source, MemorySpan):
+            raw = (ctypes.c_char * source.nbytes).from_address(source.lo).raw
+            source = RawBytes(bytes(source.lead) + raw if source.lead else raw)
+        elif isinstance(source, CompactCopy):
+            source = RawBytes(b"".join(bytes(chunk) for chunk, _copy in source.chunks()))
+        out.append(source)
+    return tuple(out)

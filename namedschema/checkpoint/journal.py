@@ -10,6 +10,13 @@ incomplete journal was never committed, the checkpoint was not touched, and
 the journal is removed. So the checkpoint reads as the old or the new state,
 never a mix, and loads never layer a journal on top of the file.
 
+A journal is untrusted input (a file next to the checkpoint). An in-place
+save never changes the checkpoint's size, so a complete journal must name the
+size the checkpoint has now, and its ranges must lie inside it: ``replay``
+refuses (:class:`~namedschema.FormatError`, nothing written) a journal that
+says otherwise, and never truncates or extends the checkpoint to a size a
+journal names.
+
 Journal file::
 
     8 bytes   b"NSJRNL01"
@@ -31,6 +38,7 @@ Journal        a complete journal read back
 write          write and sync a journal (the commit point)
 read           read a journal; None if absent or not complete
 replay         write a journal's ranges into the checkpoint and sync it
+                 (refused, FormatError, unless they fit the file as it is)
 """
 
 from __future__ import annotations
@@ -45,6 +53,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..errors import FormatError
 from .atomic import fsync_dir
 from .blocks import write_all
 
@@ -53,7 +62,7 @@ __all__ = ["journal_path", "Unusable", "Journal", "write", "read", "replay", "is
 _MAGIC = b"NSJRNL01"
 _END = b"NSJEND01"
 _MAX_INDEX = 64 * 2**20
-_MAX_FILE = 2**50
+_MAX_FILE = 2**50          # (a checkpoint's size in a journal; replay checks the real one)
 _CHUNK = 16 * 2**20
 _IOV = min(getattr(os, "sysconf", lambda _n: 1024)("SC_IOV_MAX"), 1024)
 
@@ -141,8 +150,17 @@ def read(path: str) -> Journal | None:
     """The complete journal at ``path``, or None if there is none or it is incomplete.
 
     A journal is untrusted input: every length is bounded by the journal's
-    size and every range by the checkpoint size it names, and each range's
-    checksum is checked, before anything is written from it.
+    size and every range by the checkpoint size it names (which ``replay``
+    checks against the file), and each range's checksum is checked, before
+    anything is written from it. A journal cut short, or whose data does not
+    match its checksums (a crash before its sync), was never committed: None.
+
+    Raises:
+        FormatError: a journal that is whole (its index's checksum holds and it
+            ends with the end marker) but says something no save writes
+            (fields of the wrong type, negative or overlapping-the-end ranges,
+            a size that is not its ranges' sum): refused, never applied nor
+            removed.
     """
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0)
@@ -163,22 +181,11 @@ def read(path: str) -> Journal | None:
         if len(raw) != length + 4 or struct.unpack("<I", raw[length:])[0] != zlib.crc32(
                 raw[:length]):
             return None
-        try:
-            index = json.loads(raw[:length])
-            base, new, file_size = index["base"], index["new"], index["file_size"]
-            ranges = tuple((int(o), int(n), int(c)) for o, n, c in index["ranges"])
-        except (ValueError, KeyError, TypeError):
-            return None
-        if (not isinstance(base, str) or not isinstance(new, str)
-                or type(file_size) is not int or not 0 <= file_size <= _MAX_FILE):
-            return None
-        data_start = 16 + length + 4
-        if any(o < 0 or n < 0 or o + n > file_size for o, n, _c in ranges) or \
-                data_start + sum(n for _o, n, _c in ranges) + len(_END) != size:
-            return None
         f.seek(size - len(_END))
         if f.read(len(_END)) != _END:
             return None
+        data_start = 16 + length + 4
+        base, new, file_size, ranges = _index(raw[:length], path, size - data_start - len(_END))
         f.seek(data_start)
         for _o, n, crc in ranges:
             value, left = 0, n
@@ -193,12 +200,58 @@ def read(path: str) -> Journal | None:
     return Journal(path, base, new, file_size, ranges, data_start)
 
 
+def _index(raw: bytes, path: str, data_bytes: int
+           ) -> tuple[str, str, int, tuple[tuple[int, int, int], ...]]:
+    """The fields of a whole journal's index; FormatError if they are not what a save writes."""
+    def refuse(what: str) -> FormatError:
+        return FormatError(f"the incremental-save journal {path!r} is whole but malformed "
+                           f"({what}); it was neither applied nor removed: the checkpoint "
+                           "next to it is as it was. Remove the journal to use the file as "
+                           "it is")
+    try:
+        index = json.loads(raw)
+        base, new, file_size, listed = (index["base"], index["new"], index["file_size"],
+                                        index["ranges"])
+    except (ValueError, KeyError, TypeError) as exc:
+        raise refuse(f"its index is not a journal index: {exc}") from None
+    if not isinstance(base, str) or not isinstance(new, str) or not isinstance(listed, list):
+        raise refuse("base, new or ranges of the wrong type")
+    if type(file_size) is not int or not 0 <= file_size <= _MAX_FILE:
+        raise refuse(f"file_size {file_size!r} is not a size")
+    ranges = []
+    for item in listed:
+        if not (isinstance(item, list) and len(item) == 3
+                and all(type(v) is int for v in item)):
+            raise refuse(f"a range {item!r} is not [offset, length, crc32]")
+        o, n, c = item
+        if o < 0 or n < 0 or o + n > file_size or not 0 <= c < 2**32:
+            raise refuse(f"the range {item!r} does not lie in a file of {file_size} bytes")
+        ranges.append((o, n, c))
+    if sum(n for _o, n, _c in ranges) != data_bytes:
+        raise refuse(f"its ranges hold {sum(n for _o, n, _c in ranges)} bytes, its data "
+                     f"{data_bytes}")
+    return base, new, file_size, tuple(ranges)
+
+
 def replay(journal: Journal, fd: int) -> None:
-    """Write every range of ``journal`` into the checkpoint open as ``fd``, then sync it."""
+    """Write every range of ``journal`` into the checkpoint open as ``fd``, then sync it.
+
+    Raises:
+        FormatError: the journal names another size than the checkpoint's (an
+            in-place save never changes it: the journal does not describe this
+            file, or the file was cut or extended since); nothing is written
+            and the file is never resized.
+    """
+    size = os.fstat(fd).st_size
+    if journal.file_size != size:
+        raise FormatError(
+            f"the incremental-save journal {journal.path!r} is for a checkpoint of "
+            f"{journal.file_size} bytes, but the checkpoint next to it has {size}: it does "
+            "not describe this file (or the file was cut or extended since); nothing was "
+            "written. Remove the journal to use the file as it is, or restore the file "
+            "the journal belongs to")
     with open(journal.path, "rb", buffering=0) as f:
         f.seek(journal.data_start)
-        if os.fstat(fd).st_size < journal.file_size:
-            os.ftruncate(fd, journal.file_size)
         for offset, n, _crc in journal.ranges:
             left = n
             while left:

@@ -135,18 +135,8 @@ def save(obj: Any, path: str | os.PathLike[str] | io.RawIOBase | io.BufferedIOBa
             else:
                 writer.write(graph, plan, target, writer.PLAIN, progress=progress)
             return None
-        plan = _background.replace_sources(plan, _background.freeze_shared(plan.sources))
-        if incremental:
-            rest = _incremental.begin_background(graph, plan, target, progress)
-            if rest is not None:       # the changes are copied aside: a thread writes them
-                return _background.start_thread(target, rest, began)
-            job, on_done = _background.incremental_job(graph, plan, target, progress)
-            return _background.start(target, job, began, on_done)
-
-        def job_full() -> tuple[None, None]:
-            writer.write(graph, plan, target, writer.PLAIN, progress=progress)
-            return None, None
-        return _background.start(target, job_full, began)
+        return _background.save_in_background(graph, plan, target, progress, incremental,
+                                              began)
 
 
 def _target(obj: Any, path: Any, in_place: bool) -> Any:

@@ -7,15 +7,20 @@ copied aside) or ``incremental_fork`` (page-checksum tracking: written by a
 snapshot child). In the background writer only (the child process, or the
 thread), the NTH call
 of ``os.HOOK`` (``write``, ``fsync``, ``replace``...) writes its name, its pid and its
-parent's to MARKER and stops the child with SIGSTOP, ``before`` or ``after`` the real
-call (WHEN). The test then SIGKILLs this process (the writer dies with it)
+parent's to MARKER and blocks the writer there for good, ``before`` or ``after`` the
+real call (WHEN). The test then SIGKILLs this process (the writer dies with it)
 and loads PATH. This process prints ``waiting`` and sleeps once B's save started.
+
+The writer blocks itself (a wait that never ends) rather than sending its process
+a SIGSTOP: a SIGSTOP that a thread sends to its own process is acted on by whichever
+thread the kernel picks (the main one), so the writer thread goes on until that
+thread is scheduled: on a busy machine it wrote and committed the whole journal
+before the stop, and a kill "before the journal's open" found the new state (issue 34).
 """
 
 from __future__ import annotations
 
 import os
-import signal
 import sys
 import threading
 import time
@@ -75,10 +80,11 @@ def main() -> None:
 
 
 def _stop(marker: str, hook: str) -> None:
+    """Say where the writer is, then never return: the writer stays at this call."""
     with open(marker + ".tmp", "w") as f:
         f.write(f"{hook} {os.getpid()} {os.getppid()}")
     os.replace(marker + ".tmp", marker)
-    os.kill(os.getpid(), signal.SIGSTOP)
+    threading.Event().wait()
 
 
 if __name__ == "__main__":

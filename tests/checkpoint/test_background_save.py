@@ -72,9 +72,12 @@ def _small_files():
         resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
 
 
+FORKED = 1 << 21   # float64s: 16 MiB, above background.SMALL_STATE: a snapshot child writes
+
+
 def _failing_save(path):
     with _small_files():        # the writer inherits the limit; this process gets it back
-        return namedschema.save({"a": np.zeros(1 << 17)}, path, background=True)
+        return namedschema.save({"a": np.zeros(FORKED)}, path, background=True)
 
 
 def test_an_error_is_raised_by_wait_once(tmp_path):
@@ -104,7 +107,7 @@ def test_an_error_never_waited_for_is_printed_at_exit(tmp_path):
         import resource, numpy as np, namedschema
         soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
         resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 16, hard))
-        namedschema.save({{"a": np.zeros(1 << 17)}}, {str(path)!r}, background=True)
+        namedschema.save({{"a": np.zeros(1 << 21)}}, {str(path)!r}, background=True)
         resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
         print("main done", flush=True)
     """, check=False)
@@ -208,9 +211,9 @@ def test_a_program_that_ignores_sigchld_still_gets_the_result(tmp_path):
     path = tmp_path / "c.nsb"
     old = signal.signal(signal.SIGCHLD, signal.SIG_IGN)
     try:
-        handle = namedschema.save({"a": np.arange(1000)}, path, incremental=True,
+        handle = namedschema.save({"a": np.arange(FORKED)}, path, incremental=True,
                                   background=True)
-        assert handle.wait().kind == "full"
+        assert handle.pid is not None and handle.wait().kind == "full"
     finally:
         signal.signal(signal.SIGCHLD, old)
-    assert (namedschema.load(path, verify=True)["a"] == np.arange(1000)).all()
+    assert (namedschema.load(path, verify=True)["a"] == np.arange(FORKED)).all()

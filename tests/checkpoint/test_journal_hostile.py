@@ -1,0 +1,172 @@
+"""A hostile or malformed journal next to a checkpoint: refused clearly, the file never resized.
+
+An in-place save never changes the checkpoint's size, so a journal naming
+another size, or whose index says what no save writes, is not applied: the
+load (or verify) raises ``FormatError`` naming the journal, and the
+checkpoint keeps its size and bytes (issue 34: an 8.6 KB file with a tiny
+journal used to be extended to 1 TB, and then no longer loaded). A fuzz
+over tiny journals checks that whatever a journal holds, the file never
+grows and reading it costs memory bounded by its size.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import tracemalloc
+import zlib
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import namedschema
+import namedschema.checkpoint
+from namedschema.checkpoint import journal
+from namedschema.errors import FormatError
+
+MAGIC, END = b"NSJRNL01", b"NSJEND01"
+
+
+def _journal(index: object, data: bytes = b"", *, raw_index: bytes | None = None) -> bytes:
+    """The bytes of a whole journal: magic, index with its CRC-32, data, end marker."""
+    text = json.dumps(index).encode() if raw_index is None else raw_index
+    return (MAGIC + struct.pack("<Q", len(text)) + text + struct.pack("<I", zlib.crc32(text))
+            + data + END)
+
+
+def _small_checkpoint(tmp_path) -> tuple[str, str, bytes]:
+    """An 8 KB incremental checkpoint: (path, its checkpoint id, its bytes)."""
+    path = str(tmp_path / "small.nsb")
+    namedschema.save({"x": np.arange(512, dtype=np.int64), "step": 3}, path, incremental=True)
+    with open(path, "rb") as f:
+        content = f.read()
+    return path, namedschema.inspect(path).checkpoint_id, content
+
+
+def _unchanged(path: str, content: bytes) -> None:
+    assert os.path.getsize(path) == len(content)
+    with open(path, "rb") as f:
+        assert f.read() == content
+
+
+@pytest.mark.parametrize("read", ["load", "verify"])
+def test_a_journal_naming_a_huge_size_never_grows_the_file(tmp_path, read):
+    path, ckpt_id, content = _small_checkpoint(tmp_path)
+    jpath = journal.journal_path(path)
+    with open(jpath, "wb") as f:
+        f.write(_journal({"base": ckpt_id, "new": "x", "file_size": 2**40, "ranges": []}))
+    with pytest.raises(FormatError, match="is for a checkpoint of 1099511627776 bytes"):
+        getattr(namedschema.checkpoint, read)(path)
+    _unchanged(path, content)
+    assert os.path.exists(jpath)            # refused, not silently dropped
+    os.unlink(jpath)                        # as the message says: the file as it is
+    assert namedschema.load(path)["step"] == 3
+
+
+def test_a_journal_for_a_smaller_file_is_refused_too(tmp_path):
+    path, ckpt_id, content = _small_checkpoint(tmp_path)
+    with open(journal.journal_path(path), "wb") as f:
+        f.write(_journal({"base": ckpt_id, "new": "x", "file_size": 100,
+                          "ranges": [[0, 4, zlib.crc32(b"\0\0\0\0")]]}, b"\0\0\0\0"))
+    with pytest.raises(FormatError, match="has " + str(len(content))):
+        namedschema.load(path)
+    _unchanged(path, content)
+
+
+@pytest.mark.parametrize("index, data, why", [
+    ({"base": "a", "new": "b", "file_size": 8192, "ranges": [[-4, 4, 0]]}, b"\0" * 4,
+     "does not lie"),
+    ({"base": "a", "new": "b", "file_size": 8192, "ranges": [[8190, 4, 0]]}, b"\0" * 4,
+     "does not lie"),
+    ({"base": "a", "new": "b", "file_size": 8192, "ranges": [[0, 4, 0]]}, b"\0" * 8,
+     "hold 4 bytes"),
+    ({"base": "a", "new": "b", "file_size": "8192", "ranges": []}, b"", "is not a size"),
+    ({"base": 1, "new": "b", "file_size": 8192, "ranges": []}, b"", "wrong type"),
+    ({"base": "a", "new": "b", "file_size": 8192, "ranges": [[0, 4.5, 0]]}, b"\0" * 4,
+     "is not \\[offset"),
+    ({"base": "a", "new": "b", "file_size": 8192}, b"", "not a journal index"),
+], ids=["negative", "past-the-end", "sum", "size-type", "base-type", "float", "missing"])
+def test_a_whole_but_malformed_journal_is_refused_clearly(tmp_path, index, data, why):
+    path, _id, content = _small_checkpoint(tmp_path)
+    jpath = journal.journal_path(path)
+    with open(jpath, "wb") as f:
+        f.write(_journal(index, data))
+    with pytest.raises(FormatError, match=why):
+        namedschema.load(path)
+    _unchanged(path, content)
+    assert os.path.exists(jpath)
+
+
+def test_a_journal_cut_short_is_still_discarded(tmp_path):
+    """Not whole (no end marker): never committed, removed, the file loads as it is."""
+    path, ckpt_id, content = _small_checkpoint(tmp_path)
+    jpath = journal.journal_path(path)
+    with open(jpath, "wb") as f:
+        f.write(_journal({"base": ckpt_id, "new": "x", "file_size": 2**40, "ranges": []})[:-1])
+    assert namedschema.load(path)["step"] == 3
+    _unchanged(path, content)
+    assert not os.path.exists(jpath)
+
+
+# ---------------------------------------------------------------------------
+# Fuzz: tiny journals of every kind
+# ---------------------------------------------------------------------------
+
+_ints = st.one_of(st.integers(-2**64, 2**64), st.integers(-16, 9000),
+                  st.floats(allow_nan=False), st.text(max_size=4), st.none())
+_range = st.lists(_ints, min_size=0, max_size=4)
+
+
+@st.composite
+def _journals(draw, ckpt_id: str) -> bytes:
+    kind = draw(st.integers(0, 3))
+    if kind == 0:                                    # bytes, sometimes with the magic
+        body = draw(st.binary(max_size=200))
+        return (MAGIC + body) if draw(st.booleans()) else body
+    index = {"base": draw(st.sampled_from([ckpt_id, "other", 7])),
+             "new": draw(st.sampled_from(["n", ckpt_id, None])),
+             "file_size": draw(st.one_of(st.integers(-1, 2**62), _ints)),
+             "ranges": draw(st.lists(_range, max_size=6))}
+    if draw(st.booleans()):
+        del index[draw(st.sampled_from(sorted(index)))]
+    data = draw(st.one_of(st.just(b""), st.binary(max_size=64)))
+    out = _journal(index, data)
+    if kind == 2:                                    # one byte flipped
+        at = draw(st.integers(0, len(out) - 1))
+        out = out[:at] + bytes([out[at] ^ draw(st.integers(1, 255))]) + out[at + 1:]
+    elif kind == 3:                                  # cut short
+        out = out[:draw(st.integers(0, len(out)))]
+    return out
+
+
+@pytest.mark.slow
+@settings(max_examples=150, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                 HealthCheck.too_slow])
+@given(data=st.data())
+def test_fuzz_tiny_journals_never_grow_the_file_nor_memory(tmp_path, data):
+    path = str(tmp_path / "fuzz.nsb")
+    if not os.path.exists(path):
+        namedschema.save({"x": np.arange(512, dtype=np.int64)}, path, incremental=True)
+    ckpt_id = namedschema.inspect(path).checkpoint_id
+    size = os.path.getsize(path)
+    blob = data.draw(_journals(ckpt_id))
+    jpath = journal.journal_path(path)
+    with open(jpath, "wb") as f:
+        f.write(blob)
+    tracemalloc.start()
+    try:
+        try:
+            namedschema.load(path, verify=True)
+        except FormatError:
+            pass
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert os.path.getsize(path) <= size
+    assert peak < 2**20 + 64 * len(blob), peak
+    if os.path.exists(jpath):
+        os.unlink(jpath)
