@@ -171,8 +171,8 @@ def plan(old: Header, new: Layout) -> Relayout | str:
         starts.append(spot)
         rewritten += b.nbytes
     if end - new.data_bytes > max(SLACK_MIN, int(SLACK * new.data_bytes)):
-        return (f"its free space ({end - new.data_bytes:,} bytes) outgrew its share: a "
-                "full save compacts it")
+        return (f"{difference(old, new)}, and placing it around the others would leave "
+                f"{end - new.data_bytes:,} bytes free: a full save compacts the file")
     written = [(s, s + b.nbytes) for s, b, k in zip(starts, new.blocks, kept, strict=True)
                if k is None]
     zeroed: list[tuple[int, int]] = []
