@@ -306,6 +306,7 @@ def save_encoded(enc: EncodedGraph, plan: layout.Layout, path: str,
     """``save`` of a graph already encoded and laid out (background saves encode first)."""
     wait(path)
     real = os.path.realpath(path)
+    _note(real, None)
     try:
         fd = os.open(path, os.O_RDWR | getattr(os, "O_CLOEXEC", 0))
     except OSError:
@@ -523,6 +524,7 @@ def begin_background(enc: EncodedGraph, plan: layout.Layout, path: str,
     journal, write in place, sync, unlock) for a thread, or None: a full save.
     """
     real = os.path.realpath(path)
+    _note(real, None)
     if tracking.mode() != "writeprotect" or real in _outgrown:
         _outgrown.discard(real)
         return None
@@ -563,7 +565,7 @@ def _finish_background(enc: EncodedGraph, plan: layout.Layout, path: str, real: 
         os.fdatasync(fd) if hasattr(os, "fdatasync") else os.fsync(fd)
         os.unlink(jpath)
         fsync_dir(os.path.dirname(jpath))
-        return saved
+        return _logged(path, saved)
     except BaseException:
         baselines.forget(real)
         raise
