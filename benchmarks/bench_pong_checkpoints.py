@@ -47,7 +47,7 @@ def build(replay: int, itrs: int, sampler_name: str):
                prioritized_replay=True, double_dqn=True, n_step_return=3)
     agent = AtariDqnAgent()
     return MinibatchRl(algo=algo, agent=agent, sampler=sampler, n_steps=itrs * 8,
-                       log_interval_steps=10**9, seed=7)
+                       log_interval_steps=itrs * 8, seed=7)   # one log, at the end
 
 
 def main(argv=None):

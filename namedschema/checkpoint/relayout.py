@@ -143,8 +143,9 @@ def plan(old: Header, new: Layout) -> Relayout | str:
     end = old_end
     rewritten = 0
     for i, (b, source) in enumerate(zip(new.blocks, new.sources, strict=True)):
-        if kept[i] is not None:
-            starts.append(old.blocks[kept[i]].start)
+        k = kept[i]
+        if k is not None:
+            starts.append(old.blocks[k].start)
             continue
         want = _want(source, b.nbytes, old.data_start)
         room = _headroom(b.tensor, b.nbytes)
