@@ -59,13 +59,13 @@ class CheckpointStat:
 
 
 def checkpoint_history(runner: Any) -> tuple[CheckpointStat, ...]:
-    """The checkpoints ``runner`` (made :func:`resumable`) wrote so far, oldest first.
+    """The checkpoints ``runner`` (made ``resumable``) wrote so far, oldest first.
 
     A background checkpoint is listed once it ended (the next checkpoint or
     the end of training waits for it).
 
     Raises:
-        ResumeError: ``runner`` was not made resumable.
+        namedschema.errors.ResumeError: ``runner`` was not made resumable.
     """
     resume = getattr(runner, "_namedschema_resume", None)
     if resume is None:
