@@ -33,6 +33,8 @@ The package, one module per concern (each imports only those listed before it):
 * ``pages``: which pages of memory were written since read from a file (Linux)
 * ``journal``: the redo journal of in-place incremental saves
 * ``tracking``: the changed ranges of each block; memory remapped onto the file
+* ``relayout``: where an incremental save puts the blocks that changed size,
+  came or went (and the pickle that outgrew its room), around those kept
 * ``writer``: the one full-file writer (header room, blocks, checksums, header,
   atomically) and its two layout policies: ``PLAIN``, and ``PAGE_ALIGNED`` for
   files that incremental saves update in place
@@ -51,7 +53,8 @@ file::
     8 bytes     little-endian unsigned header length N
     N bytes     UTF-8 JSON header, padded with spaces so that 8 + N is a
                 multiple of 64
-    data        the blocks, back to back, in header order
+    data        the blocks, back to back (in header order, except in files that an
+                incremental save relaid: see "Incremental saves")
 
 The header maps tensor names to ``{"dtype", "shape", "data_offsets"}``
 (offsets relative to the data section, contiguous, in order, without holes,
@@ -162,7 +165,15 @@ through a redo journal ``.<name>.journal`` next to it: the journal (ranges,
 their CRC-32s, the new header, an end marker) is written and synced before any
 byte of the file changes, and whoever opens the file next (``save``,
 ``load``) writes a complete journal's ranges again, syncs the file and
-removes the journal; an incomplete one is removed. Block checksums stay
+removes the journal; an incomplete one is removed. When blocks changed size,
+appeared or went (or the pickle outgrew its room), the save keeps the blocks
+that did not in place and rewrites the others whole, where they were if they
+still fit, else in free padding, else appended (the journal then records the
+larger file size, and a replay extends the file first); bytes given back are
+zeroed and become ``__pad__.K`` tensors. The tensor table then lists blocks
+out of header order, which the format allows (offsets tile the data section;
+safetensors sorts them too): no new feature, and files whose blocks did not
+change size are written exactly as before. Block checksums stay
 CRC-32s of whole blocks: they are updated from the changed ranges alone (CRC
 is affine over GF(2)), so ``verify=True`` checks files from both kinds of save
 alike. While changing the file the saver holds an exclusive ``flock`` on it;

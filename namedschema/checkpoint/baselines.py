@@ -54,6 +54,10 @@ class Baseline:
     checkpoint_id: str
     blocks: list[Block | None]
 
+    def block_at(self, index: int) -> Block | None:
+        """What is known about block ``index`` (None when nothing)."""
+        return self.blocks[index] if index < len(self.blocks) else None
+
     def block(self, index: int, lo: int, nbytes: int) -> Block | None:
         """What is known about block ``index`` if its memory is still ``[lo, lo + nbytes)``."""
         if index >= len(self.blocks):

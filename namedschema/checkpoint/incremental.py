@@ -31,26 +31,30 @@ import contextlib
 import errno
 import fcntl
 import functools
+import logging
 import os
 import struct
 import threading
 import zlib
 from collections.abc import Callable, Iterator
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ..errors import FormatError
-from . import baselines, journal, layout, tracking, writer
+from . import baselines, journal, layout, relayout, tracking, writer
 from .atomic import check_target, final_target, fsync_dir
 from .blocks import MemorySpan, Progress
 from .graph import EncodedGraph, encode_graph
 from .header import Header, SaveRecord, TensorEntry, read_header
 
 __all__ = ["save", "save_encoded", "full_save", "recover", "reading", "wait",
-           "begin_background"]
+           "begin_background", "fallback_reason"]
 
 #: Above this fraction of changed data, a full save is done instead.
 FULL_FRACTION = 0.25
+
+_log = logging.getLogger("namedschema.checkpoint")
+_fallbacks: dict[str, str] = {}   # real path -> why its last incremental-mode save was full
 
 _pending_lock = threading.Lock()
 _pending: dict[str, threading.Thread] = {}   # real path -> thread finishing its save
@@ -194,6 +198,35 @@ def reading(f: Any, path: str) -> Iterator[None]:
 
 
 # --------------------------------------------------------------------------
+# Why a save was full
+# --------------------------------------------------------------------------
+
+def fallback_reason(path: str | os.PathLike[str]) -> str | None:
+    """Why this process's last incremental-mode save of ``path`` wrote a full checkpoint.
+
+    None when it was incremental, or when the reason is not known here (a
+    save written by a snapshot child, a file saved for the first time).
+    """
+    return _fallbacks.get(os.path.realpath(os.fspath(path)))
+
+
+def _note(real: str, reason: str | None) -> None:
+    if reason is None:
+        _fallbacks.pop(real, None)
+    else:
+        _fallbacks[real] = reason
+
+
+def _logged(path: str, record: SaveRecord) -> SaveRecord:
+    if _log.isEnabledFor(logging.DEBUG):
+        why = _fallbacks.get(os.path.realpath(path)) if record.kind == "full" else None
+        _log.debug("saved %s: %s, %d of %d data bytes written in %d ranges%s", path,
+                   record.kind, record.bytes_written, record.data_bytes, record.ranges,
+                   f" (not incremental: {why})" if why else "")
+    return record
+
+
+# --------------------------------------------------------------------------
 # Full saves laid out for incremental ones
 # --------------------------------------------------------------------------
 
@@ -273,10 +306,12 @@ def save_encoded(enc: EncodedGraph, plan: layout.Layout, path: str,
     """``save`` of a graph already encoded and laid out (background saves encode first)."""
     wait(path)
     real = os.path.realpath(path)
+    _note(real, None)
     try:
         fd = os.open(path, os.O_RDWR | getattr(os, "O_CLOEXEC", 0))
     except OSError:
-        return full_save(enc, plan, path, progress)
+        _note(real, None)
+        return _logged(path, full_save(enc, plan, path, progress))
     handed_over = False
     try:
         _lock(fd, fcntl.LOCK_EX)
@@ -286,7 +321,8 @@ def save_encoded(enc: EncodedGraph, plan: layout.Layout, path: str,
         except OSError:
             now = None
         if now is None or (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino):
-            return full_save(enc, plan, path, progress)  # replaced while we waited
+            _note(real, "the file was replaced while the save waited for it")
+            return _logged(path, full_save(enc, plan, path, progress))
         _recover_locked(path, fd)
         try:
             record = _incremental(enc, plan, path, real, fd, progress)
@@ -294,9 +330,10 @@ def save_encoded(enc: EncodedGraph, plan: layout.Layout, path: str,
             baselines.forget(real)  # tracking was re-armed for a save that did not happen
             raise
         if record is None:
-            return full_save(enc, plan, path, progress)
+            return _logged(path, full_save(enc, plan, path, progress))
+        _note(real, None)
         handed_over = True
-        return record
+        return _logged(path, record)
     finally:
         if not handed_over:
             _close(fd)
@@ -312,7 +349,19 @@ def _incremental(enc: EncodedGraph, plan: layout.Layout, path: str, real: str, f
     return saved
 
 
-_Found = tuple[os.stat_result, Header, dict[str, TensorEntry], tracking.Scan]
+@dataclass(frozen=True)
+class _Moved:
+    """The blocks a relaid save writes whole, copied when it scanned (see ``relayout``)."""
+
+    plan: relayout.Relayout
+    contents: dict[int, bytes]      # new block index -> its bytes
+
+
+_Found = tuple[os.stat_result, Header, dict[str, TensorEntry], tracking.Scan, _Moved | None]
+
+
+def _content(source: Any) -> bytes:
+    return b"".join(bytes(chunk) for chunk, _copy in source.chunks())
 
 
 def _scan(enc: EncodedGraph, plan: layout.Layout, path: str, real: str, fd: int,
@@ -323,16 +372,34 @@ def _scan(enc: EncodedGraph, plan: layout.Layout, path: str, real: str, fd: int,
         with open(fd, "rb", buffering=0, closefd=False) as f:
             old = read_header(f, path, st.st_size)
     except FormatError:
+        _note(real, "the file is not a checkpoint this save can update")
         return None
+    budget = int(FULL_FRACTION * max(plan.data_bytes, 1))
     table = _match(old, plan, enc)
-    if table is None:
-        return None
-    data_bytes = plan.data_bytes
-    scan = tracking.Scan(fd, st, old, int(FULL_FRACTION * max(data_bytes, 1)), real, defer)
+    moved: relayout.Relayout | None = None
+    if table is None:   # arrays changed shape, came or went, or the pickle outgrew its room
+        found = relayout.plan(old, plan)
+        if isinstance(found, str):
+            _note(real, found)
+            return None
+        cost = 2 * (found.rewritten + found.zeroed_bytes)
+        if cost > budget:
+            _note(real, f"{found.reason}: rewriting {found.rewritten + found.zeroed_bytes:,} "
+                  f"of {plan.data_bytes:,} bytes is not worth an incremental save")
+            return None
+        budget -= cost
+        moved, table = found, found.tensors
+        old = replace(old, description=replace(old.description, blocks=tuple(
+            old.blocks[k] if k is not None else b
+            for k, b in zip(found.kept, found.blocks, strict=True))))
+    scan = tracking.Scan(fd, st, old, budget, real, defer,
+                         origin=None if moved is None else moved.kept)
     has_pickle = enc.pickle_bytes is not None
     n_data = len(plan.blocks) - has_pickle
     try:
         for i in range(n_data):
+            if moved is not None and moved.kept[i] is None:
+                continue
             source = plan.sources[i]
             if isinstance(source, MemorySpan):
                 scan.memory(i, source.lo, source.nbytes)
@@ -340,20 +407,50 @@ def _scan(enc: EncodedGraph, plan: layout.Layout, path: str, real: str, fd: int,
                 scan.compact(i, source)
     except tracking.TooMuch:
         scan.release()
+        _note(real, "more changed than an incremental save is worth")
         return None
     spans = [(src.lo, src.lo + src.nbytes) for src in plan.sources
              if isinstance(src, MemorySpan)]
     data = [(old.block_file_start(i), old.block_file_start(i) + old.blocks[i].nbytes)
-            for i in range(n_data)]
-    if (scan.changes or scan.deferred) and tracking.others_map(scan.maps, scan.dev, scan.ino,
-                                                               spans, data):
+            for i in range(n_data) if moved is None or moved.kept[i] is not None]
+    contents: dict[int, bytes] = {}
+    if moved is not None:
+        base = old.data_start
+        data += [(base + b.start, base + b.start + b.nbytes)
+                 for b, k in zip(moved.blocks, moved.kept, strict=True) if k is None]
+        data += [(base + lo, base + hi) for lo, hi in moved.zeroed]
+        for i, k in enumerate(moved.kept):
+            if k is None:   # armed before its bytes are copied: later writes are seen
+                scan.blocks[i] = tracking.arm_for_full_save([plan.sources[i]],
+                                                            [plan.blocks[i].nbytes])[0]
+                contents[i] = _content(plan.sources[i])
+    if (scan.changes or scan.deferred or moved is not None) and tracking.others_map(
+            scan.maps, scan.dev, scan.ino, spans, data):
+        scan.release()
+        _note(real, "another map of the file would see the change")
         return None  # another map of this file would see the change: write a new file
-    return st, old, table, scan
+    if (moved is not None or defer) and not _header_fits(enc, plan, old, table):
+        scan.release()
+        _note(real, "its header outgrew the room the file has for it")
+        return None
+    return st, old, table, scan, None if moved is None else _Moved(moved, contents)
+
+
+def _header_fits(enc: EncodedGraph, plan: layout.Layout, old: Header,
+                 table: dict[str, TensorEntry]) -> bool:
+    """Whether the new header fits the file's header room (its numbers at their widest)."""
+    blocks = old.blocks
+    if enc.pickle_bytes is not None and len(blocks) == len(plan.blocks):
+        blocks = (*blocks[:-1], replace(blocks[-1], nbytes=len(enc.pickle_bytes)))
+    widest = SaveRecord("incremental", 10**17, 10**13, plan.data_bytes)
+    header = Header(writer.describe(enc, plan, tuple(blocks), widest), table)
+    return len(header.encode()) <= old.data_start - 8
 
 
 def _write_changes(enc: EncodedGraph, plan: layout.Layout, path: str, real: str, fd: int,
                    st: os.stat_result, old: Header, table: dict[str, TensorEntry],
-                   scan: tracking.Scan, progress: bool) -> SaveRecord | None:
+                   scan: tracking.Scan, moved: _Moved | None,
+                   progress: bool) -> SaveRecord | None:
     """Journal and write what ``_scan`` found; None (nothing written): a full save instead."""
     scan.compare_deferred()
     data_bytes = plan.data_bytes
@@ -361,8 +458,20 @@ def _write_changes(enc: EncodedGraph, plan: layout.Layout, path: str, real: str,
     n_changes = len(pieces)
     blocks = [replace(b, crc32=crcs.get(i, b.crc32)) for i, b in enumerate(old.blocks)]
     written = scan.changed
+    size = st.st_size
     new = enc.pickle_bytes
-    if new is not None:
+    if moved is not None:
+        for i, data in moved.contents.items():
+            crc = zlib.crc32(data)
+            blocks[i] = replace(blocks[i], crc32=crc)
+            pieces.append((old.data_start + blocks[i].start, data, crc))
+            written += len(data)
+        for lo, hi in moved.plan.zeroed:
+            zeros = bytes(hi - lo)
+            pieces.append((old.data_start + lo, zeros, zlib.crc32(zeros)))
+            written += hi - lo
+        size = max(size, old.data_start + moved.plan.data_end)
+    elif new is not None:
         start = old.block_file_start(len(old.blocks) - 1)
         before = os.pread(fd, old.blocks[-1].nbytes, start)
         if before != new:
@@ -374,6 +483,7 @@ def _write_changes(enc: EncodedGraph, plan: layout.Layout, path: str, real: str,
     header = Header(writer.describe(enc, plan, tuple(blocks), saved), table, name=path)
     length = old.data_start - 8
     if len(header.encode()) > length:
+        _note(real, "its header outgrew the room the file has for it")
         return None
     head = struct.pack("<Q", length) + header.encode(length)
     pieces.append((0, head, zlib.crc32(head)))
@@ -381,12 +491,15 @@ def _write_changes(enc: EncodedGraph, plan: layout.Layout, path: str, real: str,
     jpath = journal.journal_path(path)
     try:
         journal.write(jpath, old.description.checkpoint_id, header.description.checkpoint_id,
-                      st.st_size, pieces)
+                      size, pieces)
     except journal.Unusable:
+        _note(real, "something that is not a journal is in the way of the journal")
         return None  # something else at the journal's path: a full save needs no journal
-    tracking.write_in_place(fd, st.st_size, pieces[:n_changes])
+    if size > st.st_size:   # committed: the file may grow now (a replay grows it too)
+        os.ftruncate(fd, size)
+    tracking.write_in_place(fd, size, pieces[:n_changes])
     bar.advance(scan.changed)
-    for offset, data, _crc in pieces[n_changes:]:  # the pickle, then the header
+    for offset, data, _crc in pieces[n_changes:]:  # the rewritten blocks, then the header
         view = memoryview(data).cast("B")
         done = 0
         while done < view.nbytes:
@@ -411,6 +524,7 @@ def begin_background(enc: EncodedGraph, plan: layout.Layout, path: str,
     journal, write in place, sync, unlock) for a thread, or None: a full save.
     """
     real = os.path.realpath(path)
+    _note(real, None)
     if tracking.mode() != "writeprotect" or real in _outgrown:
         _outgrown.discard(real)
         return None
@@ -451,7 +565,7 @@ def _finish_background(enc: EncodedGraph, plan: layout.Layout, path: str, real: 
         os.fdatasync(fd) if hasattr(os, "fdatasync") else os.fsync(fd)
         os.unlink(jpath)
         fsync_dir(os.path.dirname(jpath))
-        return saved
+        return _logged(path, saved)
     except BaseException:
         baselines.forget(real)
         raise

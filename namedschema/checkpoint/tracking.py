@@ -197,7 +197,8 @@ class Scan:
     """
 
     def __init__(self, fd: int, st: os.stat_result, old: Header, budget: int,
-                 real_path: str, defer: bool = False):
+                 real_path: str, defer: bool = False,
+                 origin: tuple[int | None, ...] | None = None):
         self.fd, self.old = fd, old
         # defer: keep copies of the candidate bytes (the snapshot) and compare them with
         # the file later, in another thread (compare_deferred): a background save.
@@ -210,6 +211,10 @@ class Scan:
         self.deferred_bytes = 0
         self.dev, self.ino = st.st_dev, st.st_ino
         self.base = baselines.lookup(real_path, st, old)
+        if self.base is not None and origin is not None:
+            # a relaid save (``relayout``): block i of ``old`` was block origin[i] of the file
+            self.base = baselines.Baseline(self.base.identity, self.base.checkpoint_id, [
+                None if k is None else self.base.block_at(k) for k in origin])
         self.mode = mode()
         # This file's own mappings (a buffer loaded with mmap_mode='c'), by a fast parse.
         self.maps = pages.file_mappings(self.dev, self.ino) if pages.available() else []

@@ -1,6 +1,8 @@
 """rlpyt support: resume a training run exactly, and the rlpyt drop-in patch.
 
 resumable   make an rlpyt runner continue from its checkpoint (namedschema.rlpyt.resume)
+checkpoint_history, CheckpointStat
+            what each checkpoint of a resumable runner wrote (kind, bytes, why full)
 SamplerWorkerError
             a parallel sampler's worker failed in a resumable run (raised in the
             main process instead of rlpyt's wait forever)
@@ -33,12 +35,16 @@ if TYPE_CHECKING:  # what the lazy names below are, for type checkers (``x as x`
     from .patch.install import is_patched as is_patched
     from .patch.install import patch_rlpyt as patch_rlpyt
     from .patch.install import unpatch_rlpyt as unpatch_rlpyt
+    from .resume.checkpoint_writer import CheckpointStat as CheckpointStat
+    from .resume.checkpoint_writer import checkpoint_history as checkpoint_history
     from .resume.runner import resumable as resumable
     from .resume.state import register_handler as register_handler
 
 # public name -> submodule that defines it; loaded on first use.
 _LAZY = {
     "resumable": "resume.runner",
+    "checkpoint_history": "resume.checkpoint_writer",
+    "CheckpointStat": "resume.checkpoint_writer",
     "ResumeError": "resume.runner",
     "ResumeWarning": "resume.runner",
     "SamplerWorkerError": "resume.workers",

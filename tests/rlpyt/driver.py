@@ -562,7 +562,8 @@ def main(argv=None):
     result = {"events": rec.events, "final": final_state(runner),
               "start": resume.start if resume else 0,
               "notes": resume.notes if resume else [],
-              "saves": resume.saves if resume else 0, "roundtrip": roundtrip}
+              "saves": resume.saves if resume else 0, "roundtrip": roundtrip,
+              "history": [vars(s) for s in resume.writer.history] if resume else []}
     with open(args.out, "w") as f:
         json.dump(result, f)
 
