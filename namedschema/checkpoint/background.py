@@ -286,6 +286,9 @@ class _Forker:
             except BaseException as exc:  # fork failed (no memory, no processes left)
                 box.append(exc)
             ready.set()
+            # This thread lives as long as the process: holding the last job while it
+            # waits would keep the saved object's graph (and all it reaches) alive.
+            del job, box, ready
 
 
 def _fork_child(job: Callable[[], Any]) -> tuple[int, int]:
@@ -471,6 +474,7 @@ def _write_in_order() -> None:
             handle._finish(None, exc)
         else:
             handle._finish(record, None)
+        del handle, rest   # (as in _Forker._serve: keep nothing of a save once written)
 
 
 def incremental_job(enc: Any, plan: Any, path: str, progress: bool):
