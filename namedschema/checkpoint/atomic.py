@@ -171,13 +171,13 @@ def _check_folder(path: str, shown: str) -> None:
     try:
         mode = os.stat(folder).st_mode
     except FileNotFoundError:
-        raise FileNotFoundError(errno.ENOENT, f"cannot save to {shown!r}: its folder "
-                                f"{named!r} does not exist (create it first)") from None
+        raise FileNotFoundError(errno.ENOENT, f"cannot save there: its folder {named!r} "
+                                "does not exist (create it first)", shown) from None
     except OSError:
         return  # cannot tell (no permission to look): the write itself reports it
     if not stat.S_ISDIR(mode):
-        raise NotADirectoryError(errno.ENOTDIR, f"cannot save to {shown!r}: {named!r} "
-                                 f"is {file_kind(mode)}, not a folder") from None
+        raise NotADirectoryError(errno.ENOTDIR, f"cannot save there: {named!r} is "
+                                 f"{file_kind(mode)}, not a folder", shown) from None
 
 
 def _copy_mode(target: str, fd: int) -> None:
