@@ -31,7 +31,8 @@ class _Node:
     __slots__ = ("text", "children")
 
     def __init__(self, text: str):
-        self.text, self.children = text, []
+        self.text = text
+        self.children: list[_Node] = []
 
     def key_and_value(self) -> tuple[str, str]:
         match = _KEY.match(self.text)
