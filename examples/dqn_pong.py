@@ -35,28 +35,48 @@ import namedschema
 gym.register_envs(ale_py)
 
 
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """--help keeps the description's lines and shows every default."""
+
+
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--total-timesteps", type=int, default=500_000)
-    p.add_argument("--num-envs", type=int, default=1)
-    p.add_argument("--buffer", choices=["uniform", "prioritized"], default="uniform")
-    p.add_argument("--buffer-size", type=int, default=100_000)
-    p.add_argument("--learning-rate", type=float, default=1e-4)
-    p.add_argument("--gamma", type=float, default=0.99)
-    p.add_argument("--target-network-frequency", type=int, default=1000)
-    p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--start-e", type=float, default=1.0)
-    p.add_argument("--end-e", type=float, default=0.01)
-    p.add_argument("--exploration-fraction", type=float, default=0.1)
-    p.add_argument("--learning-starts", type=int, default=10_000)
-    p.add_argument("--train-frequency", type=int, default=4)
-    p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--checkpoint", default="", help="checkpoint file; none: no checkpoints")
+    p = argparse.ArgumentParser(
+        prog="dqn_pong.py", formatter_class=_HelpFormatter,
+        description=__doc__.split("\n\n", 1)[0] + "\n\n" + __doc__.split("\n\n", 2)[1],
+        epilog="The defaults fit a laptop: a 20,000-step buffer holds 1.05 GiB of frames\n"
+               "(obs and next_obs, 4x84x84 bytes each), and its checkpoint takes the disk\n"
+               "of what the buffer holds (an empty buffer's zeros are holes of a sparse\n"
+               "file). CleanRL's Atari runs use --buffer-size 1000000 (53 GiB).")
+    p.add_argument("--seed", type=int, default=1, help="seed of every generator and env")
+    p.add_argument("--total-timesteps", type=int, default=500_000,
+                   help="steps of the vector env (each steps every env once)")
+    p.add_argument("--num-envs", type=int, default=1, help="Pong envs in the SyncVectorEnv")
+    p.add_argument("--buffer", choices=["uniform", "prioritized"], default="uniform",
+                   help="replay buffer: namedschema.ReplayBuffer or PrioritizedReplayBuffer")
+    p.add_argument("--buffer-size", type=int, default=20_000,
+                   help="transitions the replay buffer holds (55 KiB each)")
+    p.add_argument("--learning-rate", type=float, default=1e-4, help="Adam's learning rate")
+    p.add_argument("--gamma", type=float, default=0.99, help="discount factor")
+    p.add_argument("--target-network-frequency", type=int, default=1000,
+                   help="steps between copies of the Q-network into the target network")
+    p.add_argument("--batch-size", type=int, default=32, help="transitions per update")
+    p.add_argument("--start-e", type=float, default=1.0, help="epsilon at the start")
+    p.add_argument("--end-e", type=float, default=0.01, help="epsilon at the end")
+    p.add_argument("--exploration-fraction", type=float, default=0.1,
+                   help="share of --total-timesteps over which epsilon goes down")
+    p.add_argument("--learning-starts", type=int, default=10_000,
+                   help="steps before the first update")
+    p.add_argument("--train-frequency", type=int, default=4, help="steps between updates")
+    p.add_argument("--threads", type=int, default=1, help="torch threads")
+    p.add_argument("--checkpoint", metavar="FILE",
+                   help="checkpoint file, resumed from if it exists; without it the run "
+                        "saves nothing (the twin of a checkpointed run)")
     p.add_argument("--save-every", type=int, default=10_000, help="steps between checkpoints")
-    p.add_argument("--digest", default="", help="write a SHA-256 of the final state here")
+    p.add_argument("--digest", metavar="FILE",
+                   help="write a SHA-256 of the final state here (for twin tests)")
     p.add_argument("--kill-at", type=int, default=-1,
-                   help="SIGKILL itself at this step, once the last checkpoint is written")
+                   help="SIGKILL itself at this step, once the last checkpoint is written "
+                        "(-1: never)")
     return p.parse_args(argv)
 
 

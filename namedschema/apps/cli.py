@@ -79,33 +79,57 @@ def _run_demo(args) -> int:
                                          f"{args.size:,} bytes; try a smaller --size")
 
 
+def _unreadable(path: str) -> str | None:
+    """Why ``path`` cannot be read as a file at all (missing, a directory, ...), or None.
+
+    Asked before the file is read, so that ``inspect`` and ``verify`` say the same
+    thing, with the same status (2), for a path that names no file.
+    """
+    import os
+    import stat
+
+    from ..checkpoint.atomic import file_kind
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as exc:
+        return f"{path}: {exc.strerror or exc}"
+    if not stat.S_ISREG(mode):
+        return f"{path}: is {file_kind(mode)}, not a checkpoint file"
+    return None
+
+
+def _message(path: str, exc: Exception) -> str:
+    if isinstance(exc, OSError) and exc.strerror:
+        return printable(f"{path}: {exc.strerror}")
+    text = str(exc)  # format errors name the file themselves
+    return printable(text if str(path) in text else f"{path}: {text}")
+
+
 def _run_inspect(args) -> int:
     from ..checkpoint import inspect as inspect_file
     from ..checkpoint.inspector import describe
     from ..errors import FormatError
+    why = _unreadable(args.path)
+    if why:
+        return _fail("namedschema inspect", printable(why))
     try:
         report = inspect_file(args.path)
     except (FormatError, OSError) as exc:
-        if isinstance(exc, OSError) and exc.strerror:
-            message = f"{args.path}: {exc.strerror}"
-        else:  # format errors name the file themselves
-            message = str(exc) if str(args.path) in str(exc) else f"{args.path}: {exc}"
-        return _fail("namedschema inspect", printable(message))
-    print(describe(report))
+        return _fail("namedschema inspect", _message(args.path, exc))
+    print(describe(report, full=args.full))
     return 0
 
 
 def _run_verify(args) -> int:
     from ..checkpoint.verifier import verify
     from ..errors import FormatError
+    why = _unreadable(args.path)
+    if why:  # nothing to verify: a usage error, as for inspect
+        return _fail("namedschema verify", printable(why))
     try:
         info = verify(args.path, progress=args.progress and sys.stderr.isatty())
     except (FormatError, OSError) as exc:
-        if isinstance(exc, OSError) and exc.strerror:
-            message = f"{args.path}: {exc.strerror}"
-        else:
-            message = str(exc) if str(args.path) in str(exc) else f"{args.path}: {exc}"
-        print(f"namedschema verify: FAILED: {printable(message)}", file=sys.stderr)
+        print(f"namedschema verify: FAILED: {_message(args.path, exc)}", file=sys.stderr)
         return 1
     print(f"{printable(str(args.path))}: ok, {info.data_bytes:,} bytes of data in "
           f"{len(info.fields)} arrays match their checksums")
@@ -179,8 +203,11 @@ def build_parser() -> argparse.ArgumentParser:
                     "header, so it is instant even for a 16 GB checkpoint.",
         epilog="examples:\n"
                "  namedschema inspect replay.nsb\n"
-               "  namedschema inspect checkpoints/step_1000000.nsb | less")
+               "  namedschema inspect run.nsc --full | less    # RNG states in full too")
     inspect.add_argument("path", metavar="PATH", help="file written by namedschema.save")
+    inspect.add_argument("--full", action="store_true",
+                         help="print generator states and long tuples in full (by "
+                              "default each takes one line)")
     inspect.set_defaults(func=_run_inspect)
 
     verify = sub.add_parser(
@@ -190,7 +217,8 @@ def build_parser() -> argparse.ArgumentParser:
                     "it against its stored CRC-32 (inspect reads only the header, so it "
                     "cannot see damaged data). Never unpickles anything, so it is safe on "
                     "files you do not trust. Exit status 0 if the file is intact, 1 if it "
-                    "is damaged, truncated or not a namedschema file, 2 for usage errors.",
+                    "is damaged, truncated or not a namedschema file, 2 for usage errors "
+                    "(a missing file, a directory).",
         epilog="examples:\n"
                "  namedschema verify replay.nsb\n"
                "  namedschema verify run.nsc && cp run.nsc /backup/")

@@ -115,7 +115,9 @@ class AtomicFile:
             return
         if exc.filename in (None, self.tmp) or exc.filename2 == self.tmp:
             if exc.errno is not None and exc.strerror is not None:  # else str() has no name
-                exc.filename, exc.filename2 = self.user_path, None
+                exc.filename = self.user_path
+                if exc.filename2 is not None:
+                    del exc.filename2   # (None would print as "... -> None")
             exc.add_note(f"while writing {self.tmp!r}, the temporary file that replaces "
                          f"{self.user_path!r} once it is complete")
 
@@ -148,7 +150,8 @@ def check_target(path: str, shown: str | None = None) -> None:
     try:
         mode = os.stat(path).st_mode
     except (FileNotFoundError, NotADirectoryError):
-        return  # nothing there (a missing directory fails when the file is made)
+        _check_folder(path, path if shown is None else shown)
+        return  # nothing there yet: the save makes it
     except OSError:
         return  # cannot tell (a link loop, no permission): the write itself reports it
     if stat.S_ISREG(mode):
@@ -159,6 +162,22 @@ def check_target(path: str, shown: str | None = None) -> None:
         f"refusing to save to {shown!r}: it is {file_kind(mode)}, not a regular file; "
         "save only ever replaces regular files (give the path of a file"
         + (" inside that directory)" if stat.S_ISDIR(mode) else ")"), shown)
+
+
+def _check_folder(path: str, shown: str) -> None:
+    """Refuse a new file whose folder is missing (or not a folder), naming that folder."""
+    folder = os.path.dirname(os.path.abspath(path))
+    named = os.path.dirname(shown) if path == shown and os.path.dirname(shown) else folder
+    try:
+        mode = os.stat(folder).st_mode
+    except FileNotFoundError:
+        raise FileNotFoundError(errno.ENOENT, f"cannot save there: its folder {named!r} "
+                                "does not exist (create it first)", shown) from None
+    except OSError:
+        return  # cannot tell (no permission to look): the write itself reports it
+    if not stat.S_ISDIR(mode):
+        raise NotADirectoryError(errno.ENOTDIR, f"cannot save there: {named!r} is "
+                                 f"{file_kind(mode)}, not a folder", shown) from None
 
 
 def _copy_mode(target: str, fd: int) -> None:

@@ -214,7 +214,7 @@ def _wait_at_exit() -> None:
         if handle._error is not None and not handle._reported:
             handle._reported = True
             sys.stderr.write(f"namedschema: the background save of {handle.path!r} failed "
-                             "(the file holds the last complete checkpoint):\n"
+                             f"({_what_is_left(handle.path)}):\n"
                              + "".join(traceback.format_exception(handle._error)))
             sys.stderr.flush()
 
@@ -275,23 +275,30 @@ def _collect(handle: BackgroundSave, pid: int, read_end: int,
         error = report[1]
         if not isinstance(error, BaseException):
             error = BackgroundSaveError(f"the background save of {handle.path!r} failed "
-                                        f"(the file holds the last complete checkpoint):\n"
+                                        f"({_what_is_left(handle.path)}):\n"
                                         f"{report[2]}")
         else:
             error.add_note(f"raised by the background save of {handle.path!r} in process "
-                           f"{pid}; the file holds the last complete checkpoint")
+                           f"{pid}; {_what_is_left(handle.path)}")
     else:
         how = ("ended without a report" if status is None
                else f"was killed by signal {os.WTERMSIG(status)}" if os.WIFSIGNALED(status)
                else f"exited with status {os.waitstatus_to_exitcode(status)}")
         error = BackgroundSaveError(f"the process {pid} writing the background save of "
-                                    f"{handle.path!r} {how} before it finished; the file "
-                                    "holds the last complete checkpoint")
+                                    f"{handle.path!r} {how} before it finished; "
+                                    f"{_what_is_left(handle.path)}")
     try:
         on_done(extra if error is None else None)
     except BaseException as exc:  # (reported like the writer's own errors)
         error = error or exc
     handle._finish(record, error)
+
+
+def _what_is_left(path: str) -> str:
+    """What a failed save left at ``path``: the previous checkpoint, or none at all."""
+    if os.path.exists(path):
+        return "the file holds the last complete checkpoint"
+    return f"no checkpoint was written: there is none at {path!r} yet"
 
 
 
@@ -367,6 +374,7 @@ def _write_in_order() -> None:
             handle._finish(None, exc)
         else:
             handle._finish(record, None)
+        del handle, rest   # (as in _Forker._serve: keep nothing of a save once written)
 
 
 def incremental_job(enc: Any, plan: Any, path: str, progress: bool):

@@ -138,6 +138,39 @@ def write_all(fd: int, buf: Any) -> None:
         view = view[written:]
 
 
+# A new file is written in pieces that end at multiples of HOLE (file offsets); an
+# all-zero piece is not written. Unwritten bytes of a new file read back as zeros, and
+# a whole HOLE-aligned stretch never written is a hole that takes no disk space: the
+# first save of an empty replay buffer costs what is in it.
+HOLE = 2**20
+_SMALL = 2**16                          # writes below this are written as they are
+
+
+def write_new(fd: int, buf: Any) -> None:
+    """Write all of ``buf`` at the position of a new file, skipping its all-zero pieces
+    (see HOLE); the file reads back as ``buf``."""
+    view = memoryview(buf)
+    if view.nbytes < _SMALL or not view.c_contiguous:
+        write_all(fd, buf)
+        return
+    view = view.cast("B")
+    data = np.frombuffer(view, np.uint8)
+    position = os.lseek(fd, 0, os.SEEK_CUR)
+    done = at = 0                       # bytes of buf written or skipped; piece start
+    while at < view.nbytes:
+        end = min(view.nbytes, at + HOLE - (position + at) % HOLE)
+        piece = data[at:end]
+        # A sample first: data rarely passes it, so the full scan is mostly for zeros.
+        if not piece[::4093].any() and not piece.any():
+            write_all(fd, view[done:at])
+            done = end
+            os.lseek(fd, position + done, os.SEEK_SET)
+        at = end
+    write_all(fd, view[done:])
+    if done == view.nbytes and os.fstat(fd).st_size < position + done:
+        os.ftruncate(fd, position + done)   # a skipped end reads back (as zeros) at once
+
+
 class _Crc:
     """A running CRC-32 fed in order by a worker thread."""
 
@@ -149,9 +182,10 @@ class _Crc:
 
 
 def write_blocks(fd: int, sources: tuple[Source, ...], progress: Progress) -> list[int]:
-    """Write every block and its padding at the file position; return their CRC-32s.
+    """Write every block and its padding at the position of a new file; return their CRC-32s.
 
-    The checksums run in a worker thread and may lag behind the writes: the
+    All-zero stretches are left as holes (see HOLE); the caller gives the file its full
+    size at the end (a hole at the end of a file needs ``ftruncate``). The checksums run in a worker thread and may lag behind the writes: the
     calling thread writes at the speed of the page cache, and whatever is
     left of the checksums overlaps the data's fdatasync.
     """
@@ -171,12 +205,12 @@ def write_blocks(fd: int, sources: tuple[Source, ...], progress: Progress) -> li
                 if live and not is_copy:
                     # The caller's memory may change under us: checksum the file.
                     position = os.lseek(fd, 0, os.SEEK_CUR)
-                    write_all(fd, chunk)
+                    write_new(fd, chunk)
                     checks.append(crc_pool.submit(reader.update, crc, position,
                                                   chunk.nbytes))
                 else:
                     checks.append(crc_pool.submit(crc.update, chunk))
-                    write_all(fd, chunk)
+                    write_new(fd, chunk)
                 progress.advance(chunk.nbytes)
                 nbytes += chunk.nbytes
                 if is_copy:

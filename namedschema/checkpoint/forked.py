@@ -67,6 +67,9 @@ class _Forker:
             except BaseException as exc:  # fork failed (no memory, no processes left)
                 box.append(exc)
             ready.set()
+            # This thread lives as long as the process: holding the last job while it
+            # waits would keep the saved object's graph (and all it reaches) alive.
+            del job, box, ready
 
 
 def _fork_child(job: Callable[[], Any]) -> tuple[int, int]:

@@ -34,7 +34,8 @@ def encode_graph(obj: Any, path: str, allow_pickle: bool,
     try:
         structure = encoder.encode(obj)
     except NotData as exc:
-        not_data = exc
+        # Kept for its message only: its traceback would keep the caller's frames alive.
+        not_data = exc.with_traceback(None)
     except RecursionError:
         not_data = NotData("", obj, "nested too deeply for the data path")
     if not_data is None:

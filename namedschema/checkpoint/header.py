@@ -449,7 +449,7 @@ def read_header(f: BinaryIO, name: str, file_size: int) -> Header:
     """Read and check the header of the open file ``f`` (``name`` for messages)."""
     if file_size < 8:
         fail(name, f"is not a namedschema file: {file_size} bytes, too short for a "
-             f"safetensors header (incomplete write?){looks_like(f)}")
+             f"namedschema header (incomplete write?){looks_like(f)}")
     prefix = f.read(8)
     (length,) = struct.unpack("<Q", prefix)
     if length > MAX_HEADER:

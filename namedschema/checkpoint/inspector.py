@@ -9,6 +9,7 @@ import numpy as np
 
 from .._core.printable import printable
 from .background import written
+from .folding import fold
 from .header import SaveRecord, read_header
 from .nodes import Describer
 from .opening import file_errors, open_checkpoint
@@ -72,6 +73,11 @@ class CheckpointInfo:
     metadata: dict[str, str] = field(default_factory=dict)
 
     def __str__(self) -> str:
+        return self.text()
+
+    def text(self, *, full: bool = False) -> str:
+        """The description ``str()`` gives; generator states and long tuples of numbers
+        take one line each unless ``full`` (``namedschema inspect --full``)."""
         # Every string from the file is escaped (the tree's lines already are):
         # control characters must not reach a terminal.
         lines = [f"{printable(self.path)}: namedschema checkpoint, format "
@@ -80,19 +86,25 @@ class CheckpointInfo:
         if self.needs_pickle:
             lines.append(f"needs allow_pickle=True: {printable(self.pickle_reason)}")
         lines.append(printable(_last_save_line(self.last_save, self.data_bytes)))
-        lines.append(printable(self.tree, keep_newlines=True))
+        tree, folded = (self.tree, 0) if full else fold(self.tree)
+        lines.append(printable(tree, keep_newlines=True))
+        if folded:
+            lines.append(f"({folded:,} lines of generator states and long tuples folded; "
+                         "namedschema inspect --full shows them)")
         return "\n".join(lines)
 
 
-def describe(report) -> str:
+def describe(report, *, full: bool = False) -> str:
     """The text ``namedschema inspect`` prints for a ``namedschema.inspect`` result.
 
     Adds whether loading needs ``allow_pickle`` (decided by the report's
     ``needs_pickle``, never by searching text a file could forge). Control
     characters from the file are escaped, so the output cannot rewrite the
-    terminal.
+    terminal. Generator states and long tuples take one line each unless
+    ``full``.
     """
-    text = printable(str(report), keep_newlines=True)
+    shown = report.text(full=full) if isinstance(report, CheckpointInfo) else str(report)
+    text = printable(shown, keep_newlines=True)
     needs_pickle = getattr(report, "needs_pickle", None)
     if needs_pickle is False or (
             needs_pickle and not text.partition("\n")[2].startswith("needs allow_pickle")):

@@ -7,8 +7,11 @@ blocks go and how much room the header gets:
 
 PLAIN         blocks back to back, each 64-byte aligned; the header as short as it can be
 PAGE_ALIGNED  what later in-place updates need: large blocks at the page offset their
-              memory has, header room to grow, room for a pickle block to grow, the
-              file's holes allocated, and a ``saved`` record in the header
+              memory has, header room to grow, room for a pickle block to grow, and a
+              ``saved`` record in the header
+
+Both leave aligned all-zero stretches of the data as holes (``blocks.HOLE``): the
+file's content is the same, an empty buffer takes no disk space.
 
 LayoutPolicy    what a policy is: ``place``, ``header_length``, ``finish``
 Written         what ``write`` returns: the header written and the file's ``stat``
@@ -18,7 +21,6 @@ write           write an encoded, planned graph to a file, atomically
 
 from __future__ import annotations
 
-import errno
 import os
 import struct
 import uuid
@@ -67,7 +69,7 @@ class _Plain:
         return len(header.encode())
 
     def finish(self, fd: int, size: int) -> None:
-        pass  # the blocks and their padding fill the file
+        os.ftruncate(fd, size)  # the blocks and their padding fill it, a last hole included
 
 
 class _PageAligned:
@@ -107,19 +109,14 @@ class _PageAligned:
         return room + (-(8 + room) % PAGE)
 
     def finish(self, fd: int, size: int) -> None:
-        """Extend the file over the unwritten padding and give its holes disk blocks now.
+        """Extend the file over the unwritten padding and the zeros left as holes.
 
-        Later in-place writes then never need free space, so finishing an
-        interrupted incremental save (which ``load`` does) cannot fail for lack of it.
+        The holes get no disk blocks: a buffer that is still empty costs nothing on
+        disk (a 5 GiB replay buffer at step 0 would otherwise take 5 GiB). A later
+        in-place write into a hole needs free space like any write; on a full disk
+        that save fails, its journal kept, and ``load`` finishes it once there is room.
         """
         os.ftruncate(fd, size)
-        try:
-            os.posix_fallocate(fd, 0, size)
-        except OSError as exc:
-            if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
-                raise
-        except AttributeError:  # not on this platform
-            pass
 
 
 PLAIN: LayoutPolicy = _Plain()

@@ -60,7 +60,7 @@ def test_verify_never_unpickles(tmp_path, capsys):
     assert cli.main(["verify", str(path)]) == 0
 
 
-@pytest.mark.parametrize("make", ["missing", "not-a-checkpoint", "truncated"])
+@pytest.mark.parametrize("make", ["not-a-checkpoint", "truncated"])
 def test_verify_bad_files_exit_1_with_one_line(tmp_path, make, capsys):
     path = tmp_path / "f.nsb"
     if make == "not-a-checkpoint":

@@ -41,6 +41,7 @@ from typing import Literal, TypeVar
 
 from ... import checkpoint as _checkpoint
 from ...errors import ResumeError, ResumeWarning, UnexpectedKindError
+from . import announce as _announce
 from . import arguments as _arguments
 from . import async_offsets as _offsets
 from . import portable as _portable
@@ -165,6 +166,7 @@ class _Resume:
         self.gates = _Gates()
         self.notes: list = []
         self.saves = 0
+        self.undo_logs = lambda: None
         self._originals = {name: getattr(runner, name)
                            for name in ("startup", "train", "shutdown")}
         # The constructors' arguments, before rlpyt's startup changes anything.
@@ -177,6 +179,8 @@ class _Resume:
         self.runner.train = self.train
         self.runner.shutdown = self.shutdown
         self.runner._namedschema_resume = self
+        if self.checkpoint is not None:   # rlpyt's progress.csv continues, not restarts
+            self.undo_logs = _announce.continue_logs(self.start, self.note)
 
     def note(self, message):
         if message not in self.notes:
@@ -238,6 +242,7 @@ class _Resume:
         except ResumeError:
             self._stop_sampler()
             raise
+        _announce.say_resumed(self.path, self.start, self.start * r.itr_batch_size)
         return n_itr
 
     def _stop_sampler(self):
@@ -257,13 +262,17 @@ class _Resume:
         for reason in dict.fromkeys(reasons):
             self.note(f"not exact: {reason}")
         # Refused now, not at the first checkpoint (no worker round trip for it).
-        why = _portable.unsavable({what: _state.capture(obj, ctx) for what, obj in
-                                   self.components().items() if hasattr(obj, "collector")
-                                   or what != "sampler"})
+        captured = {what: _state.capture(obj, ctx) for what, obj in
+                    self.components().items() if hasattr(obj, "collector") or what != "sampler"}
+        why = _portable.unsavable(captured)
         if why:
             self._stop_sampler()
             raise ResumeError(f"resumable: the run's state cannot be checkpointed ({why}): "
                               "give its class a handler (namedschema.rlpyt.register_handler)")
+        short = _announce.lack_of_room(self.path, captured)
+        if short:
+            self._stop_sampler()
+            raise ResumeError(short)
 
     def _verify_config(self):
         """Refuse a checkpoint of a run built differently, before anything is restored."""
@@ -344,6 +353,7 @@ class _Resume:
         finally:
             logger.set_iteration = original
             self.gates.remove()
+            self.undo_logs()
         _workers.finish(self.runner.sampler, failed=False)
         return result
 
@@ -436,6 +446,8 @@ class _AsyncResume(_Resume):
             with _replay_write_lock(r.algo):
                 self._verify_config()
                 self._restore()
+            _announce.say_resumed(self.path, self.itr_offset,
+                                  self.sampler_offset * r.sampler_batch_size)
             r.algo.optimize_agent = _offsets.Offset(r.algo.optimize_agent, {0: self.itr_offset},
                                             {"sampler_itr": self.sampler_offset})
             r.store_diagnostics = _offsets.Offset(r.store_diagnostics,
@@ -506,7 +518,8 @@ def resumable(runner: _Runner, path: str | os.PathLike[str], *, every_itrs: int 
     the sampler's envs, agent inputs and in-progress trajectories, the
     runner's diagnostics and the global RNGs (Python, numpy, torch) are put
     back into the freshly built objects, and the loop goes on at the
-    iteration where the checkpoint was taken. Otherwise it starts from
+    iteration where the checkpoint was taken (one line, through rlpyt's
+    logger, says so; rlpyt's ``progress.csv`` continues). Otherwise it starts from
     scratch. Either way it checkpoints every ``every_itrs`` iterations or
     ``every_steps`` env steps (whole iterations, at least one; by default every
     log interval) and at the end, incrementally and in the background: training
@@ -547,8 +560,9 @@ def resumable(runner: _Runner, path: str | os.PathLike[str], *, every_itrs: int 
 
     Raises:
         ResumeError: the runner is of an unsupported kind or already started,
-            the intervals are invalid, or ``path`` holds something else than a
-            resume checkpoint. A checkpoint that does not fit the run built
+            the intervals are invalid, no checkpoint can be written at ``path``
+            (a missing or read-only folder; too little space is said at
+            startup), or ``path`` holds something else than a resume checkpoint. A checkpoint that does not fit the run built
             (other classes or sizes) raises it when ``train()`` starts.
         namedschema.FormatError: ``path`` exists but is not a readable
             checkpoint (it is never replaced silently).
@@ -568,6 +582,7 @@ def resumable(runner: _Runner, path: str | os.PathLike[str], *, every_itrs: int 
     if accept is None:
         raise ResumeError("resumable: accept_changes must be True or names of arguments "
                           f"such as 'algo.learning_rate', not {accept_changes!r:.100}")
+    _announce.check_target(os.fspath(path))   # now, not at the first checkpoint
     checkpoint = _load_checkpoint(path) if os.path.lexists(path) else None
     cls = _AsyncResume if kind == "async" else _Resume
     cls(runner, path, every_itrs, every_steps, checkpoint, accept, CheckpointWriter(
