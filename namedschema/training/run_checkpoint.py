@@ -37,6 +37,7 @@ from ..errors import RunCheckpointError, RunCheckpointWarning, UnexpectedKindErr
 from ..state import plain as _plain_state
 from ..state import rng as _rng_state
 from ..state.env import capture_env, restore_env
+from . import audit as _audit
 from .replay import ReplayBuffer
 
 __all__ = ["RunCheckpoint", "RunCheckpointError", "RunCheckpointWarning"]
@@ -135,6 +136,7 @@ class RunCheckpoint:
         self.restarted: dict[str, str] = {}
         self._last_time = time.monotonic()
         self._warned: set = set()
+        self._audit = _audit.follow_run_checkpoint(self)  # check-resume's records, or None
 
     # -- registering -----------------------------------------------------------------
 
@@ -216,10 +218,14 @@ class RunCheckpoint:
             kwargs["allow_pickle"] = True
         state = self.state(step, **loop)
         self.wait()       # the previous save's error, if any, is raised here, not lost
+        if self._audit is not None:
+            self._audit.save_begin(step)
         if self.background:
             self._pending = save(state, self.path, background=True, **kwargs)
         else:
             save(state, self.path, **kwargs)
+        if self._audit is not None:
+            _audit.record_run_checkpoint_save(self._audit, step, self.path)
         self._last_time = time.monotonic()
         self.step = int(step)
 
@@ -250,6 +256,8 @@ class RunCheckpoint:
 
     def maybe_save(self, step: int, **loop: Any) -> bool:
         """Save if ``step`` reached the next multiple of ``every_steps`` (or time is up)."""
+        if self._audit is not None:
+            self._audit.progress(step)
         if not self.due(step):
             return False
         self.save(step, **loop)
@@ -291,6 +299,8 @@ class RunCheckpoint:
         self.loop = _plain_state.from_data(data["loop"])
         self.step = int(data["step"])
         self._last_time = time.monotonic()
+        if self._audit is not None:
+            self._audit.record_restore(self.step)
         return True
 
     def _check(self, data: Any) -> None:
