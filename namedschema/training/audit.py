@@ -27,6 +27,7 @@ from __future__ import annotations
 import atexit
 import json
 import os
+import re
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -47,6 +48,7 @@ DIGEST_SIZE = 16
 # an optimizer's ``state`` keyed by parameter number is walked as ``state.0.exp_avg``.
 _KEYED = "namedschema.keyed"
 _SCALAR_TYPES = (bool, int, float, str)
+_ADDRESS = re.compile(r"0x[0-9a-fA-F]+")   # a repr's memory address differs between runs
 
 _UNSET: Any = object()
 _RECORDER: Any = _UNSET
@@ -306,7 +308,7 @@ def _walk(value: Any, path: str, leaves: dict, depth: int, hashlib: Any) -> None
             _walk(item, _join(path, key), leaves, depth + 1, hashlib)
         return
     leaves[path] = leaf or ["object", _hash(hashlib, type(value).__qualname__.encode(),
-                                            repr(value).encode())]
+                                            _ADDRESS.sub("0x", repr(value)).encode())]
 
 
 def _key_text(key: Any) -> str:
