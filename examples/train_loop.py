@@ -91,9 +91,8 @@ def main(argv=None):
             counters["updates"] += 1
             local_updates += 1
             updates = local_updates if args.bug == "outside-counter" else counters["updates"]
-            if updates % 100 == 0:          # a schedule driven by the counter
-                for group in opt.param_groups:
-                    group["lr"] *= 0.5
+            for group in opt.param_groups:  # a learning-rate schedule driven by the counter
+                group["lr"] = 1e-3 / (1 + 0.01 * updates)
         ckpt.maybe_save(step, obs=obs)
 
 

@@ -4,6 +4,7 @@ replay           ReplayBuffer, PrioritizedReplayBuffer (seeded, resume exactly),
                  PrioritizedSample, the type of a prioritized sample
 sum_tree         the sum tree behind prioritized sampling
 run_checkpoint   RunCheckpoint: model, optimizer, buffers, RNGs and env in one save
+audit            check-resume's audit records (digests of each checkpoint), when asked for
 """
 
 from .replay import PrioritizedReplayBuffer, PrioritizedSample, ReplayBuffer

@@ -330,6 +330,11 @@ def _hash(hashlib: Any, *parts: Any) -> str:
     return h.hexdigest()
 
 
+def _bytes(np: Any, array: Any) -> Any:
+    """The array's bytes as a flat uint8 array (no copy when it is contiguous)."""
+    return np.ascontiguousarray(array).reshape(-1).view(np.uint8)
+
+
 def _leaf(value: Any, hashlib: Any) -> list[str] | None:
     """[kind, digest] of a tensor, array, scalar or generator; None for other objects."""
     import numpy as np
@@ -339,13 +344,12 @@ def _leaf(value: Any, hashlib: Any) -> list[str] | None:
         if t.dtype == torch.bfloat16:
             t = t.view(torch.int16)
         head = f"{value.dtype}{tuple(value.shape)}".encode()
-        return ["tensor", _hash(hashlib, head, memoryview(t.numpy()).cast("B"))]
+        return ["tensor", _hash(hashlib, head, _bytes(np, t.numpy()))]
     if isinstance(value, np.ndarray):
         head = f"{value.dtype.str}{value.shape}".encode()
         if value.dtype.hasobject:
             return ["array", _hash(hashlib, head, repr(value.tolist()).encode())]
-        data = np.ascontiguousarray(value)
-        return ["array", _hash(hashlib, head, memoryview(data.reshape(-1)).cast("B"))]
+        return ["array", _hash(hashlib, head, _bytes(np, value))]
     if isinstance(value, np.generic):
         return ["scalar", _hash(hashlib, value.dtype.str.encode(), value.tobytes())]
     if value is None or isinstance(value, (bool, int, float, complex, str, bytes)):
