@@ -15,6 +15,7 @@ patch_rlpyt, unpatch_rlpyt                rlpyt drop-in (namedschema.rlpyt.patch
 ReplayBuffer, PrioritizedReplayBuffer     replay buffers that resume exactly (namedschema.training.replay, lazy)
 RunCheckpoint                             checkpoint and resume a whole training loop (lazy)
 namedschema.buffer                        rlpyt's buffer helpers, shared memory
+namedschema.testing                       check_resume: does a training command resume exactly?
 namedschema.errors                        the exception classes (re-exported here)
 same_definition                           whether two schemas have one definition
 declared_dtypes, has_class_body           what a class-syntax schema declares: field
@@ -36,6 +37,7 @@ bodies included), and nothing inside the package imports a front door
     training       training/
     rlpyt.resume   rlpyt/resume/
     ray            ray/
+    testing        testing/
     front doors    __init__.py rlpyt/__init__.py
     apps           apps/ __main__.py
 

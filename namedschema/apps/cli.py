@@ -249,6 +249,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("-v", "--verbose", action="store_true",
                        help="also show each topic's own output as it finishes")
     bench.set_defaults(func=_run_bench)
+
+    from .check_resume import add_parser as add_check_resume
+    add_check_resume(sub)
     return parser
 
 

@@ -36,6 +36,7 @@ from ..checkpoint.background import written
 from ..errors import FormatError, RunCheckpointError, RunCheckpointWarning, UnexpectedKindError
 from ..state import plain as _plain_state
 from ..state import rng as _rng_state
+from . import audit as _audit
 from .state_kinds import CLASS_SETTING, KindContext, StateKind, kind_named, kind_of
 
 _log = logging.getLogger("namedschema")
@@ -141,6 +142,7 @@ class RunCheckpoint:
         self.restarted: dict[str, str] = {}
         self._last_time = time.monotonic()
         self._warned: set = set()
+        self._audit = _audit.follow_run_checkpoint(self)  # check-resume's records, or None
 
     # -- registering -----------------------------------------------------------------
 
@@ -202,6 +204,8 @@ class RunCheckpoint:
             kwargs["allow_pickle"] = True
         state = self.state(step, **loop)
         self.wait()       # the previous save's error, if any, is raised here, not lost
+        if self._audit is not None:
+            self._audit.save_begin(step)
         try:
             if self.background:
                 self._pending = save(state, self.path, background=True, **kwargs)
@@ -214,6 +218,8 @@ class RunCheckpoint:
                 raise
             raise RunCheckpointError(f"RunCheckpoint: the first checkpoint could not be "
                                      f"written to {self.path!r}: {exc}") from exc
+        if self._audit is not None:
+            _audit.record_run_checkpoint_save(self._audit, step, self.path)
         self._last_time = time.monotonic()
         self.step = int(step)
 
@@ -244,6 +250,8 @@ class RunCheckpoint:
 
     def maybe_save(self, step: int, **loop: Any) -> bool:
         """Save if ``step`` reached the next multiple of ``every_steps`` (or time is up)."""
+        if self._audit is not None:
+            self._audit.progress(step)
         if not self.due(step):
             return False
         self.save(step, **loop)
@@ -295,6 +303,8 @@ class RunCheckpoint:
         self.step = int(data["step"])
         self._last_time = time.monotonic()
         self._say_resumed()
+        if self._audit is not None:
+            self._audit.record_restore(self.step)
         return True
 
     def _say_resumed(self) -> None:

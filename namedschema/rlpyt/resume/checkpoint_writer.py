@@ -27,6 +27,7 @@ from typing import Any
 from ... import checkpoint
 from ...checkpoint import incremental as _incremental
 from ...errors import FormatError, ResumeError, ResumeWarning
+from ...training import audit as _audit
 
 __all__ = ["CheckpointStat", "checkpoint_history", "CheckpointWriter"]
 
@@ -85,9 +86,13 @@ class CheckpointWriter:
         self._streak = 0              # full saves in a row after the first checkpoint
         self._warned: str | None = None
 
+        self.audit = _audit.recorder()   # check-resume's audit records, or None
+
     def save(self, obj: Any) -> None:
         """Save ``obj`` (waits for the previous background save first, raising its error)."""
         self.wait()
+        if self.audit is not None:
+            self.audit.save_begin(obj["itr"])
         # checkpoint.save looked up at each call: tests wrap it.
         self.pending = checkpoint.save(obj, self.path, allow_pickle=True,
                                        metadata=self.metadata,
@@ -95,6 +100,9 @@ class CheckpointWriter:
                                        background=self.background)
         if self.pending is None:
             self._record(None)
+        if self.audit is not None:
+            self.audit.record_file(obj["itr"], self.path, _audited, lambda d: int(d["itr"]),
+                                   allow_pickle=True)
 
     def wait(self) -> None:
         """Wait for the background save in flight; raise its error."""
@@ -135,3 +143,18 @@ class CheckpointWriter:
                 f"namedschema.rlpyt.resumable: the last {self._streak} checkpoints of "
                 f"{self.path!r} were full saves, not incremental ones (each rewrote "
                 f"{stat.bytes_written:,} bytes): {why}", ResumeWarning, stacklevel=5)
+
+
+# The runner's wall-clock bookkeeping (rlpyt's log timers): kept, but never equal twice.
+_WALL_CLOCK = ("times", "_cum_time", "_cum_eval_time")
+
+
+def _audited(data: Any) -> dict[str, Any]:
+    """The named objects of a resume checkpoint, for check-resume's audit record
+    (less the runner's timers)."""
+    state = dict(data["state"])
+    runner = state.get("runner")
+    if isinstance(runner, dict):
+        state["runner"] = {key: {k: v for k, v in part.items() if k not in _WALL_CLOCK}
+                           if isinstance(part, dict) else part for key, part in runner.items()}
+    return {**state, "global_rngs": data["rng"]}

@@ -309,6 +309,8 @@ class _Resume:
         _state.set_rng_state(checkpoint["rng"])
         if self.start > 0:
             self._gate()
+        if self.writer.audit is not None:
+            self.writer.audit.record_restore(self.start)
 
     def _changed_arguments(self, saved, now):
         """Refuse arguments that differ from the checkpoint's run, unless accepted."""
@@ -358,6 +360,8 @@ class _Resume:
         return result
 
     def at_iteration(self, itr):
+        if self.writer.audit is not None:
+            self.writer.audit.progress(itr)
         if self.gates.active:
             if itr < self.start:
                 return
@@ -370,6 +374,8 @@ class _Resume:
         if self.n_itr is not None and self.last_saved != self.n_itr:
             self.save(self.n_itr)
         self.writer.wait()
+        if self.writer.audit is not None:   # the end: the checkpoint of n_itr
+            self.writer.audit.record_end(self.n_itr)
         return self._originals["shutdown"]()
 
     def save(self, itr, **extra):

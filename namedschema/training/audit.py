@@ -1,0 +1,359 @@
+"""Audit records for ``namedschema check-resume``: what each checkpoint held, as digests.
+
+When ``NAMEDSCHEMA_AUDIT`` names a file (the checker sets it; nobody else
+needs to), checkpoint writers append one JSON line per event to it: a save
+began, a save is on disk, a checkpoint's content (the step and a blake2b
+digest of every tracked object by its registered name, down to each
+tensor, array, generator state and scalar by its path inside it), a
+restore, and the end of the run. The checker compares the records of a
+killed-and-resumed run with those of the uninterrupted run.
+
+Without the variable :func:`recorder` returns None and writers skip every
+hook: no file, no thread, no hashing module is imported.
+
+Writers: ``RunCheckpoint`` (:func:`follow_run_checkpoint`),
+``namedschema.rlpyt.resumable``; any other (an SB3 callback) calls
+:meth:`Recorder.record_checkpoint` with its captured state tree and
+:meth:`Recorder.record_end` at the end.
+
+recorder               the process's Recorder, or None when no audit is asked for
+Recorder               appends events; digests in a background thread where the file is read back
+follow_run_checkpoint  the Recorder for one RunCheckpoint (with its end-of-run record at exit)
+digest_objects         ``{name: {"digest", "leaves": {path: [kind, digest]}}}`` of a state tree
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import re
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from .._core.optional import torch_if_loaded
+
+__all__ = ["ENV_AUDIT", "ENV_NOTIFY", "recorder", "Recorder", "follow_run_checkpoint",
+           "digest_objects"]
+
+ENV_AUDIT = "NAMEDSCHEMA_AUDIT"      # the audit file to append to
+ENV_NOTIFY = "NAMEDSCHEMA_AUDIT_NOTIFY"  # a pipe's write end: one byte after each event
+PROGRESS_SUFFIX = ".progress"        # 8 bytes beside the audit file: the last step seen
+MAX_LEAVES = 4096                    # leaves listed per object (more: the object digest only)
+MAX_DEPTH = 64                       # nesting walked; deeper values are digested by repr
+DIGEST_SIZE = 16
+# The checkpoint format's wire name of a dict with keys that are not all str (state.plain):
+# an optimizer's ``state`` keyed by parameter number is walked as ``state.0.exp_avg``.
+_KEYED = "namedschema.keyed"
+_SCALAR_TYPES = (bool, int, float, str)
+_ADDRESS = re.compile(r"0x[0-9a-fA-F]+")   # a repr's memory address differs between runs
+
+_UNSET: Any = object()
+_RECORDER: Any = _UNSET
+_LOCK = threading.Lock()
+
+
+def recorder() -> Recorder | None:
+    """The Recorder of this process if ``NAMEDSCHEMA_AUDIT`` is set, else None (cheap)."""
+    global _RECORDER
+    if _RECORDER is _UNSET or (_RECORDER is not None and _RECORDER.pid != os.getpid()):
+        with _LOCK:
+            if _RECORDER is _UNSET or (_RECORDER is not None and _RECORDER.pid != os.getpid()):
+                path = os.environ.get(ENV_AUDIT)
+                # A forked worker inherits the parent's recorder: it records nothing.
+                forked = _RECORDER is not _UNSET and _RECORDER is not None
+                _RECORDER = Recorder(path) if path and not forked else None
+    return _RECORDER
+
+
+class Recorder:
+    """Appends audit events (JSON lines) to one file; one per process."""
+
+    def __init__(self, path: str):
+        self.path, self.pid = path, os.getpid()
+        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        notify = os.environ.get(ENV_NOTIFY, "")
+        self._notify = int(notify) if notify.isdigit() else None
+        self._write_lock = threading.Lock()
+        self._job: threading.Thread | None = None
+        self._ends: list[Callable[[], None]] = []
+        self.last_step: int | None = None
+        self._progress = self._open_progress(path + PROGRESS_SUFFIX)
+        self.event("start")
+        atexit.register(self._at_exit)
+
+    @staticmethod
+    def _open_progress(path: str) -> Any:
+        import mmap
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                os.ftruncate(fd, 8)
+                progress = mmap.mmap(fd, 8)
+                progress[:8] = (-1).to_bytes(8, "little", signed=True)   # no step yet
+                return progress
+            finally:
+                os.close(fd)
+        except OSError:
+            return None
+
+    # -- events ---------------------------------------------------------------------
+
+    def event(self, kind: str, step: int | None = None, **fields: Any) -> None:
+        """Append one event line (and wake the checker); never raises into the run."""
+        if os.getpid() != self.pid:
+            return
+        record = {"event": kind, "pid": self.pid, "t": time.monotonic(),
+                  "step": None if step is None else int(step), **fields}
+        line = (json.dumps(record, separators=(",", ":")) + "\n").encode()
+        with self._write_lock:
+            try:
+                os.write(self._fd, line)
+            except OSError:
+                return
+            if self._notify is not None:
+                try:
+                    os.write(self._notify, b".")
+                except OSError:  # the checker went away, or its pipe is full
+                    pass
+
+    def progress(self, step: int) -> None:
+        """The step the run is at (read by the checker after a kill; a memory store)."""
+        self.last_step = step
+        if self._progress is not None:
+            self._progress[:8] = int(step).to_bytes(8, "little", signed=True)
+
+    def save_begin(self, step: int) -> None:
+        """A checkpoint of ``step`` starts to be written (the checker may kill now)."""
+        self.flush()   # the previous checkpoint's file is read back before it changes
+        self.event("save-begin", step)
+
+    def record_restore(self, step: int) -> None:
+        """The run resumed from its checkpoint of ``step``."""
+        self.event("restore", step)
+
+    def record_checkpoint(self, step: int, named_state: Mapping[str, Any]) -> None:
+        """The content of the checkpoint of ``step``: ``named_state`` digested now.
+
+        ``named_state`` maps each tracked object's registered name to its
+        captured state (dicts, lists, numpy arrays, torch tensors, scalars);
+        it must not change while this runs.
+        """
+        self.event("checkpoint", step, objects=digest_objects(named_state))
+
+    def record_file(self, step: int, path: str, objects: Callable[[Any], Mapping[str, Any]],
+                    saved_step: Callable[[Any], int], allow_pickle: bool = False) -> None:
+        """The checkpoint of ``step`` being written to ``path``: in a background thread,
+        wait for the write, read the file back and record its content.
+
+        ``objects`` picks the named state out of the loaded file, ``saved_step``
+        its step (a failed write leaves the previous checkpoint: not recorded).
+        The next :meth:`save_begin` waits for the thread, so the file is read
+        before the next save changes it.
+        """
+        previous = self._job
+
+        def job() -> None:
+            try:
+                from ..checkpoint import load
+                from ..checkpoint.background import written
+                written(path)
+                self.event("save-end", step)
+                if previous is not None:
+                    previous.join()
+                data = load(path, mmap_mode="r", allow_pickle=allow_pickle)
+                if saved_step(data) != step:
+                    self.event("save-failed", step)
+                    return
+                self.event("checkpoint", step, objects=digest_objects(objects(data)))
+            except Exception as exc:  # the audit never breaks the run
+                self.event("audit-error", step, error=f"{type(exc).__name__}: {exc}")
+
+        # A daemon: a thread left running never holds the interpreter's exit (atexit flushes).
+        self._job = threading.Thread(target=job, name="namedschema-audit", daemon=True)
+        self._job.start()
+
+    def record_end(self, step: int | None, named_state: Mapping[str, Any] | None = None) -> None:
+        """The run ended normally at ``step``: its final state, digested now.
+
+        ``named_state`` None: the checkpoint recorded at ``step`` is the final state.
+        """
+        self.flush()
+        objects = None if named_state is None else digest_objects(named_state)
+        self.event("end", step, objects=objects)
+
+    def end_at_exit(self, end: Callable[[], None]) -> None:
+        """Call ``end`` (which calls :meth:`record_end`) when the interpreter exits."""
+        self._ends.append(end)
+
+    def flush(self) -> None:
+        """Wait for the background record in flight."""
+        job = self._job
+        if job is not None and job is not threading.current_thread():
+            job.join()
+
+    def _at_exit(self) -> None:
+        if os.getpid() != self.pid:
+            return
+        self.flush()
+        for end in self._ends:
+            try:
+                end()
+            except Exception as exc:
+                self.event("audit-error", self.last_step, error=f"{type(exc).__name__}: {exc}")
+
+
+# --------------------------------------------------------------------------
+# RunCheckpoint
+# --------------------------------------------------------------------------
+
+def _run_checkpoint_objects(data: Mapping[str, Any]) -> dict[str, Any]:
+    """The named objects of a RunCheckpoint's content (a file or ``ckpt.state(step)``)."""
+    named = {name: part["state"] for name, part in data["components"].items()}
+    if data.get("rng") is not None:
+        named["global_rngs"] = data["rng"]
+    if data.get("loop"):
+        named["loop"] = data["loop"]
+    return named
+
+
+def follow_run_checkpoint(ckpt: Any) -> Recorder | None:
+    """The Recorder for ``ckpt`` (None without an audit), with an end record at exit.
+
+    The end record is the state of every tracked object when the interpreter
+    exits normally (a SIGKILL leaves none), at the last step ``maybe_save``
+    or ``save`` saw: no call is needed at the end of the user's loop.
+    """
+    rec = recorder()
+    if rec is None:
+        return None
+
+    def end() -> None:
+        step = rec.last_step if rec.last_step is not None else ckpt.step
+        state = ckpt.state(-1 if step is None else step)
+        state["loop"] = None   # the loop's variables are known only at a save
+        rec.record_end(step, _run_checkpoint_objects(state))
+
+    rec.end_at_exit(end)
+    return rec
+
+
+def record_run_checkpoint_save(rec: Recorder, step: int, path: str) -> None:
+    """Record the RunCheckpoint save of ``step`` to ``path`` once it is written."""
+    rec.record_file(step, path, _run_checkpoint_objects, lambda data: int(data["step"]),
+                    allow_pickle=True)
+
+
+# --------------------------------------------------------------------------
+# Digests
+# --------------------------------------------------------------------------
+
+def digest_objects(named_state: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """Each object's digest and its leaves' (``{path: [kind, digest]}``; None past
+    MAX_LEAVES), in the order given. Paths join keys and indices with ``.``."""
+    import hashlib
+    out: dict[str, dict[str, Any]] = {}
+    for name, state in named_state.items():
+        leaves: dict[str, list[str]] = {}
+        _walk(state, "", leaves, 0, hashlib)
+        whole = hashlib.blake2b(digest_size=DIGEST_SIZE)
+        for path, (kind, digest) in leaves.items():
+            whole.update(f"{path}\0{kind}\0{digest}\n".encode())
+        out[str(name)] = {"digest": whole.hexdigest(),
+                          "leaves": leaves if len(leaves) <= MAX_LEAVES else None}
+    return out
+
+
+def _join(path: str, key: Any) -> str:
+    return f"{path}.{key}" if path else str(key)
+
+
+def _walk(value: Any, path: str, leaves: dict, depth: int, hashlib: Any) -> None:
+    if depth > MAX_DEPTH:
+        leaves[path] = ["deep", _hash(hashlib, repr(value).encode())]
+        return
+    if isinstance(value, Mapping):
+        keyed = value.get(_KEYED) if len(value) == 1 else None
+        if isinstance(keyed, list) and all(isinstance(p, (list, tuple)) and len(p) == 2
+                                           for p in keyed):
+            value = {_key_text(k): v for k, v in keyed}
+        if "bit_generator" in value:        # a numpy generator's state: one leaf
+            leaves[path] = ["generator", _hash(hashlib, repr(_plain(value)).encode())]
+            return
+        if not value:
+            leaves[path] = ["empty", _hash(hashlib, type(value).__name__.encode())]
+        for key, item in value.items():
+            _walk(item, _join(path, key), leaves, depth + 1, hashlib)
+        return
+    fields = getattr(type(value), "_fields", None)
+    if isinstance(value, (list, tuple)):
+        if not value:
+            leaves[path] = ["empty", _hash(hashlib, type(value).__name__.encode())]
+        if len(value) > 8 and all(type(v) in _SCALAR_TYPES for v in value):
+            # a generator's state as numbers (Python's random): one leaf
+            leaves[path] = ["list", _hash(hashlib, repr(value).encode())]
+            return
+        names = fields if isinstance(fields, tuple) and len(fields) == len(value) else None
+        for i, item in enumerate(value):
+            _walk(item, _join(path, names[i] if names else i), leaves, depth + 1, hashlib)
+        return
+    leaf = _leaf(value, hashlib)
+    state = getattr(value, "__dict__", None)
+    if leaf is None and isinstance(state, dict):   # an object stored by pickling
+        leaves[_join(path, "__class__")] = ["class", _hash(
+            hashlib, f"{type(value).__module__}.{type(value).__qualname__}".encode())]
+        for key, item in state.items():
+            _walk(item, _join(path, key), leaves, depth + 1, hashlib)
+        return
+    leaves[path] = leaf or ["object", _hash(hashlib, type(value).__qualname__.encode(),
+                                            _ADDRESS.sub("0x", repr(value)).encode())]
+
+
+def _key_text(key: Any) -> str:
+    return ",".join(map(str, key)) if isinstance(key, (list, tuple)) else str(key)
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    return value
+
+
+def _hash(hashlib: Any, *parts: Any) -> str:
+    h = hashlib.blake2b(digest_size=DIGEST_SIZE)
+    for part in parts:
+        h.update(part)
+    return h.hexdigest()
+
+
+def _bytes(np: Any, array: Any) -> Any:
+    """The array's bytes as a flat uint8 array (no copy when it is contiguous)."""
+    return np.ascontiguousarray(array).reshape(-1).view(np.uint8)
+
+
+def _leaf(value: Any, hashlib: Any) -> list[str] | None:
+    """[kind, digest] of a tensor, array, scalar or generator; None for other objects."""
+    import numpy as np
+    torch = torch_if_loaded()
+    if torch is not None and isinstance(value, torch.Tensor):
+        t = value.detach().cpu().contiguous()
+        if t.dtype == torch.bfloat16:
+            t = t.view(torch.int16)
+        head = f"{value.dtype}{tuple(value.shape)}".encode()
+        return ["tensor", _hash(hashlib, head, _bytes(np, t.numpy()))]
+    if isinstance(value, np.ndarray):
+        head = f"{value.dtype.str}{value.shape}".encode()
+        if value.dtype.hasobject:
+            return ["array", _hash(hashlib, head, repr(value.tolist()).encode())]
+        return ["array", _hash(hashlib, head, _bytes(np, value))]
+    if isinstance(value, np.generic):
+        return ["scalar", _hash(hashlib, value.dtype.str.encode(), value.tobytes())]
+    if value is None or isinstance(value, (bool, int, float, complex, str, bytes)):
+        return ["scalar", _hash(hashlib, type(value).__name__.encode(), repr(value).encode())]
+    if isinstance(value, np.random.Generator):
+        return ["generator", _hash(hashlib, repr(_plain(value.bit_generator.state)).encode())]
+    return None

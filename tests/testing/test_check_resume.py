@@ -1,0 +1,181 @@
+"""check_resume on real commands: exact resumes pass, the usual user bugs are named.
+
+Each test runs a training command several times (uninterrupted, then SIGKILLed
+and restarted) in fresh copies of a temporary directory, as users do with
+``namedschema check-resume``. The loops: tests/testing/loop_script.py (numpy
+only, starts fast), examples/train_loop.py (torch; its ``--bug`` flags are the
+two usual mistakes), examples/dqn_pong.py (small) and the README's rlpyt example.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from namedschema.testing import check_resume
+from tests.helpers import REPO_ROOT
+
+pytestmark = pytest.mark.subprocess
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+LOOP = [sys.executable, os.path.join(HERE, "loop_script.py")]
+TRAIN_LOOP = [sys.executable, os.path.join(REPO_ROOT, "examples", "train_loop.py")]
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = dict(os.environ, **extra)
+    env["PYTHONPATH"] = REPO_ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    return env
+
+
+def check(tmp_path, command, **kwargs):
+    kwargs.setdefault("timeout", 300)
+    return check_resume(command, cwd=tmp_path, env=_env(**kwargs.pop("extra_env", {})),
+                        **kwargs)
+
+
+def test_a_correct_loop_resumes_exactly(tmp_path):
+    """Kills at random moments, during checkpoint writes and twice: every resume is exact."""
+    report = check(tmp_path, LOOP, kills=3, seed=0)
+    assert report.status == "exact", report.message
+    assert report.exit_code == 0 and report.exact and report.divergence is None
+    assert report.message.startswith("exact: 3 of 3 killed runs resumed bit-exact")
+    kills = report.kills
+    assert len(kills) == 4 and sum(k.second for k in kills) == 1   # one run killed twice
+    assert all(k.step is not None for k in kills)
+    assert all(r.compared >= 1 for r in report.runs)
+    plans = [r.plan for r in report.runs]
+    assert plans[:2] == ["moment", "write"] and plans[2].startswith("moment then ")
+
+
+@pytest.mark.parametrize("bug, first, equal", [
+    ("untracked-rng", "net", "rng"),          # exploration drawn from an untracked generator
+    ("outside-counter", "net", "counters"),   # the lr schedule's counter in a local variable
+])
+def test_the_usual_bugs_diverge_naming_the_step_and_object(tmp_path, bug, first, equal):
+    """The first difference is after the resume, in the network's first tensor."""
+    pytest.importorskip("torch")
+    report = check(tmp_path, [*TRAIN_LOOP, "--steps", "300", "--bug", bug], kills=1, seed=7)
+    assert report.status == "diverged", report.message
+    assert report.exit_code == 1 and not report.exact
+    diff = report.divergence
+    kill = report.runs[0].kills[-1]
+    assert diff is not None and diff.life >= 1
+    assert diff.record == "end" or diff.step > kill.resumed_from
+    assert diff.objects[0] == first and diff.leaf == "0.weight" and diff.leaf_kind == "tensor"
+    assert equal in diff.equal
+    assert report.message.startswith(f"DIVERGED after the kill at step {kill.step:,}")
+    assert "in `net` (tensor `0.weight`)" in report.message and "hint:" in report.message
+
+
+def test_the_same_loop_without_the_bug_is_exact(tmp_path):
+    """The twin of the test above: the unchanged example passes the same check."""
+    pytest.importorskip("torch")
+    report = check(tmp_path, [*TRAIN_LOOP, "--steps", "300"], kills=1, seed=1)
+    assert report.status == "exact", report.message
+
+
+def test_a_crash_is_reported_with_its_output(tmp_path):
+    report = check(tmp_path, [*LOOP, "--mode", "crash"], kills=1)
+    assert report.status == "crashed" and report.exit_code == 2
+    assert "the uninterrupted run exited with status 3" in report.message
+    assert "something went wrong" in report.output
+
+
+def test_a_crash_after_the_resume_is_reported(tmp_path):
+    report = check(tmp_path, [*LOOP, "--mode", "crash-after-resume"], kills=1, seed=0)
+    assert report.status == "crashed" and report.exit_code == 2, report.message
+    assert "after the kill at step" in report.message and "status 4" in report.message
+
+
+def test_a_hang_is_killed_at_the_timeout(tmp_path):
+    report = check(tmp_path, [*LOOP, "--mode", "hang"], kills=1, timeout=8)
+    assert report.status == "timeout" and report.exit_code == 2
+    assert "did not finish within 8 s" in report.message
+
+
+def test_a_command_that_never_checkpoints_is_reported(tmp_path):
+    report = check(tmp_path, [*LOOP, "--mode", "no-checkpoint"], kills=1)
+    assert report.status == "no-checkpoints" and report.exit_code == 2
+    assert report.message.startswith("NO CHECKPOINTS")
+
+
+def test_checkpoints_shared_between_runs_are_refused(tmp_path):
+    """A checkpoint at an absolute path: the next fresh run resumes from it, and is caught."""
+    (tmp_path / "cwd").mkdir()
+    report = check(tmp_path / "cwd", [*LOOP, "--mode", "shared"], kills=1,
+                   extra_env={"SHARED_CHECKPOINT": str(tmp_path / "elsewhere.nsc")})
+    assert report.status == "leaked" and report.exit_code == 2, report.message
+    assert "$NAMEDSCHEMA_CHECK_DIR" in report.message
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except FileNotFoundError:
+        return False
+    return stat[stat.rfind(b")") + 2:stat.rfind(b")") + 3] != b"Z"
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="reads /proc")
+def test_worker_processes_are_reaped(tmp_path):
+    """Workers the command starts (its process group) die with each kill and each end."""
+    pids = tmp_path / "pids"
+    (tmp_path / "cwd").mkdir()
+    report = check(tmp_path / "cwd", [*LOOP, "--mode", "orphan"], kills=2, seed=0,
+                   extra_env={"ORPHAN_PIDS": str(pids)})
+    assert report.status == "exact", report.message
+    started = [int(line) for line in pids.read_text().split()]
+    assert len(started) >= 4            # the reference, and each start of each killed run
+    assert [pid for pid in started if _alive(pid)] == []
+
+
+def test_the_command_line_prints_json_and_exits_with_the_verdict(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "namedschema", "check-resume", "--kills", "1", "--json",
+         "--", *LOOP], cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["status"] == "exact" and report["exact"] is True
+    assert len(report["runs"]) == 1 and report["runs"][0]["kills"]
+    assert "check-resume: run 1/1:" in proc.stderr      # the progress lines
+
+
+def test_the_command_line_reports_a_divergence_with_status_1(tmp_path):
+    pytest.importorskip("torch")
+    proc = subprocess.run(
+        [sys.executable, "-m", "namedschema", "check-resume", "--kills", "1", "-q", "--",
+         *TRAIN_LOOP, "--steps", "300", "--bug", "untracked-rng"], cwd=tmp_path,
+        env=_env(), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert proc.stdout.startswith("DIVERGED after the kill at step")
+    assert proc.stderr == ""
+
+
+@pytest.mark.xfail(strict=True, reason="found by check-resume: the observation spaces of "
+                   "dqn_pong's wrappers draw unseeded generators that RunCheckpoint keeps "
+                   "(NOT REPRODUCIBLE at step 0 in `envs`); seed them, then drop this mark")
+def test_dqn_pong_resumes_exactly(tmp_path):
+    """examples/dqn_pong.py at a small size (real ALE Pong), checkpointing every 20 steps."""
+    pytest.importorskip("torch")
+    pytest.importorskip("ale_py")
+    small = ["--total-timesteps", "160", "--num-envs", "2", "--buffer-size", "128",
+             "--learning-starts", "32", "--batch-size", "8", "--target-network-frequency",
+             "50", "--exploration-fraction", "0.5", "--save-every", "20",
+             "--checkpoint", "pong.nsc"]
+    report = check(tmp_path, [sys.executable, os.path.join(REPO_ROOT, "examples",
+                                                           "dqn_pong.py"), *small],
+                   kills=2, seed=0)
+    assert report.status == "exact", report.message + report.output
+
+
+def test_the_rlpyt_readme_example_resumes_exactly(tmp_path, rlpyt_root):
+    report = check(tmp_path, [sys.executable, os.path.join(HERE, "rlpyt_flash.py"),
+                              "--steps", "400"], kills=2, seed=0,
+                   extra_env={"RLPYT_SRC": rlpyt_root})
+    assert report.status == "exact", report.message + report.output
