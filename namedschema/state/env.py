@@ -2,6 +2,8 @@
 
 capture_env    an env's or a synchronous vector env's whole state, or None with the reason
 restore_env    write a captured state into a freshly built env of the same construction
+capture_layer  one object's state attributes (a vector env wrapper's, say), or the reason not
+restore_layer  write what capture_layer gave into the same kind of object
 EnvStateError  a captured state does not fit the env it is restored into
 
 An env is captured layer by layer: the vector env (``SyncVectorEnv``), then for
@@ -10,7 +12,9 @@ that are state are captured: arrays, numbers, strings, lists/tuples/deques/dicts
 of those, numpy ``Generator`` s (the layer's own and its spaces', which
 ``action_space.sample()`` draws from) and ALE emulators (ale-py's
 ``cloneState(include_rng=True)``, serialized: frame, RAM, and the emulator's own
-random generator for sticky actions). Attributes that are configuration and
+random generator for sticky actions), and the few helper objects of
+Stable-Baselines3's vector envs that are data (``RunningMeanStd``,
+``StackedObservations``), restored in place. Attributes that are configuration and
 never change while running are left out: functions and methods, classes, enums,
 ``EnvSpec`` s, and the wrappers' bookkeeping (``env``, ``spec``, ``metadata``,
 ``_saved_kwargs``...). Anything else (a MuJoCo ``MjData``, a pygame window, a
@@ -37,12 +41,21 @@ import numpy as np
 from .._core.tree import join_path
 from ..errors import EnvStateError
 
-__all__ = ["capture_env", "restore_env", "EnvStateError"]
+__all__ = ["capture_env", "restore_env", "capture_layer", "restore_layer", "EnvStateError"]
 
-# Wrapper bookkeeping and configuration: never state.
+# Wrapper bookkeeping and configuration: never state. (``venv``, ``class_attributes``,
+# ``remotes``, ``work_remotes``, ``processes``: SB3's vector env wrappers and workers.)
 _CONFIG_NAMES = frozenset({
     "env", "envs", "env_fns", "_saved_kwargs", "_ezpickle_args", "_ezpickle_kwargs", "spec",
     "_cached_spec", "metadata", "_metadata", "render_mode", "_action_set",
+    "venv", "class_attributes", "remotes", "work_remotes", "processes",
+})
+
+# Helper objects that are data (their attributes are arrays and numbers), restored in place.
+_DATA_OBJECTS = frozenset({
+    ("stable_baselines3.common.running_mean_std", "RunningMeanStd"),
+    ("stable_baselines3.common.vec_env.stacked_observations", "StackedObservations"),
+    ("gymnasium.wrappers.utils", "RunningMeanStd"),
 })
 
 
@@ -124,6 +137,14 @@ def _value(value: Any, path: str) -> Any:
         if any(item is _CONFIG for item in entries.values()):
             raise _Unknown(path, value)
         return ["dict", entries]
+    if type(value) is collections.OrderedDict and \
+            all(k is None or isinstance(k, str) for k in value):   # SB3's buffers: key None
+        pairs = [[k, _value(v, join_path(path, str(k)))] for k, v in value.items()]
+        if any(item is _CONFIG for _k, item in pairs):
+            raise _Unknown(path, value)
+        return ["ordered_dict", pairs]
+    if (type(value).__module__, type(value).__qualname__) in _DATA_OBJECTS:
+        return ["object", _layer_state(value, path)]
     raise _Unknown(path, value)
 
 
@@ -145,6 +166,23 @@ def _layer_state(layer: Any, path: str) -> dict:
         if item is not _CONFIG:
             attributes[name] = item
     return out
+
+
+def capture_layer(obj: Any, path: str) -> tuple[dict[str, Any] | None, str | None]:
+    """``(state, None)`` of one object's state attributes, else ``(None, reason)``.
+
+    The object's own attributes only (a wrapper's ``env`` / ``venv`` is left out);
+    :func:`restore_layer` puts them back into an object of the same class.
+    """
+    try:
+        return _layer_state(obj, path), None
+    except _Unknown as exc:
+        return None, f"{exc} is not data this library can capture exactly"
+
+
+def restore_layer(obj: Any, state: dict[str, Any], path: str) -> None:
+    """Put what :func:`capture_layer` gave back into ``obj`` (of the captured class)."""
+    _restore_layer(obj, state, path, {})
 
 
 def _sub_envs(env: Any) -> list | None:
@@ -219,6 +257,17 @@ def _rebuilt(current: Any, kind: str, data: Any, path: str, memo: dict) -> Any:
         old = current if isinstance(current, dict) else {}
         return {k: _rebuilt(old.get(k), kk, d, join_path(path, k), memo)
                 for k, (kk, d) in data.items()}
+    if kind == "ordered_dict":
+        old = current if isinstance(current, dict) else {}
+        return collections.OrderedDict(
+            (k, _rebuilt(old.get(k), kk, d, join_path(path, str(k)), memo))
+            for k, (kk, d) in data)
+    if kind == "object":
+        if current is None or type(current).__qualname__ != data["class"]:
+            raise EnvStateError(f"{path}: the checkpoint has a {data['class']} here, the env "
+                                f"{type(current).__name__}")
+        _restore_layer(current, data, path, memo)
+        return current
     raise EnvStateError(f"{path}: unknown captured kind {kind!r}")
 
 

@@ -36,6 +36,7 @@ from ..errors import RunCheckpointError
 from ..state import plain as _plain_state
 from ..state.env import capture_env, restore_env
 from . import sb3_buffers as _sb3_buffers
+from . import sb3_vec_envs as _sb3_vec_envs
 from .replay import ReplayBuffer
 
 __all__ = ["StateKind", "KindContext", "KINDS", "kind_of", "kind_named", "register_kind"]
@@ -218,6 +219,9 @@ KINDS: tuple[StateKind, ...] = (
     StateKind("state_dict", _has_state_dict, _state_dict_capture, _state_dict_apply,
               accepts="state_dict()/load_state_dict() (torch modules, optimizers, "
                       "schedulers, namedschema replay buffers)"),
+    StateKind("sb3_vec_env", _sb3_vec_envs.is_sb3_vec_env, _sb3_vec_envs.capture,
+              _sb3_vec_envs.apply, _sb3_vec_envs.check,
+              accepts="Stable-Baselines3 VecEnvs (SubprocVecEnv included)"),
     StateKind("env", _is_env, _env_capture, _env_apply, accepts="gymnasium envs"),
     StateKind("dict", lambda obj: type(obj) is dict, _dict_capture, _dict_apply,
               accepts="dicts (counters)"),
