@@ -30,7 +30,6 @@ TIME_KEYS = frozenset({"t_start", "episode_times", "t"})   # wall-clock times: n
 
 
 def build(case: str, vec_env_cls_name: str | None = None):
-    import gymnasium as gym
     import torch
     from stable_baselines3 import A2C, DDPG, DQN, PPO, SAC, TD3
     from stable_baselines3.common.env_util import make_atari_env, make_vec_env
@@ -45,9 +44,7 @@ def build(case: str, vec_env_cls_name: str | None = None):
     if vec == "subproc":
         kwargs["vec_env_kwargs"] = {"start_method": "forkserver"}
     if env_name == "pong":
-        import ale_py
-        gym.register_envs(ale_py)
-        env = VecFrameStack(make_atari_env("PongNoFrameskip-v4", n_envs=n_envs, seed=0,
+        env = VecFrameStack(make_atari_env(make_pong, n_envs=n_envs, seed=0,
                                            vec_env_cls=vec_cls, **kwargs), 4)
     else:
         env = make_vec_env(env_name, n_envs=n_envs, seed=0, vec_env_cls=vec_cls, **kwargs)
@@ -73,6 +70,14 @@ def build(case: str, vec_env_cls_name: str | None = None):
     elif algo == "a2c":
         model = A2C("MlpPolicy", env, n_steps=8, policy_kwargs=small, seed=0)
     return model
+
+
+def make_pong(**kwargs):
+    """Real Pong; importing ale_py registers it (also in a SubprocVecEnv worker)."""
+    import ale_py
+    import gymnasium as gym
+    gym.register_envs(ale_py)
+    return gym.make("PongNoFrameskip-v4", **kwargs)
 
 
 # case: (algorithm, env, n_envs, vector env)
@@ -151,8 +156,15 @@ def final_state(model) -> dict[str, str]:
     from namedschema.training import sb3_vec_envs
     from namedschema.training.state_kinds import KindContext
     parts["env"] = sb3_vec_envs.capture(model.env, KindContext("env", ""))
+    for layer in parts["env"]["layers"]:
+        # VecTransposeImage makes its observation space unseeded and something seeds it
+        # from OS entropy (never drawn from): SB3 alone differs there from run to run.
+        if layer.get("captured", {}).get("class") == "VecTransposeImage":
+            layer["captured"]["attributes"].pop("observation_space")
     out = {name: digest_of(value) for name, value in parts.items()}
     out["env.sub_envs"] = [digest_of(e) for e in parts["env"]["envs"]]
+    out["env.layers"] = [{k: digest_of(v) for k, v in layer["captured"]["attributes"].items()}
+                         for layer in parts["env"]["layers"] if "captured" in layer]
     return out
 
 
