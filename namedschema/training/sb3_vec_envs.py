@@ -127,7 +127,7 @@ def check(obj: Any, state: Any, ctx: KindContext) -> None:
     saved = [layer["captured"]["class"] if "captured" in layer else "?"
              for layer in state["layers"]]
     built = [type(layer).__qualname__ for layer in chain]
-    if len(saved) != len(built) or any(s not in ("?", b) for s, b in zip(saved, built)):
+    if len(saved) != len(built) or any(s not in ("?", b) for s, b in zip(saved, built, strict=False)):
         raise RunCheckpointError(f"RunCheckpoint: {ctx.name!r} was saved as the vector envs "
                                  f"{saved}, this one is {built}")
     if len(state["envs"]) != chain[-1].num_envs:
