@@ -37,6 +37,7 @@ bodies included), and nothing inside the package imports a front door
     training       training/
     rlpyt.resume   rlpyt/resume/
     ray            ray/
+    sb3            sb3/
     testing        testing/
     front doors    __init__.py rlpyt/__init__.py
     apps           apps/ __main__.py

@@ -5,6 +5,8 @@ check_env      raise what restore_env would, changing nothing (a restore checks 
 restore_env    write a captured state into a freshly built env of the same construction
 env_settings   an env's settings as built (``TimeLimit``'s step limit...), name -> value
 keep_env_settings  put settings back into an env (a changed setting the run accepts)
+capture_layer  one object's state attributes (a vector env wrapper's, say), or the reason not
+restore_layer  write what capture_layer gave into the same kind of object
 EnvStateError  a captured state does not fit the env it is restored into
 
 An env is captured layer by layer: the vector env (``SyncVectorEnv``), then for
@@ -13,7 +15,9 @@ that are state are captured: arrays, numbers, strings, lists/tuples/deques/dicts
 of those, numpy ``Generator`` s (the layer's own and its spaces', which
 ``action_space.sample()`` draws from) and ALE emulators (ale-py's
 ``cloneState(include_rng=True)``, serialized: frame, RAM, and the emulator's own
-random generator for sticky actions). Attributes that are configuration and
+random generator for sticky actions), and the few helper objects of
+Stable-Baselines3's vector envs that are data (``RunningMeanStd``,
+``StackedObservations``), restored in place. Attributes that are configuration and
 never change while running are left out: functions and methods, classes, enums,
 ``EnvSpec`` s, and the wrappers' bookkeeping (``env``, ``spec``, ``metadata``,
 ``_saved_kwargs``...). Anything else (a MuJoCo ``MjData``, a pygame window, a
@@ -45,7 +49,7 @@ from .._core.tree import join_path
 from ..errors import EnvStateError
 
 __all__ = ["capture_env", "check_env", "restore_env", "env_settings", "keep_env_settings",
-           "EnvStateError"]
+           "capture_layer", "restore_layer", "EnvStateError"]
 
 # The bit generators a captured state may name (a file never chooses other code to run).
 _BIT_GENERATORS: dict[str, type] = {
@@ -58,10 +62,19 @@ _SETTING_NAMES = ("_max_episode_steps", "frame_skip", "noop_max", "terminal_on_l
                   "repeat_action_probability", "_skip", "stack_size")
 _MAX_DEPTH = 64    # nesting of captured values (a file could nest lists without end)
 
-# Wrapper bookkeeping and configuration: never state.
+# Wrapper bookkeeping and configuration: never state. (``venv``, ``class_attributes``,
+# ``remotes``, ``work_remotes``, ``processes``: SB3's vector env wrappers and workers.)
 _CONFIG_NAMES = frozenset({
     "env", "envs", "env_fns", "_saved_kwargs", "_ezpickle_args", "_ezpickle_kwargs", "spec",
     "_cached_spec", "metadata", "_metadata", "render_mode", "_action_set",
+    "venv", "class_attributes", "remotes", "work_remotes", "processes",
+})
+
+# Helper objects that are data (their attributes are arrays and numbers), restored in place.
+_DATA_OBJECTS = frozenset({
+    ("stable_baselines3.common.running_mean_std", "RunningMeanStd"),
+    ("stable_baselines3.common.vec_env.stacked_observations", "StackedObservations"),
+    ("gymnasium.wrappers.utils", "RunningMeanStd"),
 })
 
 
@@ -148,6 +161,14 @@ def _value(value: Any, path: str) -> Any:
         if any(item is _CONFIG for item in entries.values()):
             raise _Unknown(path, value)
         return ["dict", entries]
+    if type(value) is collections.OrderedDict and \
+            all(k is None or isinstance(k, str) for k in value):   # SB3's buffers: key None
+        pairs = [[k, _value(v, join_path(path, str(k)))] for k, v in value.items()]
+        if any(item is _CONFIG for _k, item in pairs):
+            raise _Unknown(path, value)
+        return ["ordered_dict", pairs]
+    if (type(value).__module__, type(value).__qualname__) in _DATA_OBJECTS:
+        return ["object", _layer_state(value, path)]
     raise _Unknown(path, value)
 
 
@@ -169,6 +190,23 @@ def _layer_state(layer: Any, path: str) -> dict:
         if item is not _CONFIG:
             attributes[name] = item
     return out
+
+
+def capture_layer(obj: Any, path: str) -> tuple[dict[str, Any] | None, str | None]:
+    """``(state, None)`` of one object's state attributes, else ``(None, reason)``.
+
+    The object's own attributes only (a wrapper's ``env`` / ``venv`` is left out);
+    :func:`restore_layer` puts them back into an object of the same class.
+    """
+    try:
+        return _layer_state(obj, path), None
+    except _Unknown as exc:
+        return None, f"{exc} is not data this library can capture exactly"
+
+
+def restore_layer(obj: Any, state: dict[str, Any], path: str) -> None:
+    """Put what :func:`capture_layer` gave back into ``obj`` (of the captured class)."""
+    _restore_layer(obj, state, path, {}, True)
 
 
 def _sub_envs(env: Any) -> list | None:
@@ -289,6 +327,23 @@ def _rebuilt(current: Any, kind: str, data: Any, path: str, memo: dict, write: b
         return {k: _rebuilt(old.get(k), *_item(d, join_path(path, k)), join_path(path, k),
                             memo, write, depth + 1)
                 for k, d in data.items()}
+    if kind == "ordered_dict":
+        if not isinstance(data, list) or not all(
+                isinstance(pair, (list, tuple)) and len(pair) == 2 for pair in data):
+            raise EnvStateError(f"{path}: not a captured ordered dict")
+        old = current if isinstance(current, dict) else {}
+        return collections.OrderedDict(
+            (k, _rebuilt(old.get(k), *_item(d, join_path(path, str(k))),
+                         join_path(path, str(k)), memo, write, depth + 1))
+            for k, d in data)
+    if kind == "object":
+        if not isinstance(data, dict) or not isinstance(data.get("class"), str):
+            raise EnvStateError(f"{path}: not a captured object")
+        if current is None or type(current).__qualname__ != data["class"]:
+            raise EnvStateError(f"{path}: the checkpoint has a {data['class']:.60} here, the "
+                                f"env {type(current).__name__}")
+        _restore_layer(current, data, path, memo, write)
+        return current
     raise EnvStateError(f"{path}: unknown captured kind {kind!r:.40}")
 
 

@@ -6,6 +6,8 @@ sum_tree         the sum tree behind prioritized sampling
 run_checkpoint   RunCheckpoint: model, optimizer, buffers, RNGs and env in one save
 state_kinds      the one table of state kinds RunCheckpoint captures (one row a kind)
 audit            check-resume's audit records (digests of each checkpoint), when asked for
+sb3_buffers      the row of Stable-Baselines3's (and CleanRL's) ReplayBuffer, DictReplayBuffer
+sb3_vec_envs     the row of Stable-Baselines3's vector envs (SubprocVecEnv's workers included)
 """
 
 from .replay import PrioritizedReplayBuffer, PrioritizedSample, ReplayBuffer

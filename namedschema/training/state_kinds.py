@@ -47,6 +47,8 @@ from ..errors import RunCheckpointError
 from ..state import plain as _plain_state
 from ..state.env import capture_env, check_env, env_settings, keep_env_settings, restore_env
 from .replay import PrioritizedReplayBuffer, ReplayBuffer
+from . import sb3_buffers as _sb3_buffers
+from . import sb3_vec_envs as _sb3_vec_envs
 
 __all__ = ["StateKind", "KindContext", "KINDS", "kind_of", "kind_named", "register_kind",
            "CLASS_SETTING", "qualified_name"]
@@ -496,11 +498,17 @@ KINDS: tuple[StateKind, ...] = (
               _python_random_apply, _python_random_check, accepts="random.Random"),
     StateKind("torch_generator", _is_torch_generator, _torch_generator_capture,
               _torch_generator_apply, _torch_generator_check, accepts="torch Generators"),
+    StateKind("sb3_replay_buffer", _sb3_buffers.is_sb3_replay_buffer, _sb3_buffers.capture,
+              _sb3_buffers.apply, _sb3_buffers.check,
+              accepts="Stable-Baselines3 ReplayBuffer/DictReplayBuffer"),
     StateKind("state_dict", _has_state_dict, _state_dict_capture, _state_dict_apply,
               _state_dict_check,
               accepts="state_dict()/load_state_dict() (torch modules, optimizers, "
                       "schedulers, namedschema replay buffers)",
               settings=_state_dict_settings, keep_settings=_state_dict_keep),
+    StateKind("sb3_vec_env", _sb3_vec_envs.is_sb3_vec_env, _sb3_vec_envs.capture,
+              _sb3_vec_envs.apply, _sb3_vec_envs.check,
+              accepts="Stable-Baselines3 VecEnvs (SubprocVecEnv included)"),
     StateKind("env", _is_env, _env_capture, _env_apply, _env_check, accepts="gymnasium envs",
               settings=_env_settings, keep_settings=_env_keep),
     StateKind("dict", lambda obj: type(obj) is dict, _dict_capture, _dict_apply, _dict_check,
