@@ -5,6 +5,7 @@ replay           ReplayBuffer, PrioritizedReplayBuffer (seeded, resume exactly),
 sum_tree         the sum tree behind prioritized sampling
 run_checkpoint   RunCheckpoint: model, optimizer, buffers, RNGs and env in one save
 state_kinds      the one table of state kinds RunCheckpoint captures (one row a kind)
+sb3_buffers      the row of Stable-Baselines3's (and CleanRL's) ReplayBuffer, DictReplayBuffer
 """
 
 from .replay import PrioritizedReplayBuffer, PrioritizedSample, ReplayBuffer

@@ -35,6 +35,7 @@ from .._core.optional import torch_if_loaded
 from ..errors import RunCheckpointError
 from ..state import plain as _plain_state
 from ..state.env import capture_env, restore_env
+from . import sb3_buffers as _sb3_buffers
 from .replay import ReplayBuffer
 
 __all__ = ["StateKind", "KindContext", "KINDS", "kind_of", "kind_named", "register_kind"]
@@ -211,6 +212,9 @@ KINDS: tuple[StateKind, ...] = (
               _python_random_apply, accepts="random.Random"),
     StateKind("torch_generator", _is_torch_generator, _torch_generator_capture,
               _torch_generator_apply, accepts="torch Generators"),
+    StateKind("sb3_replay_buffer", _sb3_buffers.is_sb3_replay_buffer, _sb3_buffers.capture,
+              _sb3_buffers.apply, _sb3_buffers.check,
+              accepts="Stable-Baselines3 ReplayBuffer/DictReplayBuffer"),
     StateKind("state_dict", _has_state_dict, _state_dict_capture, _state_dict_apply,
               accepts="state_dict()/load_state_dict() (torch modules, optimizers, "
                       "schedulers, namedschema replay buffers)"),
