@@ -36,7 +36,9 @@ import random
 import time
 from dataclasses import dataclass
 
+import ale_py  # gymnasium 1.x
 import gymnasium as gym
+import namedschema  # namedschema
 import numpy as np
 import torch
 import torch.nn as nn
@@ -52,6 +54,8 @@ from stable_baselines3.common.atari_wrappers import (
 )
 from stable_baselines3.common.buffers import ReplayBuffer
 from torch.utils.tensorboard import SummaryWriter
+
+gym.register_envs(ale_py)  # gymnasium 1.x: ale-py's envs are registered on request
 
 
 @dataclass
@@ -108,6 +112,10 @@ class Args:
     """timestep to start learning"""
     train_frequency: int = 4
     """the frequency of training"""
+    checkpoint: str = f"{exp_name}.nsc"  # namedschema
+    """the RunCheckpoint file: the same command run again continues the run from it"""
+    checkpoint_every: int = 10000  # namedschema
+    """save the whole run every this many steps"""
 
 
 def make_env(env_id, seed, idx, capture_video, run_name):
@@ -126,8 +134,8 @@ def make_env(env_id, seed, idx, capture_video, run_name):
             env = FireResetEnv(env)
         env = ClipRewardEnv(env)
         env = gym.wrappers.ResizeObservation(env, (84, 84))
-        env = gym.wrappers.GrayScaleObservation(env)
-        env = gym.wrappers.FrameStack(env, 4)
+        env = gym.wrappers.GrayscaleObservation(env)  # gymnasium 1.x: renamed
+        env = gym.wrappers.FrameStackObservation(env, 4)  # gymnasium 1.x: renamed
 
         env.action_space.seed(seed)
         return env
@@ -202,7 +210,8 @@ uv pip install "stable_baselines3==2.0.0a1" "gymnasium[atari,accept-rom-license]
 
     # env setup
     envs = gym.vector.SyncVectorEnv(
-        [make_env(args.env_id, args.seed + i, i, args.capture_video, run_name) for i in range(args.num_envs)]
+        [make_env(args.env_id, args.seed + i, i, args.capture_video, run_name) for i in range(args.num_envs)],
+        autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,  # gymnasium 1.x: CleanRL's final_obs semantics
     )
     assert isinstance(envs.single_action_space, gym.spaces.Discrete), "only discrete action space is supported"
 
@@ -220,10 +229,20 @@ uv pip install "stable_baselines3==2.0.0a1" "gymnasium[atari,accept-rom-license]
         handle_timeout_termination=False,
     )
     start_time = time.time()
+    ckpt = namedschema.RunCheckpoint(args.checkpoint, every_steps=args.checkpoint_every)  # namedschema
+    ckpt.track(q_network=q_network, target_network=target_network, optimizer=optimizer, rb=rb, envs=envs)  # namedschema
 
     # TRY NOT TO MODIFY: start the game
     obs, _ = envs.reset(seed=args.seed)
-    for global_step in range(args.total_timesteps):
+    if ckpt.restore():  # namedschema: everything tracked and the global RNGs are as they were at the save
+        obs, run_name = ckpt.loop["obs"], ckpt.loop["run_name"]  # namedschema
+        print(f"resumed from {args.checkpoint} at step {ckpt.next_step}")  # namedschema
+        writer.close()  # resumed logs: log on into the run's TensorBoard dir, dropping what the killed run logged after its save
+        writer = SummaryWriter(f"runs/{run_name}", purge_step=ckpt.next_step)  # resumed logs
+        start_time, shift = time.time() - ckpt.loop["elapsed"], time.perf_counter() - ckpt.loop["clock"]  # resumed logs: SPS
+        for env in envs.envs:  # resumed logs: RecordEpisodeStatistics' clock of the episode in progress
+            env.set_wrapper_attr("episode_start_time", env.get_wrapper_attr("episode_start_time") + shift)  # resumed logs
+    for global_step in range(ckpt.next_step, args.total_timesteps):  # namedschema: from the step after the save
         # ALGO LOGIC: put action logic here
         epsilon = linear_schedule(args.start_e, args.end_e, args.exploration_fraction * args.total_timesteps, global_step)
         if random.random() < epsilon:
@@ -236,18 +255,18 @@ uv pip install "stable_baselines3==2.0.0a1" "gymnasium[atari,accept-rom-license]
         next_obs, rewards, terminations, truncations, infos = envs.step(actions)
 
         # TRY NOT TO MODIFY: record rewards for plotting purposes
-        if "final_info" in infos:
-            for info in infos["final_info"]:
-                if info and "episode" in info:
-                    print(f"global_step={global_step}, episodic_return={info['episode']['r']}")
-                    writer.add_scalar("charts/episodic_return", info["episode"]["r"], global_step)
-                    writer.add_scalar("charts/episodic_length", info["episode"]["l"], global_step)
+        if "final_info" in infos and "episode" in infos["final_info"]:  # gymnasium 1.x: one dict of arrays
+            episode = infos["final_info"]["episode"]  # gymnasium 1.x
+            for idx in np.flatnonzero(infos["final_info"]["_episode"]):  # gymnasium 1.x
+                print(f"global_step={global_step}, episodic_return={episode['r'][idx]}")
+                writer.add_scalar("charts/episodic_return", episode["r"][idx], global_step)
+                writer.add_scalar("charts/episodic_length", episode["l"][idx], global_step)
 
         # TRY NOT TO MODIFY: save data to reply buffer; handle `final_observation`
         real_next_obs = next_obs.copy()
         for idx, trunc in enumerate(truncations):
             if trunc:
-                real_next_obs[idx] = infos["final_observation"][idx]
+                real_next_obs[idx] = infos["final_obs"][idx]  # gymnasium 1.x
         rb.add(obs, real_next_obs, actions, rewards, terminations, infos)
 
         # TRY NOT TO MODIFY: CRUCIAL step easy to overlook
@@ -280,6 +299,9 @@ uv pip install "stable_baselines3==2.0.0a1" "gymnasium[atari,accept-rom-license]
                     target_network_param.data.copy_(
                         args.tau * q_network_param.data + (1.0 - args.tau) * target_network_param.data
                     )
+        elapsed, clock = time.time() - start_time, time.perf_counter()  # resumed logs
+        ckpt.maybe_save(global_step, obs=obs, run_name=run_name, elapsed=elapsed, clock=clock)  # namedschema
+    ckpt.wait()  # namedschema: the last save is on disk
 
     if args.save_model:
         model_path = f"runs/{run_name}/{args.exp_name}.cleanrl_model"
