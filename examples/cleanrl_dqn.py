@@ -185,7 +185,7 @@ uv pip install "stable_baselines3==2.0.0a1"
 
     # env setup
     envs = gym.vector.SyncVectorEnv(
-        [make_env(args.env_id, args.seed + i, i, args.capture_video, run_name) for i in range(args.num_envs)],
+        [make_env(args.env_id, args.seed + i, i, args.capture_video, run_name) for i in range(args.num_envs)],  # gymnasium 1.x
         autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,  # gymnasium 1.x: CleanRL's final_obs semantics
     )
     assert isinstance(envs.single_action_space, gym.spaces.Discrete), "only discrete action space is supported"
@@ -232,9 +232,9 @@ uv pip install "stable_baselines3==2.0.0a1"
         if "final_info" in infos and "episode" in infos["final_info"]:  # gymnasium 1.x: one dict of arrays
             episode = infos["final_info"]["episode"]  # gymnasium 1.x
             for idx in np.flatnonzero(infos["final_info"]["_episode"]):  # gymnasium 1.x
-                print(f"global_step={global_step}, episodic_return={episode['r'][idx]}")
-                writer.add_scalar("charts/episodic_return", episode["r"][idx], global_step)
-                writer.add_scalar("charts/episodic_length", episode["l"][idx], global_step)
+                print(f"global_step={global_step}, episodic_return={episode['r'][idx]}")  # gymnasium 1.x
+                writer.add_scalar("charts/episodic_return", episode["r"][idx], global_step)  # gymnasium 1.x
+                writer.add_scalar("charts/episodic_length", episode["l"][idx], global_step)  # gymnasium 1.x
 
         # TRY NOT TO MODIFY: save data to reply buffer; handle `final_observation`
         real_next_obs = next_obs.copy()
