@@ -46,9 +46,9 @@ from .._core.optional import torch_if_loaded
 from ..errors import RunCheckpointError
 from ..state import plain as _plain_state
 from ..state.env import capture_env, check_env, env_settings, keep_env_settings, restore_env
-from .replay import PrioritizedReplayBuffer, ReplayBuffer
 from . import sb3_buffers as _sb3_buffers
 from . import sb3_vec_envs as _sb3_vec_envs
+from .replay import PrioritizedReplayBuffer, ReplayBuffer
 
 __all__ = ["StateKind", "KindContext", "KINDS", "kind_of", "kind_named", "register_kind",
            "CLASS_SETTING", "qualified_name"]
