@@ -1,7 +1,10 @@
 """Background saves: ``save(..., background=True)`` returns once a consistent snapshot exists.
 
-Two ways to a snapshot, chosen per save:
+Three ways to a snapshot, chosen per save (``save_in_background``):
 
+* **A small state copied aside** (at most SMALL_STATE bytes of data): the
+  caller copies every block; the writer thread writes the copy as a
+  foreground save would. No fork (its page tables cost more than the copy).
 * **Changes copied aside** (an incremental save of a file this process saved,
   with write-protect tracking): the caller asks the kernel which pages were
   written since the last save (re-arming the tracking in the same call) and
@@ -35,13 +38,18 @@ or journal that the next save or load settles).
 
 BackgroundSave    the handle: ``wait()``, ``done()``
 BackgroundSaveError  (namedschema.errors) the writer died, or its error could not come back
-start             run a save job in a snapshot child, return its handle
+save_in_background  the background half of ``save``: picks the route below
+start             run a save job in a snapshot child (``forked``), return its handle
 start_thread      run the rest of a save whose changes are copied aside, in a thread
-incremental_job   the child's job of an incremental-mode save, with its tracking
+incremental_job   the child's job of an incremental-mode save (compares), with its tracking
 settle            wait for the background save of a path; raise its unreported error
 written           wait for the background save of a path, raising nothing (for readers)
 serialized        the per-path lock a save holds until its snapshot exists
 freeze_shared     copies of the blocks that live in shared memory
+
+A fork child of this process starts with no background save: the parent's
+handles, queued writes and locks are dropped in it (``load``, saves and exit
+there never wait for the parent's writers).
 """
 
 from __future__ import annotations
