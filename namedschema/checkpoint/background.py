@@ -378,7 +378,8 @@ def _write_in_order() -> None:
         try:
             record = rest()
         except BaseException as exc:
-            exc.add_note(f"raised by the background save of {handle.path!r}")
+            exc.add_note(f"raised by the background save of {handle.path!r} "
+                         f"({_what_is_left(handle.path)})")
             handle._finish(None, exc)
         else:
             handle._finish(record, None)
