@@ -2,9 +2,8 @@
 
 ``save(obj, path, incremental=True)`` compares ``obj`` with the checkpoint at
 ``path``. When both have the same arrays (shapes, dtypes, strides, views,
-hence the same blocks), it writes only the changed bytes, in place, through
-the redo journal (``journal.py``), so that a crash leaves the old or the new
-checkpoint; otherwise it writes a full checkpoint through ``writer`` with
+hence the same blocks), it writes only the changed bytes, in place, through the
+redo journal (``journal.py``), so a crash leaves the old or the new checkpoint; otherwise it writes a full checkpoint through ``writer`` with
 the ``PAGE_ALIGNED`` layout, so that the next save can be incremental.
 
 What changed is found by ``tracking.py`` (write protection armed at the last
