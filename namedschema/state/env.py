@@ -269,8 +269,12 @@ def _rebuilt(current: Any, kind: str, data: Any, path: str, memo: dict, write: b
         if not isinstance(data, np.ndarray) or data.dtype.hasobject:
             raise EnvStateError(f"{path}: the checkpoint has no array here (a "
                                 f"{type(data).__name__})")
-        # The env's own array (if any) is replaced, not written into: envs reassign such
-        # attributes with other shapes as they run (VecNormalize's old_reward, say).
+        # An empty array is a placeholder the env replaces as it runs (VecNormalize's
+        # old_reward starts as float64 (0,)); any other array keeps its dtype and shape.
+        if isinstance(current, np.ndarray) and current.size and (
+                current.dtype != data.dtype or current.shape != data.shape):
+            raise EnvStateError(f"{path}: the checkpoint has an array of {data.dtype} "
+                                f"{data.shape}, the env {current.dtype} {current.shape}")
         # A fresh array, never a write into the env's: the env's arrays may alias one
         # another (a frame stack repeats one padding array). Arrays that were one array
         # when captured are one array again (the file keeps identity; ``memo`` too).

@@ -18,6 +18,7 @@ import numpy as np
 
 from .._core.optional import torch_if_loaded
 from .._core.tree import is_named, join_path
+from ..errors import FormatError
 
 __all__ = ["to_data", "from_data", "NotDataValue", "BadData", "MAX_DEPTH"]
 
@@ -27,8 +28,8 @@ _SCALARS = (bool, float, str, type(None), np.generic)
 MAX_DEPTH = 200   # nesting from_data follows (a state dict is a few levels deep)
 
 
-class BadData(ValueError):
-    """A value that :func:`to_data` cannot have given (a damaged or forged file)."""
+# A value that to_data cannot have given (a damaged or forged file).
+BadData = FormatError
 
 
 class NotDataValue(TypeError):

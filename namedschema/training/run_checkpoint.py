@@ -90,14 +90,14 @@ class RunCheckpoint:
             into a run built with other values is refused, naming each
             difference. An accepted one keeps the run's new value (after the
             checkpoint's state is restored) and is said as a
-            :class:`RunCheckpointWarning`. Another class of a tracked object
+            :class:`~namedschema.errors.RunCheckpointWarning`. Another class of a tracked object
             (an SGD where Adam was saved) is always refused.
         quiet: :meth:`restore` says that it resumed on a logging INFO record of
             the ``"namedschema"`` logger, and also on one line of stderr unless
             ``quiet``.
 
     The folder of ``path`` must exist and be writable when the checkpoint is
-    made (a :class:`RunCheckpointError` names it otherwise), and the first save
+    made (a :class:`~namedschema.errors.RunCheckpointError` names it otherwise), and the first save
     of a new run is written before :meth:`save` returns (so that a target
     that cannot be written fails at once, not at the next save).
 
