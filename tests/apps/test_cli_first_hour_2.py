@@ -17,7 +17,7 @@ import random
 
 import numpy as np
 import pytest
-import torch
+torch = pytest.importorskip("torch")
 
 import namedschema
 from namedschema.apps import cli
