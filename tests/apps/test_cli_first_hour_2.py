@@ -17,6 +17,7 @@ import random
 
 import numpy as np
 import pytest
+
 torch = pytest.importorskip("torch")
 
 import namedschema
