@@ -18,12 +18,12 @@ import random
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")
-
 import namedschema
 from namedschema.apps import cli
 from namedschema.checkpoint import writer
 from namedschema.checkpoint.folding import fold
+
+torch = pytest.importorskip("torch")
 
 
 # ------------------------------------------------------------------- 8: verify and inspect
