@@ -20,8 +20,7 @@ save_encoded   the same for a graph already encoded and laid out
 full_save      a full save laid out for incremental ones, recorded as their baseline
 begin_background  the caller's half of a background incremental save
 recover        finish or discard the journal an interrupted incremental save left
-reading        hold off incremental saves while a loader reads the file
-wait           wait for the background sync of an incremental save to end
+reading, wait  hold off incremental saves while a loader reads; wait for a background sync
 """
 
 from __future__ import annotations
@@ -487,6 +486,7 @@ def _write_changes(enc: EncodedGraph, plan: layout.Layout, path: str, real: str,
     head = struct.pack("<Q", length) + header.encode(length)
     pieces.append((0, head, zlib.crc32(head)))
     bar = Progress(written, "saving (incremental)", progress)
+    journal.reserve(fd, pieces, st.st_size)   # before the commit: a replay needs no space
     jpath = journal.journal_path(path)
     try:
         journal.write(jpath, old.description.checkpoint_id, header.description.checkpoint_id,

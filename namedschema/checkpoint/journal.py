@@ -263,3 +263,18 @@ def replay(journal: Journal, fd: int) -> None:
                     done += os.pwrite(fd, chunk[done:], offset + n - left + done)
                 left -= len(chunk)
     os.fsync(fd)
+
+
+def reserve(fd: int, pieces: Any, end: int) -> None:
+    """Give the file blocks under every piece a journal will write, up to ``end``.
+
+    A first save leaves all-zero stretches as holes (a sparse file); writing into a
+    hole needs free space. Allocating before the journal is committed makes a full
+    disk fail the save with the old checkpoint intact, and lets a replay of a
+    committed journal finish on a full disk.
+    """
+    for offset, data, _crc in pieces:
+        stop = min(offset + memoryview(data).nbytes, end)
+        if stop > offset:
+            os.posix_fallocate(fd, offset, stop - offset)
+
