@@ -237,12 +237,22 @@ def replay(journal: Journal, fd: int) -> None:
     """Write every range of ``journal`` into the checkpoint open as ``fd``, then sync it.
 
     Raises:
-        FormatError: the journal names another size than the checkpoint's (an
-            in-place save never changes it: the journal does not describe this
-            file, or the file was cut or extended since); nothing is written
-            and the file is never resized.
+        FormatError: the journal names another size than the checkpoint's (the
+            journal does not describe this file, or the file was cut or extended
+            since); nothing is written. The one resize: a file short of the
+            journal's size by at most the bytes the journal carries is grown to it
+            (a relaying save killed between its commit and growing the file), when that
+            is at most twice the file plus the journal's bytes.
     """
     size = os.fstat(fd).st_size
+    carried = sum(n for _offset, n, _crc in journal.ranges)
+    if size < journal.file_size <= 2 * size + carried:
+        # A save that relaid blocks grows the file once its journal is committed; a kill
+        # before it grew leaves it short. The growth is bounded by what is there (the
+        # file and the bytes the journal carries): a small forged journal cannot make a
+        # large file.
+        os.ftruncate(fd, journal.file_size)
+        size = journal.file_size
     if journal.file_size != size:
         raise FormatError(
             f"the incremental-save journal {journal.path!r} is for a checkpoint of "
