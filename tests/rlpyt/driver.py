@@ -358,12 +358,12 @@ class Recorder:
 
         @functools.wraps(save)
         def save_(*a, **k):
+            # Armed from the start of save N until save N+1 begins: a small state is
+            # written by the writer thread after save() returned, a large one by a fork
+            # that inherits the count.
             self.saves += 1
             self.in_save = self.saves == number
-            try:
-                return save(*a, **k)
-            finally:
-                self.in_save = False
+            return save(*a, **k)
 
         def write_(fd, data):
             if self.in_save and where == "write":

@@ -34,6 +34,7 @@ __all__ = ["CheckpointStat", "checkpoint_history", "CheckpointWriter"]
 _log = logging.getLogger("namedschema.rlpyt")
 #: This many full saves in a row (after the first checkpoint) give a warning.
 FULL_STREAK = 2
+_CHEAPER_FULL = "more changed than an incremental save is worth"
 
 
 @dataclass(frozen=True)
@@ -135,7 +136,9 @@ class CheckpointWriter:
     def _warn_if_full(self, stat: CheckpointStat) -> None:
         if not self.incremental or len(self.history) < 2:
             return
-        self._streak = self._streak + 1 if stat.kind == "full" else 0
+        # A full save because most of the state changed is the cheaper save, not a miss.
+        costlier = stat.reason is not None and stat.reason.startswith(_CHEAPER_FULL)
+        self._streak = self._streak + 1 if stat.kind == "full" and not costlier else 0
         why = stat.reason or "unknown (the save ran in a snapshot process)"
         if self._streak >= FULL_STREAK and self._warned != why:
             self._warned = why
