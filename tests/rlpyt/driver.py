@@ -443,6 +443,21 @@ def views_intact(buffer):
     return [bool(np.shares_memory(a, b)) for a, b in pairs]
 
 
+def evaluations_in_canonical_order(sampler):
+    """Parallel samplers queue evaluation trajectories as their workers finish them, so
+    even two runs of rlpyt alone log them in different orders, and the float32 average of
+    their returns can differ in the last bit (seen in CI: ``dqn_eval_cpu``, the same
+    trajectories in three orders over ten runs of rlpyt alone). Sorted by content, the
+    logged statistics depend only on which trajectories ended. Every run gets this,
+    rlpyt alone included; serial samplers keep their (deterministic) order."""
+    cls = type(sampler)     # on the class: nothing new in the sampler's own state
+    evaluate = cls.evaluate_agent
+
+    def evaluate_agent(self, itr):
+        return sorted(evaluate(self, itr), key=digest)
+    cls.evaluate_agent = evaluate_agent
+
+
 def write_pids_after_startup(runner, path):
     """The main and worker pids, written as soon as rlpyt's startup forked the workers
     (before anything of a resume, which may fail)."""
@@ -525,6 +540,9 @@ def main(argv=None):
     rec.hook_logger()
     rec.hook_saves()
     runner = build(args.config)
+    from rlpyt.samplers.parallel.base import ParallelSamplerBase
+    if isinstance(runner.sampler, ParallelSamplerBase):
+        evaluations_in_canonical_order(runner.sampler)
     if args.env_class:
         runner.sampler.EnvCls = load_env_class(args.env_class)
     if args.unpicklable_env:
