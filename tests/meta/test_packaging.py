@@ -27,8 +27,9 @@ def test_classifiers_name_the_supported_pythons_and_the_status():
 
 
 @pytest.mark.subprocess
-def test_sdist_holds_the_tests_docs_and_benchmarks_they_need(tmp_path):
-    """Built from this checkout, the sdist has every file the tests import or read."""
+def test_sdist_holds_the_tests_docs_benchmarks_and_examples_they_need(tmp_path):
+    """Built from this checkout, the sdist has every file the tests import or read, and
+    the examples the docs include and the tests run (issue 35, item 7)."""
     proc = subprocess.run(
         [sys.executable, "setup.py", "-q", "egg_info", "--egg-base", str(tmp_path),
          "sdist", "-d", str(tmp_path)],
@@ -41,6 +42,8 @@ def test_sdist_holds_the_tests_docs_and_benchmarks_they_need(tmp_path):
                    "tests/conftest.py", "tests/meta/test_docs_build.py",
                    "tests/checkpoint/data/format-1.0.nsb", "docs/conf.py",
                    "docs/inventories/python.inv", "benchmarks", "namedschema/py.typed",
-                   "LICENSE", "README.md"):
+                   "LICENSE", "README.md", "examples/dqn_pong.py",
+                   "examples/train_loop.py", "examples/cleanrl_dqn.py",
+                   "examples/cleanrl_dqn_atari.py", "examples/cleanrl_namedschema_buffer.py"):
         assert any(n == needed or n.startswith(needed + "/") for n in names), needed
     assert not any("__pycache__" in n or n.endswith(".pyc") for n in names)
