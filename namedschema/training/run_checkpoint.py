@@ -33,6 +33,7 @@ from typing import Any, Literal
 
 from ..checkpoint import load, save
 from ..checkpoint.background import written
+from ..checkpoint.destination import free_bytes, state_bytes
 from ..errors import FormatError, RunCheckpointError, RunCheckpointWarning, UnexpectedKindError
 from ..state import plain as _plain_state
 from ..state import rng as _rng_state
@@ -203,6 +204,8 @@ class RunCheckpoint:
         if self.allow_pickle:
             kwargs["allow_pickle"] = True
         state = self.state(step, **loop)
+        if self.step is None:     # a new run's first save: refused now if it cannot fit
+            _check_room(self.path, state)
         self.wait()       # the previous save's error, if any, is raised here, not lost
         if self._audit is not None:
             self._audit.save_begin(step)
@@ -475,6 +478,22 @@ def _accepted(value: Any) -> Literal[True] | tuple[str, ...]:
         raise ValueError("RunCheckpoint: accept_changes must be True or names of settings "
                          f"such as 'opt.lr', not {value!r:.100}")
     return names
+
+
+def _check_room(path: str, state: Any) -> None:
+    """Refuse, before the first save writes anything, a state larger than the space there
+    (free space plus the file it replaces: what ``resumable`` checks at startup)."""
+    try:
+        free = free_bytes(path)
+    except OSError:       # the folder went away: the save itself says so
+        return
+    need = state_bytes(state)
+    if need > free:
+        raise RunCheckpointError(
+            f"RunCheckpoint: the checkpoint {path!r} needs about {need:,} bytes "
+            f"({need / 2**30:.2f} GiB: the tracked arrays and tensors, replay buffers "
+            f"included), but only {free:,} bytes ({free / 2**30:.2f} GiB) are free there; "
+            "free some space or give a path on another file system")
 
 
 def _check_target(path: str) -> None:

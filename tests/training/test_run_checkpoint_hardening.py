@@ -288,3 +288,28 @@ def test_a_first_save_that_fails_is_not_reported_done(tmp_path, background):
     with pytest.raises(RunCheckpointError, match="first checkpoint could not be written"):
         ckpt.maybe_save(0)
     assert ckpt.step is None and ckpt.next_step == 0
+
+
+@pytest.mark.parametrize("background", [True, False])
+def test_a_first_save_that_cannot_fit_is_refused_before_writing(tmp_path, monkeypatch,
+                                                                background):
+    """35.2: the first save checks the free space (as resumable does at startup): the
+    error names the path, the bytes needed and the bytes free, and nothing is written."""
+    from namedschema.training import run_checkpoint
+    path = tmp_path / "run.nsc"
+    ckpt = namedschema.RunCheckpoint(path, every_steps=10, global_rngs=False,
+                                     background=background).track(
+        buffer={"obs": np.zeros((1000, 100), np.uint8)})
+    monkeypatch.setattr(run_checkpoint, "free_bytes", lambda p: 50_000)
+    with pytest.raises(RunCheckpointError) as info:
+        ckpt.maybe_save(0)
+    text = str(info.value)
+    assert repr(str(path)) in text and "100,000 bytes" in text and "50,000 bytes" in text
+    assert "free" in text
+    assert ckpt.step is None and not path.exists() and os.listdir(tmp_path) == []
+    monkeypatch.setattr(run_checkpoint, "free_bytes", lambda p: 10**12)
+    assert ckpt.maybe_save(0) and ckpt.step == 0
+    monkeypatch.setattr(run_checkpoint, "free_bytes", lambda p: 0)
+    ckpt.save(10)                      # later saves replace the file; only the first is asked
+    ckpt.wait()
+    assert ckpt.step == 10
