@@ -15,7 +15,10 @@ that are not in a state dict (SAC's ``log_ent_coef``, restored in place, so
 its optimizer keeps it), and the action noise. Everything else in the model is
 configuration, stored as text: a restore into a model built with other
 hyperparameters is refused, naming them, unless they are accepted
-(``accept_changes``). An attribute this row does not know is configuration
+(``accept_changes``; what SB3 derives from one, ``lr_schedule`` from
+``learning_rate``, is accepted with it). An accepted one takes effect: the
+model keeps the value it was built with. Those that shape the saved state
+(``NEVER``: ``buffer_size``, ``n_envs``...) are always refused. An attribute this row does not know is configuration
 too; one that is not plain (a user's object) is named in a warning.
 """
 
@@ -34,7 +37,8 @@ from ..errors import RunCheckpointError
 from ..state import plain as _plain_state
 from ..training.state_kinds import KindContext, StateKind, register_kind
 
-__all__ = ["ROW", "expect", "deferred", "noise_state", "set_noise_state", "is_algorithm"]
+__all__ = ["ROW", "expect", "deferred", "noise_state", "set_noise_state", "is_algorithm",
+           "accepted", "DERIVED", "NEVER"]
 
 STATE = ("num_timesteps", "_total_timesteps", "_num_timesteps_at_start", "_episode_num",
          "_current_progress_remaining", "_n_updates", "_n_calls", "exploration_rate",
@@ -49,6 +53,15 @@ _PARTS = frozenset({
     "ent_coef_optimizer", "log_ent_coef", "ent_coef_tensor",
 })
 _PLAIN = (bool, int, float, str, type(None), tuple, list, dict, type)
+# Settings SB3 derives from hyperparameters in its constructor: accepted with their
+# source (PPO's clip_range schedules replace their own attribute: accepted by its name).
+DERIVED = {"lr_schedule": ("learning_rate",),
+           "exploration_schedule": ("exploration_initial_eps", "exploration_final_eps",
+                                    "exploration_fraction")}
+# Settings that shape the saved state (the buffer's arrays, the policy's modules, the env
+# count): a checkpoint cannot hold a run built with others, so they are never accepted.
+NEVER = frozenset({"buffer_size", "n_envs", "policy_class", "replay_buffer_class",
+                   "replay_buffer_kwargs", "optimize_memory_usage"})
 
 _expected: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _deferred: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -155,6 +168,23 @@ def _capture(model: Any, ctx: KindContext) -> dict[str, Any]:
             "config": _config(model, lambda m: ctx.warn_once(f"{ctx.name}:config", m))}
 
 
+def accepted(name: str, accept: tuple[str, ...] | bool) -> bool:
+    """Whether a changed setting ``name`` is accepted (a derived one with its source)."""
+    if name in NEVER or accept is False:
+        return False
+    return accept is True or name in accept or \
+        any(source in accept for source in DERIVED.get(name, ()))
+
+
+def _sources(name: str, changed: dict) -> tuple[str, ...]:
+    """What the user accepts for ``name``: itself, or the changed hyperparameters it is
+    derived from (all of them when none of them changed: a user's schedule function)."""
+    sources = DERIVED.get(name)
+    if sources is None:
+        return (name,)
+    return tuple(s for s in sources if s in changed) or sources
+
+
 def _check(model: Any, saved: Any, ctx: KindContext) -> None:
     where = f"RunCheckpoint: {ctx.name!r}"
     if saved["class"] != _sb3_class(model):
@@ -168,13 +198,27 @@ def _check(model: Any, saved: Any, ctx: KindContext) -> None:
     for name in sorted(set(config) | set(saved["config"])):
         if config.get(name) != saved["config"].get(name):
             changed[name] = (saved["config"].get(name), config.get(name))
-    refused = {k: v for k, v in changed.items() if accept is not True and k not in accept}
+    never = {k: v for k, v in changed.items() if k in NEVER}
+    if never:
+        listed = "; ".join(f"{k}: {a} -> {b}" for k, (a, b) in never.items())
+        raise RunCheckpointError(
+            f"{where}: the run in {ctx.path!r} was made with other settings ({listed}); "
+            f"{sorted(never)} shape the saved state (buffer, modules, envs), so they cannot "
+            "be changed on resume, not even with accept_changes. Build the model as it was, "
+            "or start a new run (another path)")
+    refused = {k: v for k, v in changed.items() if not accepted(k, accept)}
     if refused:
         listed = "; ".join(f"{k}: {a} -> {b}" for k, (a, b) in refused.items())
+        names = sorted({source for k in refused for source in _sources(k, changed)})
         raise RunCheckpointError(
             f"{where}: the run in {ctx.path!r} was made with other settings ({listed}); "
             f"resuming it would not continue that run. Build the model as it was, or accept "
-            f"the change: resumable(..., accept_changes={sorted(refused)!r})")
+            f"the change (it then takes effect): resumable(..., accept_changes={names!r}) "
+            "(or accept_changes=True)")
+    if changed:
+        listed = "; ".join(f"{k}: {a} -> {b}" for k, (a, b) in changed.items())
+        ctx.warn_once(f"{ctx.name}:accepted", f"{_sb3_class(model)}: resuming with this "
+                      f"run's settings (accepted, they take effect): {listed}")
     for name, value in saved["variables"].items():
         current = getattr(model, name)
         if tuple(value.shape) != tuple(current.shape) or value.dtype != current.dtype:

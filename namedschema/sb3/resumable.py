@@ -50,6 +50,34 @@ def _accepted(accept_changes: Any) -> tuple[str, ...] | Literal[True]:
                      f"such as 'learning_rate', not {accept_changes!r:.100}")
 
 
+def _settings_accepted(accept: tuple[str, ...] | Literal[True],
+                       optimizers: list[str]) -> tuple[str, ...] | Literal[True]:
+    """What RunCheckpoint accepts of the optimizers' settings for the SB3 names accepted.
+
+    SB3 builds each optimizer from the model's hyperparameters: ``learning_rate``
+    gives every optimizer's ``lr`` (SAC's entropy optimizer's too), ``policy_kwargs``
+    its ``optimizer_kwargs``. RunCheckpoint's own names (``"policy_optimizer.eps"``)
+    pass through as they are.
+    """
+    if accept is True:
+        return True
+    out = list(accept)
+    if "learning_rate" in accept:
+        out += [f"{name}.lr" for name in optimizers]
+    if "policy_kwargs" in accept:
+        out += optimizers
+    return tuple(out)
+
+
+class _Checkpoint(RunCheckpoint):
+    """The model's RunCheckpoint: its refusals name ``resumable``'s argument."""
+
+    def _how_to_accept(self, names: list[str]) -> str:
+        sb3 = sorted({"learning_rate" if name.endswith(".lr") else name for name in names})
+        return (f"pass resumable(..., accept_changes={sb3!r}) (or accept_changes=True); "
+                "an accepted change takes effect")
+
+
 class _Run:
     """The checkpointing of one wrapped model (its learn, its save points)."""
 
@@ -67,13 +95,17 @@ class _Run:
         model = self.model
         if model.env is None:
             raise RunCheckpointError("resumable: the model has no env; build it with one")
-        ckpt = RunCheckpoint(self.path)
         parts: dict[str, Any] = {"algorithm": model}
         for name in model._get_torch_save_params()[0]:
             obj = model
             for attr in name.split("."):
                 obj = getattr(obj, attr)
             parts[name.replace(".", "_")] = obj
+        optimizers = [name for name, obj in parts.items()
+                      if any(c.__module__.startswith("torch.optim")
+                             and c.__name__ == "Optimizer" for c in type(obj).__mro__)]
+        ckpt = _Checkpoint(self.path, accept_changes=_settings_accepted(self.accept, optimizers),
+                           quiet=True)
         if getattr(model, "replay_buffer", None) is not None:
             parts["replay_buffer"] = model.replay_buffer
         parts["env"] = model.env
@@ -140,10 +172,21 @@ def resumable(model: Any, path: str | os.PathLike[str], *, every_steps: int,
         path: the checkpoint file; ``learn`` continues from it when it exists.
         every_steps: checkpoint when the run has taken this many more env steps
             (at the next rollout's start), and at the end of ``learn``.
-        accept_changes: hyperparameters that may differ from the checkpoint's run
-            (``"learning_rate"``, ``"total_timesteps"``...), or True for any; others
-            that differ make ``learn`` raise
-            :class:`~namedschema.errors.RunCheckpointError` before anything changes.
+        accept_changes: hyperparameters that may differ from the checkpoint's run,
+            by name as the refusal lists them (``"learning_rate"``,
+            ``"exploration_fraction"``, ``"total_timesteps"``...), or True for any.
+            By default any difference makes ``learn`` raise
+            :class:`~namedschema.errors.RunCheckpointError` naming each, before
+            anything changes. An accepted one takes effect, as in
+            :func:`namedschema.rlpyt.resumable`: the model keeps the value it was
+            built with (what SB3 derives from it comes along: ``learning_rate``
+            covers ``lr_schedule`` and every optimizer's ``lr``, the exploration
+            settings DQN's ``exploration_schedule``), from the first update of
+            the resumed run, and it is said as a
+            :class:`~namedschema.errors.RunCheckpointWarning`. Settings that shape
+            the saved state (``buffer_size``, ``n_envs``, ``policy_class``, the
+            replay buffer's class and arguments, ``optimize_memory_usage``) are
+            always refused.
 
     Returns the model itself; ``N`` is the run's total, so rerunning the same
     script after a kill finishes the same run, as if it had never stopped.

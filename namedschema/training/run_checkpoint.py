@@ -409,10 +409,13 @@ class RunCheckpoint:
             raise self._refuse(
                 "was written by a run built with other settings: "
                 f"{_describe(refused)}. Resuming would restore the checkpoint's values; to "
-                "resume with this run's deliberately, pass RunCheckpoint(..., "
-                f"accept_changes={names!r}) (or accept_changes=True); nothing in the run "
-                "changed")
+                f"resume with this run's deliberately, {self._how_to_accept(names)}; nothing "
+                "in the run changed")
         return changes
+
+    def _how_to_accept(self, names: list[str]) -> str:
+        """How the user accepts the changes ``names`` (a wrapper names its own argument)."""
+        return f"pass RunCheckpoint(..., accept_changes={names!r}) (or accept_changes=True)"
 
     def _keep_accepted(self, accepted: list) -> None:
         if not accepted:

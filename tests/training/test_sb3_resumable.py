@@ -126,3 +126,84 @@ def test_sb3_own_save_and_load_route_is_told_apart(tmp_path, tmp_path_factory):
     drive("dqn_cartpole", tmp_path / "final.json", *route)
     wrong = differing(read(tmp_path / "final.json"), expected)
     assert {"_last_obs", "ep_info_buffer", "policy"} <= set(wrong), wrong
+
+
+# -- changed hyperparameters: refused by default, accepted deliberately ------------------
+
+def _dqn(**overrides):
+    import torch
+    from stable_baselines3 import DQN
+    torch.set_num_threads(1)
+    kwargs = dict(learning_starts=60, buffer_size=240, train_freq=4, batch_size=16,
+                  target_update_interval=50, exploration_fraction=0.5,
+                  policy_kwargs={"net_arch": [32]}, seed=0, learning_rate=1e-3)
+    kwargs.update(overrides)
+    return DQN("MlpPolicy", "CartPole-v1", **kwargs)
+
+
+def _stop_at(step: int):
+    from stable_baselines3.common.callbacks import BaseCallback
+
+    class StopAt(BaseCallback):
+        def _on_step(self) -> bool:
+            return self.num_timesteps < step
+
+    return StopAt()
+
+
+def _first_run(path) -> None:
+    """A run of 300 steps stopped at 148 (as if killed), its checkpoint at ``path``."""
+    from namedschema.sb3 import resumable
+    resumable(_dqn(), path, every_steps=100).learn(total_timesteps=300, callback=_stop_at(148))
+
+
+def test_changed_learning_rate_is_refused_naming_what_resumable_accepts(tmp_path):
+    from namedschema.errors import RunCheckpointError
+    from namedschema.sb3 import resumable
+    path = tmp_path / "c.nsc"
+    _first_run(path)
+    model = resumable(_dqn(learning_rate=5e-4), path, every_steps=100)
+    with pytest.raises(RunCheckpointError, match=r"learning_rate: 0\.001 -> 0\.0005.*"
+                       r"resumable\(\.\.\., accept_changes=\['learning_rate'\]\)"):
+        model.learn(total_timesteps=300)
+    assert model.num_timesteps == 0          # nothing changed
+
+
+@pytest.mark.parametrize("accept", [["learning_rate"], "learning_rate", True])
+def test_accepted_learning_rate_reaches_the_optimizer(tmp_path, accept):
+    from namedschema.errors import RunCheckpointWarning
+    from namedschema.sb3 import resumable
+    path = tmp_path / "c.nsc"
+    _first_run(path)
+    model = resumable(_dqn(learning_rate=5e-4), path, every_steps=100, accept_changes=accept)
+    with pytest.warns(RunCheckpointWarning, match=r"learning_rate: 0\.001 -> 0\.0005"):
+        model.learn(total_timesteps=300)
+    assert model.num_timesteps == 300 and model._total_timesteps == 300
+    assert model.learning_rate == 5e-4
+    assert [g["lr"] for g in model.policy.optimizer.param_groups] == [5e-4]
+
+
+def test_accepted_exploration_fraction_takes_its_schedule_along(tmp_path):
+    from namedschema.errors import RunCheckpointWarning
+    from namedschema.sb3 import resumable
+    path = tmp_path / "c.nsc"
+    _first_run(path)
+    model = resumable(_dqn(exploration_fraction=0.9), path, every_steps=100,
+                      accept_changes=["exploration_fraction"])
+    with pytest.warns(RunCheckpointWarning, match="exploration_fraction"):
+        model.learn(total_timesteps=300, callback=_stop_at(200))
+    assert model.num_timesteps == 200
+    # the new schedule at 2/3 of the run (the old one, fraction 0.5, had ended at 0.05)
+    assert model.exploration_rate == pytest.approx(1 - (200 / 300) / 0.9 * 0.95, abs=0.01)
+
+
+@pytest.mark.parametrize("accept", [True, ["buffer_size"]])
+def test_buffer_size_is_refused_even_when_accepted(tmp_path, accept):
+    from namedschema.errors import RunCheckpointError
+    from namedschema.sb3 import resumable
+    path = tmp_path / "c.nsc"
+    _first_run(path)
+    model = resumable(_dqn(buffer_size=300), path, every_steps=100, accept_changes=accept)
+    with pytest.raises(RunCheckpointError, match=r"buffer_size: 240 -> 300.*cannot be "
+                       "changed on resume"):
+        model.learn(total_timesteps=300)
