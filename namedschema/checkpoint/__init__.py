@@ -158,8 +158,8 @@ Incremental saves (``save(..., incremental=True)``) write files of this same
 format, with two layout choices any 1.x reader accepts: blocks of at least
 64 KiB start at the page offset (mod 4096) their memory had, so that file and
 memory pages coincide (the padding before them is a ``__pad__.K`` tensor, and
-may be a hole in the file), and the header has room to grow (trailing spaces)
-so that it can be rewritten in place; a pickle block is followed by padding it
+may be a hole in the file), and the header has room to grow (trailing spaces:
+as much again as the header, at least 64 KiB) so that it can be rewritten in place; a pickle block is followed by padding it
 may grow into. A later incremental save changes bytes of the file in place,
 through a redo journal ``.<name>.journal`` next to it: the journal (ranges,
 their CRC-32s, the new header, an end marker) is written and synced before any

@@ -7,8 +7,8 @@ blocks go and how much room the header gets:
 
 PLAIN         blocks back to back, each 64-byte aligned; the header as short as it can be
 PAGE_ALIGNED  what later in-place updates need: large blocks at the page offset their
-              memory has, header room to grow, room for a pickle block to grow, and a
-              ``saved`` record in the header
+              memory has, header room to grow (as much again as the header, at least
+              64 KiB), room for a pickle block to grow, and a ``saved`` record
 
 Both leave aligned all-zero stretches of the data as holes (``blocks.HOLE``): the
 file's content is the same, an empty buffer takes no disk space.
@@ -30,13 +30,18 @@ from typing import Protocol
 from . import layout, tracking
 from .atomic import AtomicFile
 from .blocks import Progress, Source, write_all, write_blocks
-from .constants import ALIGN
+from .constants import ALIGN, MAX_HEADER
 from .graph import EncodedGraph
 from .header import BlockEntry, Description, Header, PickleEntry, SaveRecord, TensorEntry
 from .nodes import features_of
 from .pages import PAGE
 
-__all__ = ["LayoutPolicy", "PLAIN", "PAGE_ALIGNED", "Written", "describe", "write"]
+__all__ = ["LayoutPolicy", "PLAIN", "PAGE_ALIGNED", "Written", "describe", "write",
+           "HEADER_HEADROOM"]
+
+#: The least room for the header to grow in files laid out for incremental saves (they
+#: get as much again as their header when that is more).
+HEADER_HEADROOM = 64 * 1024
 
 
 class LayoutPolicy(Protocol):
@@ -103,9 +108,16 @@ class _PageAligned:
         return table, tuple(blocks)
 
     def header_length(self, header: Header) -> int:
-        """Room to grow, so that the data starts page-aligned."""
+        """Room to grow (as much again as the header, at least ``HEADER_HEADROOM``), page-aligned.
+
+        A real run's second checkpoint usually adds arrays (the optimizer state appears
+        once learning starts): their entries must fit, or that save is a full one. The
+        room is trailing spaces, written once (64 KiB on files of any size).
+        """
         raw = len(header.encode())
-        room = raw + max(1024, raw // 8)
+        room = raw + max(HEADER_HEADROOM, raw)
+        if 8 + room + PAGE > MAX_HEADER:   # a huge header: what the format allows
+            room = max(raw, MAX_HEADER - 8 - PAGE)
         return room + (-(8 + room) % PAGE)
 
     def finish(self, fd: int, size: int) -> None:

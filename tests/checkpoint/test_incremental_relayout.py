@@ -156,3 +156,56 @@ def test_any_sequence_of_small_changes_round_trips(tmp_path_factory, steps):
         namedschema.save(obj, path, incremental=True, allow_pickle=True)
         incremental.wait(str(path))
         check(path, obj, allow_pickle=True)
+
+
+def optimizer_state(n_params: int = 10) -> dict:
+    """Adam-like state of ``n_params`` parameters: several arrays each, nested dicts."""
+    return {"state": {str(p): {"step": np.array(float(p), np.float32),
+                               "exp_avg": np.full(64 + p, 0.5, np.float32),
+                               "exp_avg_sq": np.full(64 + p, 0.25, np.float32)}
+                      for p in range(n_params)},
+            "param_groups": [{"lr": 1e-4, "betas": [0.9, 0.999], "eps": 1e-8,
+                              "weight_decay": 0.0, "amsgrad": False,
+                              "params": list(range(n_params))}]}
+
+
+def same(a, b) -> bool:
+    """Nested dicts, lists and arrays equal, arrays bit for bit."""
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        return (isinstance(a, np.ndarray) and isinstance(b, np.ndarray)
+                and a.dtype == b.dtype and np.array_equal(a, b))
+    if isinstance(a, dict):
+        return (isinstance(b, dict) and list(a) == list(b)
+                and all(same(a[k], b[k]) for k in a))
+    if isinstance(a, (list, tuple)):
+        return (type(a) is type(b) and len(a) == len(b)
+                and all(same(x, y) for x, y in zip(a, b, strict=True)))
+    return bool(a == b)
+
+
+@pytest.mark.parametrize("pickled", [False, True])
+def test_an_optimizer_state_appearing_at_the_second_save_stays_incremental(tmp_path, pickled):
+    """A real run's second checkpoint: the optimizer state appears (many arrays, a larger
+    JSON header and pickled part). The header must not outgrow its room (it did: a full
+    save of the whole file at the seed's scale)."""
+    path = tmp_path / "c.nsb"
+    obj = state()
+    obj["model"] = {f"layer{i}.{kind}": np.full(256, i, np.float32)
+                    for i in range(6) for kind in ("weight", "bias")}
+    obj["optimizer"] = {}
+    if pickled:
+        obj["misc"] = Payload("x" * 100)
+    namedschema.save(obj, path, incremental=True, allow_pickle=pickled)
+    first = os.path.getsize(path)
+    obj["big"][1000:1100] += 1
+    obj["optimizer"] = optimizer_state(12)
+    if pickled:
+        obj["misc"] = Payload("y" * 20_000)
+    namedschema.save(obj, path, incremental=True, allow_pickle=pickled)
+    assert small_fraction(path) < 0.05
+    assert same(namedschema.load(path, verify=True, allow_pickle=pickled), obj)
+    assert os.path.getsize(path) <= first + 256 * 1024
+    obj["optimizer"]["state"]["3"]["exp_avg"] += 1     # and the next save is in place
+    namedschema.save(obj, path, incremental=True, allow_pickle=pickled)
+    assert small_fraction(path) < 0.01
+    assert same(namedschema.load(path, verify=True, allow_pickle=pickled), obj)
