@@ -516,6 +516,10 @@ def _scenario(capacity, workdir, seed, progress, out) -> int:
                  rows), file=out)
     print("(namedschema.save writes a temporary file, syncs it to disk and renames it into "
           "place; pickle.dump writes in place without syncing)", file=out)
+    print("(load: the load call alone, in a new interpreter that has imported namedschema "
+          "but not the schema; start-up and imports are not counted; the whole file is read "
+          "into new arrays from the page cache; one run each, so noisy on a busy machine)",
+          file=out)
     ns_path = os.path.join(workdir, "replay.nsb")
     if any(m[1] == "namedschema" for m in methods):
         from ..checkpoint import inspect as inspect_file

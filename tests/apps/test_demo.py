@@ -40,6 +40,7 @@ def test_demo_command_passes_every_check():
     assert "all checks passed" in out and "FAILED" not in out
     assert "pickle protocol 4" in out and "namedschema.save" in out
     assert "resume = twin" in out and "bit-exact" in out
+    assert "(load: the load call alone" in out          # what the load column measures
     # rlpyt-style classes fail, and the failure text is shown rather than raised
     assert "Can't pickle" in out or "PicklingError" in out
     assert "Can't get attribute 'Transition'" in out

@@ -26,6 +26,17 @@ def test_classifiers_name_the_supported_pythons_and_the_status():
     assert _metadata()["author"]
 
 
+def test_project_urls_name_the_documentation_and_the_changelog():
+    """The metadata has project URLs (issue 35, item 10); with no hosted pages yet, they
+    name files of the source tree and the sdist, which must exist."""
+    urls = dict(line.split("=", 1) for line in _metadata()["project_urls"].strip().split("\n"))
+    urls = {label.strip(): target.strip() for label, target in urls.items()}
+    assert set(urls) >= {"Documentation", "Changelog"}, urls
+    for label, target in urls.items():
+        if not target.startswith("https://"):
+            assert os.path.isfile(os.path.join(REPO_ROOT, target)), (label, target)
+
+
 @pytest.mark.subprocess
 def test_sdist_holds_the_tests_docs_benchmarks_and_examples_they_need(tmp_path):
     """Built from this checkout, the sdist has every file the tests import or read, and
@@ -38,6 +49,11 @@ def test_sdist_holds_the_tests_docs_benchmarks_and_examples_they_need(tmp_path):
     (archive,) = tmp_path.glob("namedschema-*.tar.gz")
     with tarfile.open(archive) as tar:
         names = {name.split("/", 1)[1] for name in tar.getnames() if "/" in name}
+        (pkg_info,) = [m for m in tar.getmembers() if m.name.count("/") == 1
+                       and m.name.endswith("/PKG-INFO")]
+        metadata = tar.extractfile(pkg_info).read().decode()
+    assert "Project-URL: Documentation, docs/index.rst" in metadata.splitlines()
+    assert "Project-URL: Changelog, docs/changelog.rst" in metadata.splitlines()
     for needed in ("conftest.py", "tests/__init__.py", "tests/helpers.py",
                    "tests/conftest.py", "tests/meta/test_docs_build.py",
                    "tests/checkpoint/data/format-1.0.nsb", "docs/conf.py",
