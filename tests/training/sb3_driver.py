@@ -34,7 +34,12 @@ def build(case: str, vec_env_cls_name: str | None = None):
     from stable_baselines3 import A2C, DDPG, DQN, PPO, SAC, TD3
     from stable_baselines3.common.env_util import make_atari_env, make_vec_env
     from stable_baselines3.common.noise import NormalActionNoise, OrnsteinUhlenbeckActionNoise
-    from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecFrameStack
+    from stable_baselines3.common.vec_env import (
+        DummyVecEnv,
+        SubprocVecEnv,
+        VecFrameStack,
+        VecNormalize,
+    )
 
     torch.set_num_threads(1)
     torch.use_deterministic_algorithms(True)
@@ -48,6 +53,8 @@ def build(case: str, vec_env_cls_name: str | None = None):
                                            vec_env_cls=vec_cls, **kwargs), 4)
     else:
         env = make_vec_env(env_name, n_envs=n_envs, seed=0, vec_env_cls=vec_cls, **kwargs)
+    if vec == "normalize":     # over DummyVecEnv: running stats, _last_original_obs
+        env = VecNormalize(env, gamma=0.99)
     small = {"net_arch": [32]}
     if algo == "dqn":
         policy = "CnnPolicy" if env_name == "pong" else "MlpPolicy"
@@ -90,10 +97,13 @@ CASES = {
     "ddpg_pendulum": ("ddpg", "Pendulum-v1", 1, "dummy"),
     "a2c_cartpole": ("a2c", "CartPole-v1", 2, "dummy"),
     "dqn_pong": ("dqn", "pong", 2, "subproc"),
+    "ppo_cartpole_vecnormalize": ("ppo", "CartPole-v1", 2, "normalize"),
+    "dqn_cartpole_vecnormalize": ("dqn", "CartPole-v1", 1, "normalize"),
 }
 TOTAL = {"dqn_cartpole": 600, "ppo_cartpole": 384, "ppo_cartpole_subproc": 384,
          "sac_pendulum": 300, "td3_pendulum": 240, "ddpg_pendulum": 240,
-         "a2c_cartpole": 320, "dqn_pong": 240}
+         "a2c_cartpole": 320, "dqn_pong": 240, "ppo_cartpole_vecnormalize": 384,
+         "dqn_cartpole_vecnormalize": 600}
 
 
 # -- the final state, as hashes ----------------------------------------------------------

@@ -37,6 +37,8 @@ CASES = {
     "ddpg_pendulum": (50, 150),
     "a2c_cartpole": (64, 200),
     "dqn_pong": (50, 150),
+    "ppo_cartpole_vecnormalize": (64, 200),
+    "dqn_cartpole_vecnormalize": (100, 350),
 }
 _twins: dict[str, dict] = {}
 
