@@ -87,6 +87,14 @@ def make_env(seed):
         env = gym.wrappers.AtariPreprocessing(env, frame_skip=4, screen_size=84, noop_max=30)
         env = gym.wrappers.FrameStackObservation(env, 4)
         env.action_space.seed(seed)
+        # The wrappers' observation spaces (and the vector env's, made from them) hold
+        # generators drawn from OS entropy when a wrapper reads them (FrameStackObservation
+        # and SyncVectorEnv's batch_space do). Nothing samples them, but the checkpoint
+        # keeps them: seeded, two runs of the same command keep the same state.
+        layer = env
+        while layer is not None:
+            layer.observation_space.seed(seed)
+            layer = getattr(layer, "env", None)
         return env
     return thunk
 

@@ -1,6 +1,7 @@
 """``namedschema check-resume``: does my training command resume exactly?
 
-    namedschema check-resume [--kills K] [--seed S] [--timeout T] [--json] -- COMMAND ARGS...
+    namedschema check-resume [--kills K] [--seed S] [--timeout T] [--ignore PATTERN]...
+                             [--json] -- COMMAND ARGS...
 
 Runs the command uninterrupted, then K times SIGKILLed at random instants and
 restarted until it finishes, each run in a fresh copy of the current
@@ -9,6 +10,8 @@ directory, and compares the audit records its checkpoints wrote
 verdict to stdout (``--json``: the whole report as JSON). Exit status 0: every
 resume was exact; 1: a resume (or the command itself) differs; 2: the check
 could not be made (the command crashed, hung, never checkpointed) or a usage error.
+``--ignore PATTERN`` (repeatable) leaves the parts whose ``OBJECT.PATH`` matches
+out of the comparison (values that differ by design, such as a timestamp).
 
 add_parser   register the subcommand on the ``namedschema`` parser
 """
@@ -40,7 +43,8 @@ def _run(args: argparse.Namespace) -> int:
             print(line, file=sys.stderr, flush=True)
     try:
         report = check_resume(command, kills=args.kills, seed=args.seed, timeout=args.timeout,
-                              copy=args.copy, keep=args.keep, progress=progress)
+                              copy=args.copy, keep=args.keep, progress=progress,
+                              ignore=args.ignore)
     except (ValueError, OSError) as exc:
         print(f"namedschema check-resume: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -86,6 +90,7 @@ def add_parser(sub: Any) -> None:
         epilog="examples:\n"
                "  namedschema check-resume -- python train.py --steps 2000\n"
                "  namedschema check-resume --kills 10 --seed 3 -- python train.py\n"
+               "  namedschema check-resume --ignore 'envs.*.last_time' -- python train.py\n"
                "  namedschema check-resume --json --timeout 300 -- python train.py > report.json")
     p.add_argument("--kills", type=_positive(int), default=5, metavar="K",
                    help="how many runs to kill (default 5)")
@@ -93,6 +98,11 @@ def add_parser(sub: Any) -> None:
                    help="seed of the kill instants (default 0)")
     p.add_argument("--timeout", type=_positive(float), default=600.0, metavar="T",
                    help="seconds each start of the command may take (default 600)")
+    p.add_argument("--ignore", action="append", default=[], metavar="PATTERN",
+                   help="leave the parts whose OBJECT.PATH (as a difference names them, "
+                        "such as envs.*.episode_start_time) or object name matches this "
+                        "shell-style pattern out of the comparison; repeatable (known "
+                        "wall-clock values of env wrappers are left out already)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("--keep", action="store_true",
                    help="keep the runs' directories (their path is printed)")

@@ -26,19 +26,28 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..training.audit import ENV_IGNORE
 from .compare import Difference, Records, first_difference, reference_records
 from .runs import Event, Life, Run
 
-__all__ = ["check_resume", "ResumeReport", "KilledRun", "Kill", "HINT", "EXIT_CODES"]
+__all__ = ["check_resume", "ResumeReport", "KilledRun", "Kill", "HINT", "NOT_REPRODUCIBLE_HINT",
+           "EXIT_CODES"]
 
 HINT = ("hint: a resume differs when the checkpoint does not hold all of the run's state: "
         "a generator it does not track (np.random.default_rng, random.Random, a "
         "torch.Generator), a counter kept in a local or global variable, an env wrapper's "
         "hidden state. Track it (RunCheckpoint.track) or derive it from tracked state; "
-        "see the check_resume page of the docs.")
+        "see the check-resume page of the docs (docs/check_resume.rst).")
 GLOBAL_HINT = ("; `global_rngs` are Python's, numpy's and torch's global generators, which "
                "RunCheckpoint keeps: seed them (random.seed, np.random.seed, "
                "torch.manual_seed) even if the loop does not use them")
+NOT_REPRODUCIBLE_HINT = (
+    "hint: the usual causes are generators nobody seeded that the checkpoint keeps (a gym "
+    "space's np_random, drawn from OS entropy when a wrapper or a vector env reads it: "
+    "seed every wrapper's observation_space and action_space) and wall-clock values kept "
+    "in an object (time.time(), time.perf_counter()); leave a value that must differ out "
+    "of the comparison with --ignore PATTERN (check_resume(ignore=...)); see the "
+    "check-resume page of the docs (docs/check_resume.rst).")
 # status -> exit status of `namedschema check-resume`
 EXIT_CODES = {"exact": 0, "diverged": 1, "nondeterministic": 1, "not-resumed": 1,
               "crashed": 2, "timeout": 2, "no-checkpoints": 2, "leaked": 2, "no-kills": 2}
@@ -157,7 +166,8 @@ def check_resume(command: str | Sequence[str], *, kills: int = 5, seed: int = 0,
                  timeout: float = 600.0, cwd: str | os.PathLike[str] | None = None,
                  env: Mapping[str, str] | None = None, copy: bool = True,
                  keep: bool = False, workdir: str | os.PathLike[str] | None = None,
-                 progress: Callable[[str], None] | None = None) -> ResumeReport:
+                 progress: Callable[[str], None] | None = None,
+                 ignore: Sequence[str] = ()) -> ResumeReport:
     """Run ``command`` uninterrupted and ``kills`` times killed and resumed; compare.
 
     Args:
@@ -174,6 +184,12 @@ def check_resume(command: str | Sequence[str], *, kills: int = 5, seed: int = 0,
         keep: keep the runs' directories (their path is in the report).
         workdir: where the runs' directories are made (default: the temporary dir).
         progress: called with a line of text as the check goes on.
+        ignore: shell-style patterns of parts left out of the comparison, matched against
+            ``OBJECT.PATH`` as a difference names them (``envs.*.episode_start_time``,
+            ``envs.*.time_queue``) or an object's name alone (``logger``): values that
+            differ in every run by design (the time). Known wall-clock attributes of
+            env wrappers are left out already. The runs themselves are unchanged: what
+            they checkpoint is not, only what is digested for the comparison.
 
     Returns:
         A :class:`ResumeReport`; ``report.exact`` is the verdict.
@@ -185,13 +201,20 @@ def check_resume(command: str | Sequence[str], *, kills: int = 5, seed: int = 0,
         raise ValueError(f"check_resume: kills must be a positive int, got {kills!r}")
     if not timeout > 0:
         raise ValueError(f"check_resume: timeout must be positive, got {timeout!r}")
+    patterns = [ignore] if isinstance(ignore, str) else list(ignore)
+    if not all(isinstance(p, str) and p and "\n" not in p for p in patterns):
+        raise ValueError(f"check_resume: ignore must be non-empty patterns (str) without "
+                         f"newlines, got {ignore!r}")
+    run_env = dict(os.environ if env is None else env)
+    run_env.pop(ENV_IGNORE, None)
+    if patterns:
+        run_env[ENV_IGNORE] = "\n".join(patterns)
     source = os.path.abspath(os.fspath(cwd) if cwd is not None else os.getcwd())
     say = progress or (lambda line: None)
     root = tempfile.mkdtemp(prefix="check-resume-",
                             dir=None if workdir is None else os.fspath(workdir))
     try:
-        report = _Check(argv, kills, seed, timeout, source,
-                        dict(os.environ if env is None else env), copy, root, say).run()
+        report = _Check(argv, kills, seed, timeout, source, run_env, copy, root, say).run()
         if keep:
             report.directory = root
         return report
@@ -411,7 +434,8 @@ class _Check:
                         f"before it was killed: first difference at {diff.describe()}. The "
                         "command does not repeat itself (an unseeded generator, the time, "
                         "nondeterministic kernels), so its resume cannot be checked"
-                        + (GLOBAL_HINT if diff.objects[0] == "global_rngs" else ""))
+                        + (GLOBAL_HINT if diff.objects[0] == "global_rngs" else "")
+                        + "\n" + NOT_REPRODUCIBLE_HINT)
             kill = run.kills[min(diff.life, len(run.kills)) - 1]
             resumed = (f"resumed from step {_n(kill.resumed_from)}"
                        if kill.resumed_from is not None else "started over")

@@ -11,11 +11,21 @@ killed-and-resumed run with those of the uninterrupted run.
 Without the variable :func:`recorder` returns None and writers skip every
 hook: no file, no thread, no hashing module is imported.
 
+Some kept values are wall-clock readings that never repeat (gymnasium's
+``RecordEpisodeStatistics.episode_start_time`` and ``time_queue``, SB3's
+``Monitor.t_start``, the ``t`` of its episode infos): they are left out of
+the digests (:data:`WALL_CLOCK`, :data:`WALL_CLOCK_PARTS`),
+as are the parts the user names in ``NAMEDSCHEMA_AUDIT_IGNORE`` (shell-style
+patterns, one a line, matched against ``OBJECT.PATH``: check-resume's
+``--ignore``). Only what is hashed changes: the checkpoint keeps all of it.
+
 Writers: ``RunCheckpoint`` (:func:`follow_run_checkpoint`),
 ``namedschema.rlpyt.resumable``; any other (an SB3 callback) calls
 :meth:`Recorder.record_checkpoint` with its captured state tree and
 :meth:`Recorder.record_end` at the end.
 
+WALL_CLOCK             kept attributes that hold the time, by env wrapper class: not digested
+WALL_CLOCK_PARTS       patterns of other parts that hold the time (SB3's episode infos)
 recorder               the process's Recorder, or None when no audit is asked for
 Recorder               appends events; digests in a background thread where the file is read back
 follow_run_checkpoint  the Recorder for one RunCheckpoint (with its end-of-run record at exit)
@@ -30,16 +40,17 @@ import os
 import re
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from .._core.optional import torch_if_loaded
 
-__all__ = ["ENV_AUDIT", "ENV_NOTIFY", "recorder", "Recorder", "follow_run_checkpoint",
-           "digest_objects"]
+__all__ = ["ENV_AUDIT", "ENV_NOTIFY", "ENV_IGNORE", "WALL_CLOCK", "WALL_CLOCK_PARTS", "recorder", "Recorder",
+           "follow_run_checkpoint", "digest_objects"]
 
 ENV_AUDIT = "NAMEDSCHEMA_AUDIT"      # the audit file to append to
 ENV_NOTIFY = "NAMEDSCHEMA_AUDIT_NOTIFY"  # a pipe's write end: one byte after each event
+ENV_IGNORE = "NAMEDSCHEMA_AUDIT_IGNORE"  # patterns of parts left out of digests, one a line
 PROGRESS_SUFFIX = ".progress"        # 8 bytes beside the audit file: the last step seen
 MAX_LEAVES = 4096                    # leaves listed per object (more: the object digest only)
 MAX_DEPTH = 64                       # nesting walked; deeper values are digested by repr
@@ -49,6 +60,16 @@ DIGEST_SIZE = 16
 _KEYED = "namedschema.keyed"
 _SCALAR_TYPES = (bool, int, float, str)
 _ADDRESS = re.compile(r"0x[0-9a-fA-F]+")   # a repr's memory address differs between runs
+# Attributes of env wrappers that hold wall-clock readings (a captured layer is
+# ``{"class": name, "attributes": {...}}``): never equal in two runs, left out of digests.
+WALL_CLOCK: dict[str, frozenset[str]] = {
+    "RecordEpisodeStatistics": frozenset({"episode_start_time", "time_queue"}),  # gymnasium
+    "Monitor": frozenset({"t_start", "episode_times"}),                           # SB3
+    "VecMonitor": frozenset({"t_start"}),                                         # SB3
+}
+# Parts (``OBJECT.PATH`` patterns) that hold wall-clock readings: SB3's episode infos
+# (``{"r": return, "l": length, "t": seconds since the Monitor started}``).
+WALL_CLOCK_PARTS = ("*.ep_info_buffer.items.*.t",)
 
 _UNSET: Any = object()
 _RECORDER: Any = _UNSET
@@ -79,6 +100,7 @@ class Recorder:
         self._write_lock = threading.Lock()
         self._job: threading.Thread | None = None
         self._ends: list[Callable[[], None]] = []
+        self.ignore = tuple(p for p in os.environ.get(ENV_IGNORE, "").splitlines() if p)
         self.last_step: int | None = None
         self._progress = self._open_progress(path + PROGRESS_SUFFIX)
         self.event("start")
@@ -141,7 +163,7 @@ class Recorder:
         captured state (dicts, lists, numpy arrays, torch tensors, scalars);
         it must not change while this runs.
         """
-        self.event("checkpoint", step, objects=digest_objects(named_state))
+        self.event("checkpoint", step, objects=digest_objects(named_state, self.ignore))
 
     def record_file(self, step: int, path: str, objects: Callable[[Any], Mapping[str, Any]],
                     saved_step: Callable[[Any], int], allow_pickle: bool = False) -> None:
@@ -167,7 +189,8 @@ class Recorder:
                 if saved_step(data) != step:
                     self.event("save-failed", step)
                     return
-                self.event("checkpoint", step, objects=digest_objects(objects(data)))
+                self.event("checkpoint", step,
+                           objects=digest_objects(objects(data), self.ignore))
             except Exception as exc:  # the audit never breaks the run
                 self.event("audit-error", step, error=f"{type(exc).__name__}: {exc}")
 
@@ -181,7 +204,7 @@ class Recorder:
         ``named_state`` None: the checkpoint recorded at ``step`` is the final state.
         """
         self.flush()
-        objects = None if named_state is None else digest_objects(named_state)
+        objects = None if named_state is None else digest_objects(named_state, self.ignore)
         self.event("end", step, objects=objects)
 
     def end_at_exit(self, end: Callable[[], None]) -> None:
@@ -250,19 +273,36 @@ def record_run_checkpoint_save(rec: Recorder, step: int, path: str) -> None:
 # Digests
 # --------------------------------------------------------------------------
 
-def digest_objects(named_state: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+def digest_objects(named_state: Mapping[str, Any], ignore: Sequence[str] = ()
+                   ) -> dict[str, dict[str, Any]]:
     """Each object's digest and its leaves' (``{path: [kind, digest]}``; None past
-    MAX_LEAVES), in the order given. Paths join keys and indices with ``.``."""
+    MAX_LEAVES), in the order given. Paths join keys and indices with ``.``.
+
+    Left out: the :data:`WALL_CLOCK` attributes of env wrappers, the
+    :data:`WALL_CLOCK_PARTS`, and every part whose ``OBJECT.PATH`` (or the object's
+    name alone) matches a shell-style pattern of ``ignore``
+    (``envs.*.episode_start_time``, ``logger``); a part left out takes everything
+    under it along.
+    """
     import hashlib
+    from fnmatch import translate
+    matches = re.compile("|".join(translate(p) for p in (*WALL_CLOCK_PARTS, *ignore))).match
     out: dict[str, dict[str, Any]] = {}
     for name, state in named_state.items():
+        name = str(name)
+        if matches(name):
+            continue
+        prefix = name + "."
+
+        def skip(path: str, prefix: str = prefix) -> bool:
+            return matches(prefix + path) is not None
         leaves: dict[str, list[str]] = {}
-        _walk(state, "", leaves, 0, hashlib)
+        _walk(state, "", leaves, 0, hashlib, skip)
         whole = hashlib.blake2b(digest_size=DIGEST_SIZE)
         for path, (kind, digest) in leaves.items():
             whole.update(f"{path}\0{kind}\0{digest}\n".encode())
-        out[str(name)] = {"digest": whole.hexdigest(),
-                          "leaves": leaves if len(leaves) <= MAX_LEAVES else None}
+        out[name] = {"digest": whole.hexdigest(),
+                     "leaves": leaves if len(leaves) <= MAX_LEAVES else None}
     return out
 
 
@@ -270,7 +310,10 @@ def _join(path: str, key: Any) -> str:
     return f"{path}.{key}" if path else str(key)
 
 
-def _walk(value: Any, path: str, leaves: dict, depth: int, hashlib: Any) -> None:
+def _walk(value: Any, path: str, leaves: dict, depth: int, hashlib: Any,
+          skip: Callable[[str], bool] | None = None) -> None:
+    if skip is not None and path and skip(path):
+        return
     if depth > MAX_DEPTH:
         leaves[path] = ["deep", _hash(hashlib, repr(value).encode())]
         return
@@ -284,8 +327,12 @@ def _walk(value: Any, path: str, leaves: dict, depth: int, hashlib: Any) -> None
             return
         if not value:
             leaves[path] = ["empty", _hash(hashlib, type(value).__name__.encode())]
+        layer = value.get("class") if "attributes" in value else None
+        clock = WALL_CLOCK.get(layer) if isinstance(layer, str) else None
         for key, item in value.items():
-            _walk(item, _join(path, key), leaves, depth + 1, hashlib)
+            if clock and key == "attributes" and isinstance(item, Mapping):
+                item = {k: v for k, v in item.items() if k not in clock}
+            _walk(item, _join(path, key), leaves, depth + 1, hashlib, skip)
         return
     fields = getattr(type(value), "_fields", None)
     if isinstance(value, (list, tuple)):
@@ -297,7 +344,7 @@ def _walk(value: Any, path: str, leaves: dict, depth: int, hashlib: Any) -> None
             return
         names = fields if isinstance(fields, tuple) and len(fields) == len(value) else None
         for i, item in enumerate(value):
-            _walk(item, _join(path, names[i] if names else i), leaves, depth + 1, hashlib)
+            _walk(item, _join(path, names[i] if names else i), leaves, depth + 1, hashlib, skip)
         return
     leaf = _leaf(value, hashlib)
     state = getattr(value, "__dict__", None)
@@ -305,7 +352,7 @@ def _walk(value: Any, path: str, leaves: dict, depth: int, hashlib: Any) -> None
         leaves[_join(path, "__class__")] = ["class", _hash(
             hashlib, f"{type(value).__module__}.{type(value).__qualname__}".encode())]
         for key, item in state.items():
-            _walk(item, _join(path, key), leaves, depth + 1, hashlib)
+            _walk(item, _join(path, key), leaves, depth + 1, hashlib, skip)
         return
     leaves[path] = leaf or ["object", _hash(hashlib, type(value).__qualname__.encode(),
                                             _ADDRESS.sub("0x", repr(value)).encode())]

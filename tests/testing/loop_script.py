@@ -4,7 +4,8 @@
 (exits 4 once it has resumed), hang (checkpoints, then never ends),
 no-checkpoint (a loop without saves), orphan (starts a worker process that
 would outlive it; its pid is appended to $ORPHAN_PIDS), shared (its checkpoint
-at the absolute path $SHARED_CHECKPOINT, so runs resume each other's).
+at the absolute path $SHARED_CHECKPOINT, so runs resume each other's), clock
+(keeps the time it started in a tracked dict: never the same twice).
 """
 
 import argparse
@@ -13,6 +14,7 @@ import random
 import subprocess
 import sys
 import threading
+import time
 
 import numpy as np
 
@@ -37,6 +39,8 @@ def main():
     rng = np.random.default_rng(0)
     world = np.zeros((64, 256))
     counters = {"episodes": 0}
+    if args.mode == "clock":
+        counters["started"] = time.time()
     path = os.environ["SHARED_CHECKPOINT"] if args.mode == "shared" else "loop.nsc"
     ckpt = namedschema.RunCheckpoint(path, every_steps=args.save_every)
     ckpt.track(rng=rng, world=world, counters=counters)
