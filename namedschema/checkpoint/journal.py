@@ -10,12 +10,16 @@ incomplete journal was never committed, the checkpoint was not touched, and
 the journal is removed. So the checkpoint reads as the old or the new state,
 never a mix, and loads never layer a journal on top of the file.
 
-A journal is untrusted input (a file next to the checkpoint). An in-place
-save never changes the checkpoint's size, so a complete journal must name the
-size the checkpoint has now, and its ranges must lie inside it: ``replay``
-refuses (:class:`~namedschema.FormatError`, nothing written) a journal that
-says otherwise, and never truncates or extends the checkpoint to a size a
-journal names.
+A journal is untrusted input (a file next to the checkpoint). A complete
+journal must name the size the checkpoint has now, and its ranges must lie
+inside it: ``replay`` refuses (:class:`~namedschema.FormatError`, nothing
+written, the journal kept) a journal that says otherwise, and never truncates
+the checkpoint. The one exception: a save that relays blocks past the end
+grows the file after its commit, so a kill in between leaves the file short of
+its journal's size; ``replay`` grows it only when the journal writes a
+consistent file of that size (its header describes exactly that size, its
+ranges write every block byte past the old end; ``growth_problem``), checked
+before anything is written.
 
 Journal file::
 
@@ -38,12 +42,15 @@ Journal        a complete journal read back
 write          write and sync a journal (the commit point)
 read           read a journal; None if absent or not complete
 replay         write a journal's ranges into the checkpoint and sync it
-                 (refused, FormatError, unless they fit the file as it is)
+                 (refused, FormatError, unless they fit the file as it is or
+                 grow it into a consistent file)
+growth_problem why a journal would not grow the file into a consistent one
 """
 
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import stat
@@ -56,8 +63,11 @@ from typing import Any
 from ..errors import FormatError
 from .atomic import fsync_dir
 from .blocks import write_all
+from .constants import MAX_HEADER
+from .header import read_header
 
-__all__ = ["journal_path", "Unusable", "Journal", "write", "read", "replay", "is_file"]
+__all__ = ["journal_path", "Unusable", "Journal", "write", "read", "replay", "is_file",
+           "growth_problem"]
 
 _MAGIC = b"NSJRNL01"
 _END = b"NSJEND01"
@@ -239,27 +249,31 @@ def replay(journal: Journal, fd: int) -> None:
     Raises:
         FormatError: the journal names another size than the checkpoint's (the
             journal does not describe this file, or the file was cut or extended
-            since); nothing is written. The one resize: a file short of the
-            journal's size by at most the bytes the journal carries is grown to it
-            (a relaying save killed between its commit and growing the file), when that
-            is at most twice the file plus the journal's bytes.
+            since); nothing is written and the journal is kept. The one resize: a
+            file short of the journal's size (a relaying save killed between its
+            commit and growing the file) is grown to it when the journal writes a
+            consistent file of that size (see :func:`growth_problem`); otherwise
+            refused like any other size.
     """
     size = os.fstat(fd).st_size
-    carried = sum(n for _offset, n, _crc in journal.ranges)
-    if size < journal.file_size <= 2 * size + carried:
-        # A save that relaid blocks grows the file once its journal is committed; a kill
-        # before it grew leaves it short. The growth is bounded by what is there (the
-        # file and the bytes the journal carries): a small forged journal cannot make a
-        # large file.
-        os.ftruncate(fd, journal.file_size)
-        size = journal.file_size
+    problem = ""
+    if size < journal.file_size:
+        problem = growth_problem(journal, fd, size) or ""
+        if not problem:
+            # A save that relaid blocks grows the file once its journal is committed; a
+            # kill before it grew leaves it short: grown as the save would have (the new
+            # bytes read as zeros until the ranges write them).
+            os.ftruncate(fd, journal.file_size)
+            size = journal.file_size
     if journal.file_size != size:
         raise FormatError(
             f"the incremental-save journal {journal.path!r} is for a checkpoint of "
-            f"{journal.file_size} bytes, but the checkpoint next to it has {size}: it does "
-            "not describe this file (or the file was cut or extended since); nothing was "
-            "written. Remove the journal to use the file as it is, or restore the file "
-            "the journal belongs to")
+            f"{journal.file_size} bytes, but the checkpoint next to it has {size}"
+            + (f", and it does not write a consistent file of that size ({problem})"
+               if problem else "")
+            + ": it does not describe this file (or the file was cut or extended since); "
+            "nothing was written and the journal was kept. Remove the journal to use the "
+            "file as it is, or restore the file the journal belongs to")
     with open(journal.path, "rb", buffering=0) as f:
         f.seek(journal.data_start)
         for offset, n, _crc in journal.ranges:
@@ -273,6 +287,63 @@ def replay(journal: Journal, fd: int) -> None:
                     done += os.pwrite(fd, chunk[done:], offset + n - left + done)
                 left -= len(chunk)
     os.fsync(fd)
+
+
+def growth_problem(journal: Journal, fd: int, size: int) -> str | None:
+    """Why growing the ``size``-byte checkpoint ``fd`` to ``journal``'s size would not
+    give a consistent file, or None if it would.
+
+    Checked before anything is written, on what the file would hold (the journal's
+    ranges over the file, zeros past its end): the journal writes the header, that
+    header is the journal's new checkpoint and describes exactly ``journal.file_size``
+    bytes, and the journal's ranges write every byte of every block that lies past
+    the file's end (what else the header declares there is padding, zeros as the
+    growth leaves it). And the growth is bounded by what is there (twice the file
+    plus the bytes the journal carries): a small forged journal cannot make a large
+    file, nor a large read.
+    """
+    carried = sum(n for _o, n, _c in journal.ranges)
+    if journal.file_size > 2 * size + carried:
+        return (f"more than twice the file plus the {carried} bytes the journal carries")
+    if not any(o == 0 and n >= 8 for o, n, _c in journal.ranges):
+        return "it does not write the file's header"
+    with open(journal.path, "rb", buffering=0) as f:
+        def result(lo: int, hi: int) -> bytes:
+            """Bytes ``lo:hi`` of the file once grown and replayed."""
+            out = bytearray(hi - lo)
+            if lo < size:
+                have = os.pread(fd, min(hi, size) - lo, lo)
+                out[:len(have)] = have
+            at = journal.data_start
+            for o, n, _c in journal.ranges:
+                a, b = max(o, lo), min(o + n, hi)
+                if a < b:
+                    f.seek(at + a - o)
+                    piece = f.read(b - a)
+                    out[a - lo:a - lo + len(piece)] = piece
+                at += n
+            return bytes(out)
+        (length,) = struct.unpack("<Q", result(0, 8))
+        if length > min(MAX_HEADER, journal.file_size - 8):
+            return f"its header's length {length} does not fit the file"
+        try:
+            header = read_header(io.BytesIO(result(0, 8 + length)), journal.path,
+                                 journal.file_size)
+        except FormatError as exc:
+            return f"the header it writes is refused: {exc}"
+    if header.description.checkpoint_id != journal.new:
+        return "the header it writes is not its new checkpoint's"
+    covered = sorted((o, o + n) for o, n, _c in journal.ranges if n)
+    for b in header.description.blocks:
+        lo = max(header.data_start + b.start, size)
+        hi = header.data_start + b.start + b.nbytes
+        for a, c in covered:
+            if a <= lo < c:
+                lo = c
+        if lo < hi:
+            return (f"its ranges do not write bytes {lo}..{hi} of block {b.tensor!r}, "
+                    "past the file's end")
+    return None
 
 
 def reserve(fd: int, pieces: Any, end: int) -> None:

@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 
 import namedschema
 import namedschema.checkpoint
-from namedschema.checkpoint import journal
+from namedschema.checkpoint import incremental, journal
 from namedschema.errors import FormatError
 
 MAGIC, END = b"NSJRNL01", b"NSJEND01"
@@ -170,3 +170,116 @@ def test_fuzz_tiny_journals_never_grow_the_file_nor_memory(tmp_path, data):
     assert peak < 2**20 + 64 * len(blob), peak
     if os.path.exists(jpath):
         os.unlink(jpath)
+
+
+# ---------------------------------------------------------------------------
+# Growth: a file short of its journal's size (issue 34 item 13, after d4fc04e)
+# ---------------------------------------------------------------------------
+
+class _Killed(Exception):
+    pass
+
+
+def _killed_after_commit(tmp_path, monkeypatch) -> tuple[str, bytes, bytes]:
+    """A relaying incremental save stopped between its journal's commit and growing the
+    file (what SIGKILL leaves there): (path, the file's bytes, the journal's bytes)."""
+    path = str(tmp_path / "relaid.nsb")
+    obj = {"big": np.arange(300_000, dtype=np.int64), "step": np.int64(1)}
+    namedschema.save(obj, path, incremental=True)
+    incremental.wait(path)
+    obj["big"][5] = -1
+    obj["step"] = np.int64(2)
+    obj["burst"] = np.full(20_000, 2, np.int64)   # larger than the free space: relaid
+    real = journal.write
+
+    def write(jpath, *args):
+        real(jpath, *args)
+        raise _Killed
+
+    monkeypatch.setattr(journal, "write", write)
+    with pytest.raises(_Killed):
+        namedschema.save(obj, path, incremental=True)
+    monkeypatch.setattr(journal, "write", real)
+    with open(path, "rb") as f, open(journal.journal_path(path), "rb") as j:
+        return path, f.read(), j.read()
+
+
+def test_a_relaying_save_stopped_after_its_commit_is_finished_by_the_next_load(
+        tmp_path, monkeypatch):
+    """The case the growth is for: the journal writes a consistent larger file."""
+    path, content, _blob = _killed_after_commit(tmp_path, monkeypatch)
+    entry = journal.read(journal.journal_path(path))
+    assert entry is not None and entry.file_size > len(content)
+    back = namedschema.load(path, verify=True)
+    assert back["step"] == 2 and (back["burst"] == 2).all() and back["big"][5] == -1
+    assert os.path.getsize(path) == entry.file_size
+    assert not os.path.exists(journal.journal_path(path))
+
+
+def _forged(blob: bytes, keep, **fields) -> bytes:
+    """``blob`` (a whole journal) with only the ranges ``keep(offset, length)`` holds,
+    and ``fields`` replaced in its index."""
+    (length,) = struct.unpack("<Q", blob[8:16])
+    index = json.loads(blob[16:16 + length])
+    at, data, ranges = 16 + length + 4, b"", []
+    for o, n, c in index["ranges"]:
+        if keep(o, n):
+            ranges.append([o, n, c])
+            data += blob[at:at + n]
+        at += n
+    return _journal({**index, "ranges": ranges, **fields}, data)
+
+
+@pytest.mark.parametrize("forge, why", [
+    (lambda b, size: _forged(b, lambda o, n: o + n <= size), "do not write bytes"),
+    (lambda b, size: _forged(b, lambda o, n: o != 0), "does not write the file's header"),
+    (lambda b, size: _forged(b, lambda o, n: True, new="another"), "not its new checkpoint"),
+], ids=["grown-blocks-dropped", "header-dropped", "other-checkpoint"])
+def test_a_real_growth_journal_missing_a_part_is_refused(tmp_path, monkeypatch, forge, why):
+    path, content, blob = _killed_after_commit(tmp_path, monkeypatch)
+    jpath = journal.journal_path(path)
+    with open(jpath, "wb") as f:
+        f.write(forge(blob, len(content)))
+    with pytest.raises(FormatError, match=why):
+        namedschema.load(path)
+    _unchanged(path, content)
+    assert os.path.exists(jpath)
+    os.unlink(jpath)
+    assert namedschema.load(path, verify=True)["step"] == 1
+
+
+def _zeros(lo: int, hi: int) -> tuple[list[int], bytes]:
+    return [lo, hi - lo, zlib.crc32(bytes(hi - lo))], bytes(hi - lo)
+
+
+@pytest.mark.parametrize("factor", [1.5, 2])
+@pytest.mark.parametrize("kind", ["no-ranges", "half-the-growth", "all-the-growth",
+                                  "old-header-and-growth"])
+@pytest.mark.parametrize("read", ["load", "verify"])
+def test_a_forged_journal_naming_a_larger_size_leaves_the_file_as_it_was(
+        tmp_path, factor, kind, read):
+    """Issue 34, item 13 after d4fc04e: a 100-byte journal naming twice the size, no
+    ranges, grew the file, was removed, and the file no longer loaded."""
+    path, ckpt_id, content = _small_checkpoint(tmp_path)
+    size = len(content)
+    grown = int(size * factor)
+    ranges, data = [], b""
+    if kind == "half-the-growth":
+        r, d = _zeros(size, size + (grown - size) // 2)
+        ranges, data = [r], d
+    elif kind in ("all-the-growth", "old-header-and-growth"):
+        r, d = _zeros(size, grown)
+        ranges, data = [r], d
+        if kind == "old-header-and-growth":   # the header as it is: for the old size
+            head = content[:8 + struct.unpack("<Q", content[:8])[0]]
+            ranges, data = [r, [0, len(head), zlib.crc32(head)]], d + head
+    jpath = journal.journal_path(path)
+    with open(jpath, "wb") as f:
+        f.write(_journal({"base": ckpt_id, "new": "x", "file_size": grown,
+                          "ranges": ranges}, data))
+    with pytest.raises(FormatError, match="does not write a consistent file"):
+        getattr(namedschema.checkpoint, read)(path)
+    _unchanged(path, content)
+    assert os.path.exists(jpath)            # whole but inconsistent: refused, kept
+    os.unlink(jpath)
+    assert namedschema.load(path, verify=True)["step"] == 3
