@@ -78,6 +78,37 @@ class _Checkpoint(RunCheckpoint):
                 "an accepted change takes effect")
 
 
+# What every BaseCallback holds (n_calls restarts; num_timesteps is set from the model).
+_CALLBACK_BASE = frozenset({"globals", "locals", "n_calls", "num_timesteps", "parent",
+                            "verbose", "model", "logger", "training_env"})
+
+
+def _callback_state(callback: Any) -> list[str]:
+    """The callbacks in ``callback`` (a list, CallbackList, EventCallback's child, a
+    function) that hold state of their own, as ``"Class (attributes)"``."""
+    out: list[str] = []
+    stack = [callback]
+    while stack:
+        cb = stack.pop()
+        if cb is None:
+            continue
+        if isinstance(cb, (list, tuple)):
+            stack.extend(reversed(cb))
+            continue
+        children = [getattr(cb, name) for name in ("callbacks", "callback")
+                    if name in getattr(cb, "__dict__", {})]
+        for child in children:
+            stack.extend(reversed(child) if isinstance(child, list) else [child])
+        if not any(c.__name__ == "BaseCallback" for c in type(cb).__mro__):
+            out.append(f"{getattr(cb, '__name__', type(cb).__name__)} (a function: "
+                       "its closure and globals)")
+            continue
+        own = sorted(set(vars(cb)) - _CALLBACK_BASE - {"callbacks", "callback"})
+        if own and type(cb).__name__ != "ConvertCallback":
+            out.append(f"{type(cb).__name__} ({', '.join(own)})")
+    return out
+
+
 class _Run:
     """The checkpointing of one wrapped model (its learn, its save points)."""
 
@@ -90,6 +121,7 @@ class _Run:
         self.ckpt: RunCheckpoint | None = None
         self.last_saved = 0
         self.learned = False
+        self.callbacks_warned = False
 
     def _checkpoint(self) -> RunCheckpoint:
         model = self.model
@@ -109,15 +141,25 @@ class _Run:
         if getattr(model, "replay_buffer", None) is not None:
             parts["replay_buffer"] = model.replay_buffer
         parts["env"] = model.env
-        if getattr(model, "use_sde", False):
-            warnings.warn("namedschema.sb3.resumable: use_sde: the gSDE exploration matrices "
-                          "are not captured; a resumed run draws new ones",
-                          RunCheckpointWarning, stacklevel=3)
+        # gSDE's exploration matrices are not captured, and need not be: SB3 draws them
+        # at the start of every collect_rollouts (after the checkpoint) and in SAC's
+        # train(), from torch's generator, which is (twin tests *_sde).
         return ckpt.track(**parts)
 
     def learn(self, total_timesteps: int, *args: Any, **kwargs: Any) -> Any:
         first, self.learned = not self.learned, True
         bound = inspect.signature(self.learn_original).bind(total_timesteps, *args, **kwargs)
+        if not self.callbacks_warned:
+            held = _callback_state(bound.arguments.get("callback"))
+            if held:
+                self.callbacks_warned = True
+                warnings.warn(
+                    "namedschema.sb3.resumable: the state of callbacks passed to learn() is "
+                    f"not captured ({'; '.join(held)}): a resumed run builds them afresh, "
+                    "with n_calls from 0. One that decides from what it counted (saves every "
+                    "n_calls, stops after n episodes, keeps the best reward) acts otherwise "
+                    "than in an uninterrupted run; self.num_timesteps is the run's, and "
+                    "restored. Said once per model", RunCheckpointWarning, stacklevel=2)
         if self.ckpt is None:
             self.ckpt = self._checkpoint()
         if first and os.path.exists(self.path):

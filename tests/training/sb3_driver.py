@@ -56,6 +56,9 @@ def build(case: str, vec_env_cls_name: str | None = None):
     if vec == "normalize":     # over DummyVecEnv: running stats, _last_original_obs
         env = VecNormalize(env, gamma=0.99)
     small = {"net_arch": [32]}
+    # gSDE: noise matrices drawn at each rollout's start (and every 4 steps for PPO here)
+    sde = {"use_sde": True, "sde_sample_freq": 4 if algo == "ppo" else -1} \
+        if case.endswith("_sde") else {}
     if algo == "dqn":
         policy = "CnnPolicy" if env_name == "pong" else "MlpPolicy"
         model = DQN(policy, env, learning_starts=60, buffer_size=240, train_freq=4,
@@ -70,10 +73,10 @@ def build(case: str, vec_env_cls_name: str | None = None):
         if algo == "ddpg":
             extra["action_noise"] = OrnsteinUhlenbeckActionNoise(np.zeros(1), 0.2 * np.ones(1))
         model = cls("MlpPolicy", env, learning_starts=60, buffer_size=200, batch_size=16,
-                    policy_kwargs={"net_arch": [32, 32]}, seed=0, **extra)
+                    policy_kwargs={"net_arch": [32, 32]}, seed=0, **extra, **sde)
     elif algo == "ppo":
         model = PPO("MlpPolicy", env, n_steps=32, batch_size=32, n_epochs=2,
-                    policy_kwargs=small, seed=0)
+                    policy_kwargs=small, seed=0, **sde)
     elif algo == "a2c":
         model = A2C("MlpPolicy", env, n_steps=8, policy_kwargs=small, seed=0)
     return model
@@ -99,11 +102,13 @@ CASES = {
     "dqn_pong": ("dqn", "pong", 2, "subproc"),
     "ppo_cartpole_vecnormalize": ("ppo", "CartPole-v1", 2, "normalize"),
     "dqn_cartpole_vecnormalize": ("dqn", "CartPole-v1", 1, "normalize"),
+    "sac_pendulum_sde": ("sac", "Pendulum-v1", 2, "dummy"),
+    "ppo_pendulum_sde": ("ppo", "Pendulum-v1", 2, "dummy"),
 }
 TOTAL = {"dqn_cartpole": 600, "ppo_cartpole": 384, "ppo_cartpole_subproc": 384,
          "sac_pendulum": 300, "td3_pendulum": 240, "ddpg_pendulum": 240,
          "a2c_cartpole": 320, "dqn_pong": 240, "ppo_cartpole_vecnormalize": 384,
-         "dqn_cartpole_vecnormalize": 600}
+         "dqn_cartpole_vecnormalize": 600, "sac_pendulum_sde": 300, "ppo_pendulum_sde": 384}
 
 
 # -- the final state, as hashes ----------------------------------------------------------

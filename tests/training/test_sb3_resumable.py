@@ -39,6 +39,8 @@ CASES = {
     "dqn_pong": (50, 150),
     "ppo_cartpole_vecnormalize": (64, 200),
     "dqn_cartpole_vecnormalize": (100, 350),
+    "sac_pendulum_sde": (50, 180),
+    "ppo_pendulum_sde": (64, 200),
 }
 _twins: dict[str, dict] = {}
 
@@ -209,3 +211,76 @@ def test_buffer_size_is_refused_even_when_accepted(tmp_path, accept):
     with pytest.raises(RunCheckpointError, match=r"buffer_size: 240 -> 300.*cannot be "
                        "changed on resume"):
         model.learn(total_timesteps=300)
+
+
+# -- warnings: what is not captured is said, once; nothing is said for what is ---------
+
+def test_gsde_is_captured_without_a_warning(tmp_path):
+    """gSDE's noise matrices are drawn at each rollout's start, after the checkpoint, from
+    torch's captured generator (the *_sde twin cases): no warning."""
+    import warnings
+
+    from stable_baselines3 import PPO
+
+    from namedschema.errors import RunCheckpointWarning
+    from namedschema.sb3 import resumable
+    model = PPO("MlpPolicy", "Pendulum-v1", n_steps=16, batch_size=16, n_epochs=1,
+                use_sde=True, policy_kwargs={"net_arch": [8]}, seed=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RunCheckpointWarning)
+        resumable(model, tmp_path / "c.nsc", every_steps=16).learn(total_timesteps=32)
+
+
+def test_an_attribute_the_row_does_not_know_is_named_in_a_warning(tmp_path):
+    from namedschema.errors import RunCheckpointWarning
+    from namedschema.sb3 import resumable
+
+    class Tracker:
+        pass
+
+    model = _dqn()
+    model.tracker = Tracker()
+    with pytest.warns(RunCheckpointWarning, match=r"attributes \['tracker'\] are not "
+                      "captured"):
+        resumable(model, tmp_path / "c.nsc", every_steps=100).learn(total_timesteps=100)
+
+
+def _counter():
+    from stable_baselines3.common.callbacks import BaseCallback
+
+    class Counter(BaseCallback):
+        def __init__(self):
+            super().__init__()
+            self.episodes = 0
+
+        def _on_step(self) -> bool:
+            self.episodes += int(self.locals["dones"].sum())
+            return True
+
+    return Counter()
+
+
+def test_a_callback_holding_state_is_named_in_one_warning(tmp_path):
+    from stable_baselines3.common.callbacks import CallbackList
+
+    from namedschema.errors import RunCheckpointWarning
+    from namedschema.sb3 import resumable
+    model = resumable(_dqn(), tmp_path / "c.nsc", every_steps=100)
+    with pytest.warns(RunCheckpointWarning, match=r"callbacks passed to learn\(\) is not "
+                      r"captured \(Counter \(episodes\)\)") as caught:
+        model.learn(total_timesteps=100, callback=CallbackList([_stop_at(1000), _counter()]))
+        model.learn(total_timesteps=100, callback=_counter(), reset_num_timesteps=False)
+    assert sum("callbacks passed" in str(w.message) for w in caught) == 1
+
+
+@pytest.mark.parametrize("callback", [None, "stateless"])
+def test_no_callback_or_a_stateless_one_is_not_warned_about(tmp_path, callback):
+    import warnings
+
+    from namedschema.errors import RunCheckpointWarning
+    from namedschema.sb3 import resumable
+    model = resumable(_dqn(), tmp_path / "c.nsc", every_steps=100)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RunCheckpointWarning)
+        model.learn(total_timesteps=100,
+                    callback=None if callback is None else _stop_at(1000))
