@@ -137,12 +137,17 @@ def _run_verify(args) -> int:
 
 
 def _run_bench(args) -> int:
-    from .bench import run_bench
+    from .bench import check_outputs, run_bench
     try:
+        check_outputs(args)       # before anything runs (run_bench checks again: cheap)
         return run_bench(args)
     except ImportError as exc:  # --plot without matplotlib (checked before the run)
         return _fail("namedschema bench", str(exc))
     except OSError as exc:  # an output path that cannot be written (checked before the run)
+        return _fail("namedschema bench", printable(str(exc)))
+    except ValueError as exc:  # a --plot format matplotlib cannot write (checked first)
+        if not str(exc).startswith("--plot "):
+            raise
         return _fail("namedschema bench", printable(str(exc)))
 
 

@@ -38,7 +38,7 @@ import time
 from typing import Any
 
 from .rows import result
-from .topic import finish, run_in_child, topic_parser
+from .topic import finish, missing_extra_note, progress, run_in_child, topic_parser
 
 __all__ = ["CASES", "main"]
 
@@ -200,7 +200,8 @@ def _rows(case: str, args: Any) -> list:
                                   reference="50 ms", reference_value=STALL_BUDGET_MS,
                                   target="<= 1"))
         elif importlib.util.find_spec("torch") is None:
-            print("background: dqn_loop skipped (it needs torch)", file=sys.stderr)
+            args.skip_notes.append(missing_extra_note(
+                "background", [case], "torch", "its learner is a torch network"))
         else:
             rows = args.rows
             spec = {"case": case, "rows": rows, "dir": directory, "every": args.every,
@@ -268,11 +269,14 @@ def main(argv: list[str] | None = None) -> int:
     args.rows = args.rows or (20_000 if quick else 1_000_000)
     args.every = args.every or (5.0 if quick else 60.0)
     args.window = args.window or (20.0 if quick else 300.0)
+    args.skip_notes = []
     results = []
-    for case in args.cases or CASES:
+    cases = args.cases or CASES
+    for number, case in enumerate(cases, 1):
+        progress("background", f"{case} ({number}/{len(cases)}) ...")
         results += _rows(case, args)
     notes = ["stall: how long save(..., background=True) held the caller; writer: the "
-             "background writer's time, same run"]
+             "background writer's time, same run", *args.skip_notes]
     return finish("background", args, results, notes)
 
 

@@ -37,7 +37,7 @@ from .harness import (
     rotated,
 )
 from .rows import result
-from .topic import finish, run_in_child, topic_parser
+from .topic import finish, progress, run_in_child, topic_parser
 
 __all__ = ["CASES", "main"]
 
@@ -259,6 +259,7 @@ def main(argv=None) -> int:
         saved: dict[str, dict] = {}
         # Loads need every file, so saves always run (their rows are reported if asked).
         for round_ in range(rounds):
+            progress("checkpoint", f"save round {round_ + 1}/{rounds} ({len(savers)} savers) ...")
             for contender in rotated(savers, round_):
                 out = _run_child({"op": "save", "contender": contender, "rows": rows,
                                   "path": _file_for(tmp, contender)})
@@ -283,6 +284,8 @@ def main(argv=None) -> int:
         if "load" in args.cases:
             loaded: dict[str, dict] = {}
             for round_ in range(rounds):
+                progress("checkpoint",
+                         f"load round {round_ + 1}/{rounds} ({len(loaders)} loaders) ...")
                 for contender in rotated(loaders, round_):
                     out = _run_child({"op": "load", "contender": contender, "rows": rows,
                                       "path": _file_for(tmp, contender)})

@@ -39,7 +39,7 @@ from typing import Any
 
 from .harness import rotated
 from .rows import result
-from .topic import finish, run_in_child, topic_parser
+from .topic import finish, progress, run_in_child, topic_parser
 
 __all__ = ["CASES", "main"]
 
@@ -331,6 +331,7 @@ def main(argv=None) -> int:
             best: dict[tuple[str, float], dict[str, Any]] = {}
             changes = _changes(case)
             for round_ in range(rounds):
+                progress("incremental", f"{case}: round {round_ + 1}/{rounds} ...")
                 order = rotated(changes, round_)
                 out = run_in_child("incremental", {"case": case, "rows": rows, "dir": tmp,
                                                    "order": order, "round": round_},

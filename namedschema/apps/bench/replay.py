@@ -20,7 +20,9 @@ Contenders: ``torchrl LazyTensorStorage``, ``torchrl LazyMemmapStorage`` (files
 in a temporary folder), ``sb3 ReplayBuffer`` (references, one row each) and
 ``namedschema`` (one row per reference, ratio = namedschema / reference, target
 ``<= 1.0``). torchrl and stable-baselines3 are benchmark-only dependencies
-(``pip install -e ".[bench]"``); a missing one is left out and said.
+(``pip install -e ".[bench]"``); a missing one is left out and said. Without torch
+(the ``torch`` extra) only the ``extend`` cases run: the others hand torch
+tensors to a loss; the skipped cases are said in one note.
 
 CASES   the case names, in running order
 main    run the cases, print the table, optionally write JSON
@@ -39,12 +41,14 @@ import numpy as np
 
 from .rows import result
 from .timing import best_times
-from .topic import finish, topic_parser
+from .topic import finish, missing_extra_note, progress, topic_parser
 
 __all__ = ["CASES", "main"]
 
 CASES = ("extend_8", "extend_256", "sample_32", "sample_256", "per_sample_update_32",
          "per_sample_update_256")
+#: The cases that need torch (namedschema's rows wrap each sampled field in a tensor).
+TORCH_CASES = tuple(c for c in CASES if not c.startswith("extend_"))
 OBS = (4, 84, 84)
 TARGET = "<= 1.0"
 
@@ -144,6 +148,9 @@ class _SB3:
 
 
 def _available(module: str) -> bool:
+    """Whether ``module`` can be used here (torchrl and SB3 are built on torch, too)."""
+    if module in ("torchrl", "stable_baselines3") and not _available("torch"):
+        return False
     return importlib.util.find_spec(module) is not None
 
 
@@ -215,23 +222,35 @@ def main(argv=None) -> int:
     capacity = args.capacity or (1_000 if args.quick else 10_000)
     repeat = 3 if args.quick else 7
     notes = [f"capacity {capacity:,} transitions of 56.5 KB; times are per call (best of "
-             f"{repeat} interleaved rounds)",
-             "namedschema's sample rows include torch.as_tensor of every field (no copy); "
-             "SB3 copies into new tensors, TorchRL returns a TensorDict"]
+             f"{repeat} interleaved rounds)"]
+    if _available("torch"):
+        notes.append("namedschema's sample rows include torch.as_tensor of every field (no "
+                     "copy); SB3 copies into new tensors, TorchRL returns a TensorDict")
     missing = [m for m in ("torchrl", "stable_baselines3") if not _available(m)]
-    if missing:
+    if missing and not _available("torch"):
+        notes.append(f"left out: {', '.join(missing)} (built on torch, which is not "
+                     "installed): namedschema's rows have no reference")
+    elif missing:
         notes.append(f"not installed, left out: {', '.join(missing)} "
                      "(pip install -e '.[bench]')")
     if _available("torch"):
         import torch
         torch.set_num_threads(1)   # one learner thread each; no oversubscription on small VMs
         notes.append("torch.set_num_threads(1) for every contender")
+    cases = list(args.cases)
+    if not _available("torch"):
+        skipped = [c for c in cases if c in TORCH_CASES]
+        cases = [c for c in cases if c not in TORCH_CASES]
+        if skipped:
+            notes.append(missing_extra_note(
+                "replay", skipped, "torch",
+                "they hand torch tensors to a loss (every contender's sample is timed so)"))
     scratch = tempfile.mkdtemp(prefix="namedschema-bench-replay-")
     results: list = []
     try:
-        for case in args.cases:
+        for number, case in enumerate(cases, 1):
+            progress("replay", f"{case} ({number}/{len(cases)}) ...")
             results += _case(case, capacity, repeat, scratch, notes)
-            print(f"  {case} done", file=sys.stderr, flush=True)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return finish("replay", args, results, notes)

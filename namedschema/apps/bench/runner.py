@@ -4,6 +4,7 @@ TOPICS        the registry of topic module names, in running order
 run_topics    run topics in subprocesses and collect their results
 plot_results  bar charts of the ratios (matplotlib, imported on use)
 check_outputs refuse unwritable ``--json`` / ``--plot`` paths before anything runs
+QUICK_NOTE    what ``--quick`` prints about its ratios and missed targets
 run_bench     carry out ``namedschema bench`` (the CLI parses its arguments)
 """
 
@@ -11,25 +12,101 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 from ..._core.extras import extra_hint
-from .harness import run_python
+from .harness import child_env
 from .rows import RATIO_NOTE, environment, format_table, target_met, write_json_atomic
+from .topic import PROGRESS_PREFIX
 
-__all__ = ["TOPICS", "run_topics", "plot_results", "check_outputs", "run_bench"]
+__all__ = ["TOPICS", "run_topics", "plot_results", "check_outputs", "QUICK_NOTE", "run_bench"]
 
 # Topics run in this order (each is a module of this package).
 TOPICS = ("core", "pickling", "buffer", "checkpoint", "incremental", "background", "replay")
 #: The package the topic modules live in (``python -m PACKAGE.<topic>``).
 PACKAGE = __name__.rpartition(".")[0]
+#: Seconds without a progress line from a topic after which the runner says it still runs.
+HEARTBEAT_S = 15.0
+
+#: Printed after the tables of a ``--quick`` run, before its missed targets.
+QUICK_NOTE = ("quick run: tiny sizes and few repeats, so every ratio is indicative and "
+              "so is each missed target below: at these sizes timing noise moves a ratio "
+              "near its target to either side of it from run to run (more on a busy or "
+              "shared machine), and the list of misses changes between runs; run without "
+              "--quick for numbers to quote")
+
+
+def _run_topic(args: list[str], topic: str, *, timeout: float, heartbeat: float,
+               log) -> subprocess.CompletedProcess:
+    """Run ``python <args>`` for ``topic``; show its progress lines on ``log`` as they come.
+
+    A topic's stderr lines that start with ``PROGRESS_PREFIX`` are passed on at once;
+    its other stderr output and its stdout are returned. When no line came for
+    ``heartbeat`` seconds, a line says the topic still runs, so none is silent.
+
+    Raises:
+        subprocess.TimeoutExpired: the topic ran longer than ``timeout`` (it is killed).
+    """
+    proc = subprocess.Popen([sys.executable, "-B", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=child_env())
+    lines: queue.Queue[str | None] = queue.Queue()
+    stdout: list[str] = []
+
+    def read_stderr() -> None:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            lines.put(line)
+        lines.put(None)
+
+    def read_stdout() -> None:
+        assert proc.stdout is not None
+        stdout.append(proc.stdout.read())
+
+    readers = [threading.Thread(target=f, daemon=True) for f in (read_stderr, read_stdout)]
+    for reader in readers:
+        reader.start()
+    start = last = time.monotonic()
+    stderr: list[str] = []
+    try:
+        while True:
+            now = time.monotonic()
+            if now - start > timeout:
+                raise subprocess.TimeoutExpired(args, timeout)
+            try:
+                line = lines.get(timeout=max(0.01, min(last + heartbeat - now,
+                                                       start + timeout - now)))
+            except queue.Empty:
+                if time.monotonic() - last >= heartbeat:
+                    print(f"[bench] {topic}: still running ({time.monotonic() - start:.0f} s)",
+                          file=log, flush=True)
+                    last = time.monotonic()
+                continue
+            if line is None:
+                break
+            if line.startswith(PROGRESS_PREFIX):
+                print(line.rstrip("\n"), file=log, flush=True)
+                last = time.monotonic()
+            else:
+                stderr.append(line)
+        proc.wait(timeout=max(1.0, start + timeout - time.monotonic()))
+    except BaseException:
+        proc.kill()
+        proc.wait()
+        raise
+    finally:
+        for reader in readers:
+            reader.join(timeout=5)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, "".join(stdout),
+                                       "".join(stderr))
 
 
 def run_topics(topics, *, quick: bool, verbose: bool = False, timeout: float = 3600,
-               log=None) -> tuple[list, list, bool]:
+               log=None, heartbeat: float = HEARTBEAT_S) -> tuple[list, list, bool]:
     """Run each topic's ``main`` in a fresh subprocess and collect its results.
 
     Args:
@@ -37,7 +114,10 @@ def run_topics(topics, *, quick: bool, verbose: bool = False, timeout: float = 3
         quick: pass ``--quick`` to each topic.
         verbose: let each topic's own output through (to ``log``).
         timeout: seconds allowed per topic.
-        log: text stream for progress lines (defaults to stderr).
+        log: text stream for progress lines (defaults to stderr): each topic's
+            start and end, its own progress lines (a case begun) as they come, and
+            a line whenever it said nothing for ``heartbeat`` seconds.
+        heartbeat: seconds of silence after which a line says a topic still runs.
 
     Returns:
         (documents, notes, all_ok): the JSON document of each topic that ran,
@@ -52,7 +132,7 @@ def run_topics(topics, *, quick: bool, verbose: bool = False, timeout: float = 3
             print(f"[bench] {topic}: running ...", file=log, flush=True)
             start = time.perf_counter()
             try:
-                proc = run_python(args, timeout=timeout)
+                proc = _run_topic(args, topic, timeout=timeout, heartbeat=heartbeat, log=log)
             except subprocess.TimeoutExpired:
                 ok = False
                 notes.append(f"topic {topic!r} failed: no result after {timeout:.0f} s")
@@ -151,6 +231,17 @@ def _import_matplotlib():
     return matplotlib
 
 
+def plot_formats() -> list[str]:
+    """The file extensions (without the dot) matplotlib's ``savefig`` writes here.
+
+    Raises:
+        ImportError: matplotlib is not installed (the message says how to get it).
+    """
+    _import_matplotlib()
+    from matplotlib.backend_bases import FigureCanvasBase
+    return sorted(FigureCanvasBase.get_supported_filetypes())
+
+
 def check_outputs(args) -> None:
     """Refuse, before any benchmark runs, output paths that could not be written at the end.
 
@@ -158,6 +249,8 @@ def check_outputs(args) -> None:
         OSError: the folder of ``--json`` / ``--plot`` is missing or not writable, or
             the path is a folder (the message names the option and the path).
         ImportError: ``--plot`` is given and matplotlib cannot be imported.
+        ValueError: the ``--plot`` path has no extension, or one matplotlib cannot
+            write (the message names the path and the extensions it can).
     """
     for option, path in (("--json", args.json), ("--plot", args.plot)):
         if not path:
@@ -170,7 +263,33 @@ def check_outputs(args) -> None:
         if not os.access(folder, os.W_OK | os.X_OK):
             raise OSError(f"{option} {path}: the folder {folder} is not writable")
     if args.plot:
-        _import_matplotlib()
+        formats = plot_formats()
+        extension = os.path.splitext(args.plot)[1][1:]
+        if extension.lower() not in formats:
+            what = f"the extension .{extension}" if extension else "no extension"
+            raise ValueError(f"--plot {args.plot}: {what}: matplotlib writes "
+                             f"{', '.join('.' + f for f in formats)} (the extension picks "
+                             "the format; .png is the usual one)")
+        _try_plot_format(args.plot, extension)
+
+
+def _try_plot_format(path: str, extension: str) -> None:
+    """Save a tiny figure with text as ``extension`` into a temporary folder: some formats
+    need more than matplotlib (.pgf needs LaTeX; .avif a Pillow built with it)."""
+    matplotlib = _import_matplotlib()
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig = plt.figure(figsize=(1, 1))
+    fig.text(0.5, 0.5, "1.0x")        # text, as the plot has (.pgf needs LaTeX for it)
+    try:
+        with tempfile.TemporaryDirectory(prefix="namedschema-bench-plot-") as tmp:
+            fig.savefig(os.path.join(tmp, f"probe.{extension}"))
+    except Exception as exc:  # whatever the format's writer raises: said, not a traceback
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise ValueError(f"--plot {path}: matplotlib cannot write .{extension} files here "
+                         f"({type(exc).__name__}: {first}); use .png") from exc
+    finally:
+        plt.close(fig)
 
 
 def run_bench(args) -> int:
@@ -192,11 +311,12 @@ def run_bench(args) -> int:
     met = sum(1 for doc in documents for r in doc["results"]
               if target_met(r.get("ratio"), r.get("target")))
     if args.quick:
-        print("quick run: tiny sizes and few repeats, so ratios are indicative only; "
-              "run without --quick for numbers to quote")
-    print(f"targets met: {met}, missed: {len(missed)}"
-          + "".join(f"\n  missed: {t} {r['case']} {r['contender']} "
-                    f"{r['ratio']:.2f}x (target {r['target']})" for t, r in missed))
+        print(QUICK_NOTE)
+    label = " (indicative: a quick run)" if args.quick else ""
+    print(f"targets met: {met}, missed: {len(missed)}{label}"
+          + "".join(f"\n  missed{' (indicative)' if args.quick else ''}: {t} {r['case']} "
+                    f"{r['contender']} {r['ratio']:.2f}x (target {r['target']})"
+                    for t, r in missed))
     if args.json:
         combined = {"topic": "all", "quick": bool(args.quick), "environment": environment(),
                     "results": [dict(r, topic=doc["topic"]) for doc in documents

@@ -5,6 +5,9 @@ choice_list             an argparse type for a comma-separated subset of names
 run_in_child            run a topic's ``_child`` in a fresh interpreter, get its JSON back
 load_rlpyt_collections  rlpyt's collections module loaded from ``RLPYT_SRC``, or None
 RLPYT_SKIP_NOTE         the note of a topic whose rlpyt rows were skipped
+PROGRESS_PREFIX         what starts a progress line, which ``namedschema bench`` shows live
+progress                say on stderr how far a topic has got (a case begun or done)
+missing_extra_note      the note of cases skipped because an optional package is missing
 finish                  print a topic's table, write its JSON; the end of every ``main``
 """
 
@@ -21,9 +24,31 @@ from .harness import run_python
 from .rows import RATIO_NOTE, format_table, write_json
 
 __all__ = ["topic_parser", "choice_list", "run_in_child", "load_rlpyt_collections",
-           "RLPYT_SKIP_NOTE", "finish"]
+           "RLPYT_SKIP_NOTE", "PROGRESS_PREFIX", "progress", "missing_extra_note", "finish"]
 
 RLPYT_SKIP_NOTE = "RLPYT_SRC is not set: rlpyt rows skipped (set it to an rlpyt source tree)"
+#: A topic's stderr lines that start with this are progress: ``namedschema bench`` shows
+#: them as they come (a topic's other stderr output is kept for its error message).
+PROGRESS_PREFIX = "[bench] "
+
+
+def progress(topic: str, text: str) -> None:
+    """Say on stderr how far ``topic`` has got: ``[bench] TOPIC: TEXT``, flushed at once."""
+    print(f"{PROGRESS_PREFIX}{topic}: {text}", file=sys.stderr, flush=True)
+
+
+def missing_extra_note(topic: str, cases: Sequence[str], module: str, why: str) -> str:
+    """The one-line note of ``cases`` skipped because ``module`` cannot be imported.
+
+    Args:
+        topic: the topic whose cases are skipped.
+        cases: the skipped case names.
+        module: the missing package (an extra of namedschema's, e.g. ``torch``).
+        why: what those cases need it for.
+    """
+    from ..._core.extras import extra_hint
+    return (f"{topic}: skipped {', '.join(cases)}: {why}, and {module} is not installed "
+            f"({extra_hint(module)})")
 
 
 def topic_parser(topic: str, description: str, cases: tuple) -> argparse.ArgumentParser:
