@@ -18,6 +18,14 @@ resume  a fresh process that built the same empty buffer: ``namedschema.load``
         set (VmHWM) of both, against the buffer's bytes B: a resume must hold
         the buffer once (issue 19: at most B + 10%).
 
+The buffer is filled with synthetic random frames, and what is saved keeps its
+shapes: this measures the throughput of *full* checkpoints and the time and memory of a
+resume, which depend on the bytes, not on where the frames came from. It does not
+measure incremental checkpoints of a real run (emulator states that change length, a
+sum tree's index list, an optimizer state that appears): that is
+``benchmarks/bench_pong_checkpoints.py``, on rlpyt's real ``AtariEnv`` (Pong over
+ale-py), the documented real-env benchmark (docs/incremental.rst).
+
 Save timings are best of ``--rounds``; resume and raw-read timings best of
 ``--read-rounds`` fresh processes, alternated (each writes into a freshly built
 buffer once); ratios are against the reference measured
@@ -216,6 +224,8 @@ def main(argv=None):
     print(f"PrioritizedReplayFrameBuffer, {args.steps:,} steps x 4x{args.frame} uint8 frames "
           f"over {args.envs} envs: {gib:.2f} GiB of arrays, checkpoint file "
           f"{save['file_bytes'] / 2**30:.2f} GiB")
+    print("(filled with synthetic frames, full checkpoints only; incremental checkpoints of a "
+          "real-env run: benchmarks/bench_pong_checkpoints.py)")
     print(f"checkpoint (capture + namedschema.save, synced): {save['save_s']:.2f} s "
           f"(capture {save['capture_s'] * 1e3:.1f} ms); raw write + fsync "
           f"{save['raw_write_s']:.2f} s; ratio {save['save_s'] / save['raw_write_s']:.2f}x")
@@ -236,7 +246,8 @@ def main(argv=None):
           f"{resume['raw_peak_rss_mib'] / b:.3f} B")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"save": save, "resume": resume, "args": vars(args)}, f, indent=1)
+            json.dump({"save": save, "resume": resume, "args": vars(args),
+                       "fill": "synthetic"}, f, indent=1)
     return 0
 
 
