@@ -191,6 +191,8 @@ class _Run:
 
     def collect_rollouts(self, *args: Any, **kwargs: Any) -> Any:
         n = self.model.num_timesteps
+        if self.ckpt is not None:   # where a kill of check-resume hit (nothing without it)
+            self.ckpt.at_step(n)
         if n // self.every_steps > self.last_saved // self.every_steps:
             self._save()
         return self.collect_original(*args, **kwargs)

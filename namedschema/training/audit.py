@@ -67,9 +67,11 @@ WALL_CLOCK: dict[str, frozenset[str]] = {
     "Monitor": frozenset({"t_start", "episode_times"}),                           # SB3
     "VecMonitor": frozenset({"t_start"}),                                         # SB3
 }
-# Parts (``OBJECT.PATH`` patterns) that hold wall-clock readings: SB3's episode infos
-# (``{"r": return, "l": length, "t": seconds since the Monitor started}``).
-WALL_CLOCK_PARTS = ("*.ep_info_buffer.items.*.t",)
+# Parts (``OBJECT.PATH`` patterns) that hold wall-clock readings: the episode infos of
+# SB3's Monitor and gymnasium's RecordEpisodeStatistics (``{"r": return, "l": length,
+# "t": seconds}``) in SB3's ``ep_info_buffer`` and in a vector env's last infos (an env
+# attribute's dict is captured as ``["dict", {...}]``, hence the ``1``).
+WALL_CLOCK_PARTS = ("*.ep_info_buffer.items.*.t", "*.episode.t", "*.episode.1.t")
 
 _UNSET: Any = object()
 _RECORDER: Any = _UNSET

@@ -208,6 +208,7 @@ class RunCheckpoint:
             _check_room(self.path, state)
         self.wait()       # the previous save's error, if any, is raised here, not lost
         if self._audit is not None:
+            self._audit.progress(step)
             self._audit.save_begin(step)
         try:
             if self.background:
@@ -251,10 +252,19 @@ class RunCheckpoint:
         return self.every_seconds is not None and \
             time.monotonic() - self._last_time >= self.every_seconds
 
-    def maybe_save(self, step: int, **loop: Any) -> bool:
-        """Save if ``step`` reached the next multiple of ``every_steps`` (or time is up)."""
+    def at_step(self, step: int) -> None:
+        """Say that the run is at ``step`` (:meth:`maybe_save` and :meth:`save` say it).
+
+        Only ``namedschema check-resume`` listens (it reports the step each kill
+        hit); a loop that saves with :meth:`save` alone may call this each step.
+        Without the check it does nothing.
+        """
         if self._audit is not None:
             self._audit.progress(step)
+
+    def maybe_save(self, step: int, **loop: Any) -> bool:
+        """Save if ``step`` reached the next multiple of ``every_steps`` (or time is up)."""
+        self.at_step(step)
         if not self.due(step):
             return False
         self.save(step, **loop)

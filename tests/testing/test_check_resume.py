@@ -4,7 +4,8 @@ Each test runs a training command several times (uninterrupted, then SIGKILLed
 and restarted) in fresh copies of a temporary directory, as users do with
 ``namedschema check-resume``. The loops: tests/testing/loop_script.py (numpy
 only, starts fast), examples/train_loop.py (torch; its ``--bug`` flags are the
-two usual mistakes), examples/dqn_pong.py (small) and the README's rlpyt example.
+two usual mistakes), examples/dqn_pong.py and examples/sb3_dqn_cartpole.py (small)
+and the README's rlpyt example.
 """
 
 from __future__ import annotations
@@ -240,6 +241,19 @@ def test_the_digests_leave_out_wall_clock_values_and_ignored_parts():
     assert digests("env.*.episode_returns")["env"]["digest"] == ignored["env"]["digest"]
     assert digests("env.*.episode_returns")["world"] == before["world"]
     assert "world" not in digests("world") and "env" in digests("world")
+
+
+def test_the_sb3_example_resumes_exactly(tmp_path):
+    """examples/sb3_dqn_cartpole.py (a plain SB3 script wrapped by resumable), small:
+    exact, and each kill names the step (num_timesteps) it hit."""
+    pytest.importorskip("stable_baselines3")
+    report = check(tmp_path, [sys.executable, os.path.join(REPO_ROOT, "examples",
+                                                           "sb3_dqn_cartpole.py"),
+                              "--total-timesteps", "1200", "--save-every", "200"],
+                   kills=2, seed=0)
+    assert report.status == "exact", report.message + report.output
+    assert report.kills and all(k.step is not None for k in report.kills), report.message
+    assert "?" not in report.message
 
 
 def test_the_rlpyt_readme_example_resumes_exactly(tmp_path, rlpyt_root):
