@@ -225,6 +225,27 @@ def _wait_at_exit() -> None:
                              f"({_what_is_left(handle.path)}):\n"
                              + "".join(traceback.format_exception(handle._error)))
             sys.stderr.flush()
+    _stop_writer()
+
+
+def _stop_writer() -> None:
+    """End the writer thread once its queue is empty, and wait for it.
+
+    Left running into interpreter shutdown, the daemon thread could still be
+    dropping the last save's data (a torch tensor's C++ destructor, say) when
+    the interpreter ends it; a thread ended inside C++ code aborts the whole
+    process ("terminate called without an active exception", exit status 134)
+    after a run that succeeded.
+    """
+    global _writer, _writes
+    with _writer_lock:
+        writer, jobs = _writer, _writes
+        if writer is None or not writer.is_alive():
+            return
+        jobs.put(None)
+        # A save begun after this (by a later exit hook) gets a thread of its own.
+        _writer, _writes = None, queue.SimpleQueue()
+    writer.join(timeout=60)
 
 
 # --------------------------------------------------------------------------
@@ -358,10 +379,10 @@ def start_thread(path: str, rest: Callable[[], SaveRecord | None],
     with _writer_lock:
         global _writer
         if _writer is None or not _writer.is_alive():
-            _writer = threading.Thread(target=_write_in_order, daemon=True,
+            _writer = threading.Thread(target=_write_in_order, args=(_writes,), daemon=True,
                                        name="namedschema-background-save")
             _writer.start()
-    _writes.put((handle, rest))
+        _writes.put((handle, rest))    # (under the lock: _stop_writer swaps the queue)
     handle.stall = time.perf_counter() - began
     return handle
 
@@ -372,9 +393,12 @@ _writes: queue.SimpleQueue = queue.SimpleQueue()
 os.register_at_fork(after_in_child=_forget_in_child)
 
 
-def _write_in_order() -> None:
+def _write_in_order(jobs: queue.SimpleQueue) -> None:
     while True:
-        handle, rest = _writes.get()
+        job = jobs.get()
+        if job is None:         # _stop_writer, at interpreter exit
+            return
+        handle, rest = job
         try:
             record = rest()
         except BaseException as exc:
@@ -383,7 +407,7 @@ def _write_in_order() -> None:
             handle._finish(None, exc)
         else:
             handle._finish(record, None)
-        del handle, rest   # (as in _Forker._serve: keep nothing of a save once written)
+        del job, handle, rest   # (as in _Forker._serve: keep nothing of a save once written)
 
 
 def incremental_job(enc: Any, plan: Any, path: str, progress: bool):

@@ -19,7 +19,7 @@ import mmap
 import os
 import sys
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, BinaryIO
@@ -181,6 +181,24 @@ class _Crc:
         self.value = zlib.crc32(chunk, self.value)
 
 
+def _submit(pool: ThreadPoolExecutor, fn: Callable[..., Any], *args: Any) -> Future:
+    """``pool.submit(fn, *args)``, or the call made here when the pool takes no more work.
+
+    concurrent.futures refuses new work once the interpreter begins to exit (before
+    atexit hooks run), but a background save that namedschema's exit hook waits for
+    must still be written: its checksums and syncs then run in the writing thread.
+    """
+    try:
+        return pool.submit(fn, *args)
+    except RuntimeError:
+        done: Future = Future()
+        try:
+            done.set_result(fn(*args))
+        except BaseException as exc:
+            done.set_exception(exc)
+        return done
+
+
 def write_blocks(fd: int, sources: tuple[Source, ...], progress: Progress) -> list[int]:
     """Write every block and its padding at the position of a new file; return their CRC-32s.
 
@@ -206,10 +224,10 @@ def write_blocks(fd: int, sources: tuple[Source, ...], progress: Progress) -> li
                     # The caller's memory may change under us: checksum the file.
                     position = os.lseek(fd, 0, os.SEEK_CUR)
                     write_new(fd, chunk)
-                    checks.append(crc_pool.submit(reader.update, crc, position,
+                    checks.append(_submit(crc_pool, reader.update, crc, position,
                                                   chunk.nbytes))
                 else:
-                    checks.append(crc_pool.submit(crc.update, chunk))
+                    checks.append(_submit(crc_pool, crc.update, chunk))
                     write_new(fd, chunk)
                 progress.advance(chunk.nbytes)
                 nbytes += chunk.nbytes
@@ -224,7 +242,7 @@ def write_blocks(fd: int, sources: tuple[Source, ...], progress: Progress) -> li
                 if unsynced >= SYNC_EVERY and (syncing is None or syncing.done()):
                     if syncing is not None:
                         syncing.result()  # raise its error, if any
-                    syncing = sync_pool.submit(fdatasync, fd)
+                    syncing = _submit(sync_pool, fdatasync, fd)
                     unsynced = 0
             pad = -nbytes % ALIGN
             if pad:
@@ -303,7 +321,7 @@ def read_blocks(f: BinaryIO, header: Header, verify: bool,
                     fail(header.name, f"block {b.tensor!r} is truncated: expected "
                          f"{b.nbytes} bytes, found {done} (file changed while reading?)")
                 if verify:
-                    checks.append(pool.submit(crc.update, view[done:done + got]))
+                    checks.append(_submit(pool, crc.update, view[done:done + got]))
                 done += got
                 if progress is not None:
                     progress.advance(got)
