@@ -6,7 +6,8 @@
 Runs the command uninterrupted, then K times SIGKILLed at random instants and
 restarted until it finishes, each run in a fresh copy of the current
 directory, and compares the audit records its checkpoints wrote
-(:func:`namedschema.testing.check_resume`). Progress lines go to stderr, the
+(:func:`namedschema.testing.check_resume`). Progress lines go to stderr (at each
+run's end, and every 10 s with the step of the run under way), the
 verdict to stdout (``--json``: the whole report as JSON). Exit status 0: every
 resume was exact; 1: a resume (or the command itself) differs; 2: the check
 could not be made (the command crashed, hung, never checkpointed) or a usage error.

@@ -167,7 +167,7 @@ def check_resume(command: str | Sequence[str], *, kills: int = 5, seed: int = 0,
                  env: Mapping[str, str] | None = None, copy: bool = True,
                  keep: bool = False, workdir: str | os.PathLike[str] | None = None,
                  progress: Callable[[str], None] | None = None,
-                 ignore: Sequence[str] = ()) -> ResumeReport:
+                 ignore: Sequence[str] = (), progress_every: float = 10.0) -> ResumeReport:
     """Run ``command`` uninterrupted and ``kills`` times killed and resumed; compare.
 
     Args:
@@ -183,13 +183,15 @@ def check_resume(command: str | Sequence[str], *, kills: int = 5, seed: int = 0,
         env: the command's environment (default: this process's).
         keep: keep the runs' directories (their path is in the report).
         workdir: where the runs' directories are made (default: the temporary dir).
-        progress: called with a line of text as the check goes on.
+        progress: called with a line of text as the check goes on: at each run's end,
+            and every ``progress_every`` seconds while a run goes on (its step).
         ignore: shell-style patterns of parts left out of the comparison, matched against
             ``OBJECT.PATH`` as a difference names them (``envs.*.episode_start_time``,
             ``envs.*.time_queue``) or an object's name alone (``logger``): values that
             differ in every run by design (the time). Known wall-clock attributes of
             env wrappers are left out already. The runs themselves are unchanged: what
             they checkpoint is not, only what is digested for the comparison.
+        progress_every: seconds between two lines of progress within a run.
 
     Returns:
         A :class:`ResumeReport`; ``report.exact`` is the verdict.
@@ -201,6 +203,9 @@ def check_resume(command: str | Sequence[str], *, kills: int = 5, seed: int = 0,
         raise ValueError(f"check_resume: kills must be a positive int, got {kills!r}")
     if not timeout > 0:
         raise ValueError(f"check_resume: timeout must be positive, got {timeout!r}")
+    if not progress_every > 0:
+        raise ValueError(f"check_resume: progress_every must be positive, got "
+                         f"{progress_every!r}")
     patterns = [ignore] if isinstance(ignore, str) else list(ignore)
     if not all(isinstance(p, str) and p and "\n" not in p for p in patterns):
         raise ValueError(f"check_resume: ignore must be non-empty patterns (str) without "
@@ -214,7 +219,9 @@ def check_resume(command: str | Sequence[str], *, kills: int = 5, seed: int = 0,
     root = tempfile.mkdtemp(prefix="check-resume-",
                             dir=None if workdir is None else os.fspath(workdir))
     try:
-        report = _Check(argv, kills, seed, timeout, source, run_env, copy, root, say).run()
+        check = _Check(argv, kills, seed, timeout, source, run_env, copy, root, say)
+        check.progress_every = progress_every
+        report = check.run()
         if keep:
             report.directory = root
         return report
@@ -228,9 +235,28 @@ class _Check:
         self.argv, self.n_kills, self.seed, self.timeout = argv, kills, seed, timeout
         self.source, self.env, self.copy, self.root, self.say = source, env, copy, root, say
         self.rng = random.Random(seed)
+        self.progress_every = 10.0
+        self.what = "the uninterrupted run"    # the run under way, for progress lines
+        self.last_step: int | None = None      # the reference's last checkpoint
+        self._said = time.monotonic()
 
     def _run(self, name: str) -> Run:
-        return Run(self.root, name, self.argv, self.source, self.env, self.timeout, self.copy)
+        run = Run(self.root, name, self.argv, self.source, self.env, self.timeout, self.copy)
+        run.tick = self._tick
+        return run
+
+    def _tick(self, run: Run) -> None:
+        """A progress line every ``progress_every`` seconds: the run, its step, its time."""
+        now = time.monotonic()
+        if now - self._said < self.progress_every:
+            return
+        self._said = now
+        step = run.current_step()
+        where = "no step yet" if step is None else f"step {_n(step)}"
+        if step is not None and self.last_step is not None:
+            where += f" of {_n(self.last_step)}"
+        start = f", start {len(run.lives)}" if len(run.lives) > 1 else ""
+        self.say(f"check-resume: {self.what}: {where} ({run.elapsed:.0f} s{start})")
 
     def _report(self, status: str, message: str, **extra: Any) -> ResumeReport:
         return ResumeReport(status, self.argv, message, seed=self.seed, **extra)
@@ -263,8 +289,10 @@ class _Check:
         self.say(f"check-resume: the uninterrupted run took {seconds:.1f} s, "
                  f"{len(steps)} checkpoints (steps {_n(steps[0])} to {_n(steps[-1])})")
         timeline = _Timeline(life.events)
+        self.last_step = records.end_step if records.end_step is not None else steps[-1]
         runs = []
         for index in range(self.n_kills):
+            self.what = f"run {index + 1}/{self.n_kills}"
             run = self._killed_run(index, records, timeline)
             runs.append(run)
             self.say(f"check-resume: run {index + 1}/{self.n_kills}: {_describe_run(run)}")

@@ -99,6 +99,7 @@ class Run:
         self._pipe: int | None = None
         self._offset, self._partial = 0, b""
         self._started = 0.0
+        self.tick: Callable[[Run], None] | None = None   # called while waiting (progress)
 
     # -- a life -----------------------------------------------------------------------
 
@@ -163,6 +164,8 @@ class Run:
                         if wanted(event):
                             return event
                 return "exit"
+            if self.tick is not None:
+                self.tick(self)
             now = time.monotonic()
             if until is not None and now >= until:
                 return "until"
@@ -217,6 +220,10 @@ class Run:
             os.close(self._pipe)
             self._pipe = None
         life.output = _tail(os.path.join(self.dir, f"life-{len(self.lives) - 1}.log"))
+
+    def current_step(self) -> int | None:
+        """The step the current life said it is at (None: it has not said yet)."""
+        return self._progress()
 
     def _progress(self) -> int | None:
         try:

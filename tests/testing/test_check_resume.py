@@ -80,6 +80,23 @@ def test_the_same_loop_without_the_bug_is_exact(tmp_path):
     assert report.status == "exact", report.message
 
 
+def test_progress_lines_name_the_step_while_a_run_goes_on(tmp_path):
+    """Every progress_every seconds a line says which run is at which step."""
+    import re
+    lines: list[str] = []
+    report = check(tmp_path, [*LOOP, "--steps", "60000"], kills=1, seed=0,
+                   progress=lines.append, progress_every=0.2)
+    assert report.status == "exact", report.message
+    during = [line for line in lines if re.fullmatch(
+        r"check-resume: (the uninterrupted run|run 1/1): (no step yet|step [\d,]+"
+        r"( of 59,999)?) \(\d+ s(, start \d)?\)", line)]
+    assert any(line.startswith("check-resume: the uninterrupted run: step") for line in during)
+    assert any(" of 59,999 " in line for line in during), lines
+    assert lines[-1].startswith("check-resume: run 1/1: killed at step")
+    with pytest.raises(ValueError, match="progress_every"):
+        check(tmp_path, LOOP, kills=1, progress_every=0)
+
+
 def test_a_crash_is_reported_with_its_output(tmp_path):
     report = check(tmp_path, [*LOOP, "--mode", "crash"], kills=1)
     assert report.status == "crashed" and report.exit_code == 2
