@@ -10,9 +10,16 @@ CleanRL's scripts store transitions in Stable-Baselines3's ``ReplayBuffer``, whi
 The buffer then samples from its own generator (seeded with ``torch.initial_seed()``,
 which the script set with ``torch.manual_seed(args.seed)``; reading it draws
 nothing), not from numpy's global one as SB3's does, so the run is another run
-than with SB3's buffer, resumed as exactly. It stores next observations in their
-own field: ``optimize_memory_usage`` is accepted and changes nothing (the buffer
-takes twice the frames' memory that SB3's takes with it).
+than with SB3's buffer, resumed as exactly.
+
+``optimize_memory_usage=True`` (``cleanrl_dqn_atari.py`` passes it) stores each frame
+once, as SB3 does: the buffer is built with ``frames_once=("observations",
+"next_observations")`` and ``n_envs``, so a next observation is read from the row of the
+env's next step. Unlike SB3's, nothing is lost: where the next observation given differs
+from that row's (the true final observation CleanRL passes at a truncation), the buffer
+keeps it, and every row can be drawn (SB3 skips the row at its write head), so the
+samples are exactly those of ``optimize_memory_usage=False``. As in SB3, it cannot be
+combined with ``handle_timeout_termination=True``.
 """
 
 from __future__ import annotations
@@ -39,13 +46,16 @@ class ReplayBuffer:
         action = np.zeros(action_space.shape or (1,), action_space.dtype)
         example = Transition(obs, obs, action, np.float32(0), np.float32(0))
         self.device, self.n_envs = torch.device(device), n_envs
-        self.buffer = namedschema.ReplayBuffer(example, buffer_size, seed=torch.initial_seed())
+        once = ("observations", "next_observations") if optimize_memory_usage else None
+        self.buffer = namedschema.ReplayBuffer(example, buffer_size, seed=torch.initial_seed(),
+                                               frames_once=once, n_envs=n_envs)
+        self.optimize_memory_usage = bool(optimize_memory_usage)
 
     def add(self, obs, next_obs, action, reward, done, infos):
         n = self.n_envs
         self.buffer.extend(Transition(
             np.asarray(obs).reshape(n, *self.buffer.storage.observations.shape[1:]),
-            np.asarray(next_obs).reshape(n, *self.buffer.storage.next_observations.shape[1:]),
+            np.asarray(next_obs).reshape(n, *self.buffer.storage.observations.shape[1:]),
             np.asarray(action).reshape(n, -1), np.asarray(reward, np.float32).reshape(n),
             np.asarray(done, np.float32).reshape(n)))
 

@@ -2,6 +2,7 @@
 
 ReplayBuffer               uniform sampling, with replacement, from the steps stored
 PrioritizedReplayBuffer    proportional prioritized sampling (a vectorized sum tree)
+(either with ``frames_once``: each frame stored once, see namedschema.training.replay_frames)
 
 A buffer holds its steps in one schema instance of arrays with a leading
 ``capacity`` dimension (``storage``), written as a ring, and everything else it
@@ -25,8 +26,6 @@ an array schema made at run time. Nothing of this exists at run time beyond
 from __future__ import annotations
 
 import math
-import operator
-import weakref
 from typing import TYPE_CHECKING, Any, Generic, NamedTuple, Self, TypeVar, overload
 
 import numpy as np
@@ -46,6 +45,17 @@ from .replay_checks import (
     refuse_change,
     saved_leaves,
 )
+from .replay_frames import (
+    FramesOnce,
+    _adoptable,
+    _claim,
+    _count,
+    _leaves,
+    check_mode,
+    config_of,
+    example_once,
+    options_of,
+)
 
 __all__ = ["ReplayBuffer", "PrioritizedReplayBuffer", "PrioritizedSample"]
 
@@ -63,58 +73,6 @@ _ArrayTupleT = TypeVar("_ArrayTupleT", bound=NamedArrayTuple)
 PrioritizedSample = tuple[BatchT, npt.NDArray[np.int64], npt.NDArray[np.float32]]
 
 
-def _leaves(x: Any) -> list:
-    """The arrays of a (nested) named tuple, in field order (None fields skipped)."""
-    if is_named(x):
-        out: list = []
-        for value in x:
-            out.extend(_leaves(value))
-        return out
-    return [] if x is None else [x]
-
-
-# The arrays live buffers hold (storage, trees), by id: never adopted by another buffer.
-_LIVE: weakref.WeakValueDictionary[int, np.ndarray] = weakref.WeakValueDictionary()
-
-
-def _claim(arrays: list) -> None:
-    for array in arrays:
-        _LIVE[id(array)] = array
-
-
-def _adoptable(array: Any) -> bool:
-    """Whether a loaded array can become a buffer's own: in memory, writable, C order.
-
-    Arrays that view a file map are copied instead: a later save to that file
-    could show through the pages the buffer has not written yet. So are arrays
-    sharing memory with a live buffer's (``from_state_dict(rb.state_dict())``,
-    or one loaded state given twice): two buffers would write into each other.
-    """
-    import mmap
-    if not (isinstance(array, np.ndarray) and array.flags.writeable
-            and array.flags.c_contiguous):
-        return False
-    if any(np.may_share_memory(array, live) for live in list(_LIVE.values())):
-        return False
-    base = array.base
-    while base is not None:
-        if isinstance(base, mmap.mmap):
-            return False
-        base = getattr(base, "base", None) if isinstance(base, np.ndarray) else \
-            getattr(base, "obj", None) if isinstance(base, memoryview) else None
-    return True
-
-
-def _count(value: Any, name: str, what: str, minimum: int) -> int:
-    try:
-        n = operator.index(value)
-    except TypeError:
-        raise TypeError(f"{name}: {what} must be an int, got {type(value).__name__}") from None
-    if n < minimum:
-        raise ValueError(f"{name}: {what} must be at least {minimum}, got {n}")
-    return n
-
-
 class ReplayBuffer(Generic[BatchT]):
     """A ring buffer of steps with uniform sampling (with replacement).
 
@@ -125,6 +83,16 @@ class ReplayBuffer(Generic[BatchT]):
         capacity: the number of steps kept; older steps are overwritten.
         seed: seeds the buffer's own generator (``numpy.random.PCG64``); the
             buffer never draws from any global generator.
+        frames_once: ``(obs, next_obs)``, two top-level array fields of the same
+            shape and dtype: store each frame once (Stable-Baselines3's
+            ``optimize_memory_usage``). ``next_obs`` gets no array: a row's next
+            observation is read from the ``obs`` of the row ``n_envs`` later,
+            where that holds the very bytes given; others (episode ends, the
+            newest rows) are kept in a small pool. Samples and draws are exactly
+            the plain buffer's (see :doc:`buffers`); ``storage.next_obs`` is None.
+            The example's ``next_obs`` may be None.
+        n_envs: with ``frames_once``, the rows one env step writes (a vector
+            env's ``n_envs``, env ``k`` at offset ``k``).
 
     For type checkers an example of array tuple type ``Samples`` makes a
     ``ReplayBuffer[Samples]``: ``sample`` returns ``Samples``, ``extend`` takes it
@@ -140,6 +108,7 @@ class ReplayBuffer(Generic[BatchT]):
     """
 
     storage: BatchT
+    _frames: FramesOnce | None   # frames-once mode's pool of next observations, or None
     # ``ReplayBuffer[Samples](...)`` makes the same object as ``ReplayBuffer(...)``: typing
     # would store the alias on the instance as ``__orig_class__`` (and so in its pickles);
     # a property without a setter refuses it, which typing ignores.
@@ -147,21 +116,28 @@ class ReplayBuffer(Generic[BatchT]):
 
     @overload
     def __init__(self: ReplayBuffer[_ArrayTupleT], example: _ArrayTupleT, capacity: int, *,
-                 seed: Any = None) -> None: ...
+                 seed: Any = None, frames_once: tuple[str, str] | None = None,
+                 n_envs: int = 1) -> None: ...
     @overload
     def __init__(self: ReplayBuffer[Any], example: Any, capacity: int, *,
-                 seed: Any = None) -> None: ...
+                 seed: Any = None, frames_once: tuple[str, str] | None = None,
+                 n_envs: int = 1) -> None: ...
 
-    def __init__(self, example: Any, capacity: int, *, seed: Any = None) -> None:
+    def __init__(self, example: Any, capacity: int, *, seed: Any = None,
+                 frames_once: tuple[str, str] | None = None, n_envs: int = 1) -> None:
         name = type(self).__name__
         if not is_named(example):
             raise StructureMismatchError(f"{name}(example)", "one step as a schema instance "
                                          "(or a named tuple)", type(example).__name__)
         self.capacity = _count(capacity, name, "capacity", 1)
+        if frames_once is not None:
+            example = example_once(example, frames_once, name)
         self.storage = buffer_from_example(example, (self.capacity,))
-        self._init_common(seed)
+        self._init_common(seed, frames_once, n_envs)
 
-    def _init_common(self, seed: Any) -> None:
+    def _init_common(self, seed: Any, frames_once: Any = None, n_envs: Any = 1) -> None:
+        self._frames = None if frames_once is None else FramesOnce(
+            self.storage, self.capacity, frames_once, n_envs, type(self).__name__)
         self._stored = _leaves(self.storage)
         _claim(self._stored)
         self._name = f"{type(self).__name__}({type(self.storage).__name__})"
@@ -219,7 +195,14 @@ class ReplayBuffer(Generic[BatchT]):
 
         The positions written are ``(start + arange(n)) % capacity``.
         """
+        frames, nxt = self._frames, None
+        if frames is not None:
+            batch, nxt = frames.split(batch)
         given, n = self._arrays(batch)
+        if frames is not None:
+            nxt = frames.checked_next(nxt, self.storage, n, f"{self._name}.extend")
+            obs = given[frames.leaf].astype(frames.dtype, copy=False)
+            frames.write(self._cursor, self._size, obs, nxt)
         cap, start, skip = self.capacity, self._cursor, 0
         if n > cap:  # only the last ``capacity`` steps survive
             skip = n - cap
@@ -243,7 +226,14 @@ class ReplayBuffer(Generic[BatchT]):
         with the same field names, in any order), checked as ``buffer[i] = step`` is."""
         if getattr(step, "_fields", None) != type(self.storage)._fields:
             step = by_names(step, self.storage)
+        frames = self._frames
+        if frames is not None:
+            step, nxt = frames.split(step)
+            nxt = frames.checked_next(nxt, self.storage, None, f"{self._name}.add")
         self.storage[self._cursor] = step
+        if frames is not None:
+            obs = getattr(self.storage, frames.obs)
+            frames.write(self._cursor, self._size, obs[self._cursor:self._cursor + 1], nxt)
         self._added(self._cursor)
         self._cursor = (self._cursor + 1) % self.capacity
         self._size = min(self.capacity, self._size + 1)
@@ -262,7 +252,16 @@ class ReplayBuffer(Generic[BatchT]):
     def sample(self, batch_size: int) -> BatchT:
         """``batch_size`` steps drawn uniformly with replacement (a schema instance)."""
         n = self._check_sample(batch_size)
-        return self.storage[self._rng.integers(0, self._size, n)]
+        return self._rows(self._rng.integers(0, self._size, n))
+
+    def _rows(self, index: np.ndarray) -> BatchT:
+        """The steps at ``index`` (next observations put back in frames-once mode)."""
+        rows = self.storage[index]
+        frames = self._frames
+        if frames is None:
+            return rows
+        value = frames.next_of(index, getattr(self.storage, frames.obs))
+        return rows._replace(**{frames.next: value})
 
     def __len__(self) -> int:
         return self._size
@@ -281,10 +280,15 @@ class ReplayBuffer(Generic[BatchT]):
         """Everything the buffer needs to continue exactly, as plain data.
 
         The arrays are the buffer's own (not copies): save them before the
-        buffer changes again.
+        buffer changes again. A frames-once buffer's storage has no next
+        observations; its state adds ``frames_once`` (the fields and n_envs),
+        ``next_pool`` and ``next_rows`` (the pooled frames and their rows, -1 free).
         """
-        return {"storage": self.storage, "cursor": self._cursor, "size": self._size,
-                "rng": pcg64_words(self._rng)}
+        state = {"storage": self.storage, "cursor": self._cursor, "size": self._size,
+                 "rng": pcg64_words(self._rng)}
+        if self._frames is not None:
+            state.update(self._frames.state())
+        return state
 
     @classmethod
     def from_state_dict(cls, state: dict[str, Any]) -> Self:
@@ -307,28 +311,27 @@ class ReplayBuffer(Generic[BatchT]):
             raise ReplayStateError(
                 f"{where}: the saved storage's fields must all hold the same number of "
                 f"steps (at least 1), got {[np.shape(a) for a in leaves]}")
-        if all(_adoptable(a) for a in leaves):
-            buffer = cls.__new__(cls)
-            buffer.capacity = capacity
-            buffer.storage = storage
-            buffer._adopt(state)
-        else:
-            try:
-                options = cls._options(state)
-                buffer = cls(storage[0], capacity, **options)
-            except (TypeError, ValueError) as exc:
-                raise ReplayStateError(f"{where}: the saved state cannot make a buffer "
-                                       f"({exc})") from exc
+        try:
+            if all(_adoptable(a) for a in leaves):
+                buffer = cls.__new__(cls)
+                buffer.capacity = capacity
+                buffer.storage = storage
+                buffer._adopt(state)
+            else:
+                buffer = cls(storage[0], capacity, **cls._options(state))
+        except (TypeError, ValueError) as exc:
+            raise ReplayStateError(f"{where}: the saved state cannot make a buffer "
+                                   f"({exc})") from exc
         buffer.load_state_dict(state)
         return buffer
 
     def _adopt(self, state: dict) -> None:
         """Finish a buffer whose ``storage`` is loaded arrays (``from_state_dict``)."""
-        self._init_common(None)
+        self._init_common(None, **options_of(state, f"{type(self).__name__}.from_state_dict"))
 
     @classmethod
     def _options(cls, state: dict) -> dict:
-        return {}
+        return options_of(state, f"{cls.__name__}.from_state_dict")
 
     def check_state_dict(self, state: dict[str, Any]) -> None:
         """Raise what :meth:`load_state_dict` would raise for ``state``; change nothing."""
@@ -354,6 +357,8 @@ class ReplayBuffer(Generic[BatchT]):
         except (KeyError, TypeError, IndexError) as exc:
             raise ReplayStateError(f"{where}: not a {type(self).__name__} state ({exc!r} "
                                    "missing)") from None
+        check_mode(None if self._frames is None else self._frames.config,
+                   config_of(state, where), where)
         given = saved_leaves(storage, self.storage, self.capacity, where)
         if any(np.shape(g) != s.shape or np.asarray(g).dtype != s.dtype
                for g, s in zip(given, self._stored, strict=True)):
@@ -375,7 +380,9 @@ class ReplayBuffer(Generic[BatchT]):
             raise ReplayStateError(f"{where}: cursor {cursor} / size {size} do not fit "
                                    f"capacity {self.capacity}")
         return {"leaves": given, "cursor": cursor, "size": size,
-                "rng": scratch.bit_generator.state}
+                "rng": scratch.bit_generator.state,
+                "frames": None if self._frames is None else
+                self._frames.checked(state, cursor, size, where)}
 
     def _commit(self, checked: dict[str, Any]) -> None:
         """Put a state :meth:`_checked` accepted in place."""
@@ -384,6 +391,8 @@ class ReplayBuffer(Generic[BatchT]):
                 np.copyto(stored, value, casting="no")
         self._rng.bit_generator.state = checked["rng"]
         self._cursor, self._size = checked["cursor"], checked["size"]
+        if self._frames is not None:
+            self._frames.commit(checked["frames"])
 
 
 class PrioritizedReplayBuffer(ReplayBuffer[BatchT]):
@@ -410,16 +419,19 @@ class PrioritizedReplayBuffer(ReplayBuffer[BatchT]):
     @overload
     def __init__(self: PrioritizedReplayBuffer[_ArrayTupleT], example: _ArrayTupleT,
                  capacity: int, *, alpha: float = 0.6, beta: float = 0.4,
-                 seed: Any = None) -> None: ...
+                 seed: Any = None, frames_once: tuple[str, str] | None = None,
+                 n_envs: int = 1) -> None: ...
     @overload
     def __init__(self: PrioritizedReplayBuffer[Any], example: Any, capacity: int, *,
-                 alpha: float = 0.6, beta: float = 0.4, seed: Any = None) -> None: ...
+                 alpha: float = 0.6, beta: float = 0.4, seed: Any = None,
+                 frames_once: tuple[str, str] | None = None, n_envs: int = 1) -> None: ...
 
     def __init__(self, example: Any, capacity: int, *, alpha: float = 0.6, beta: float = 0.4,
-                 seed: Any = None) -> None:
+                 seed: Any = None, frames_once: tuple[str, str] | None = None,
+                 n_envs: int = 1) -> None:
         self.alpha = self._exponent(alpha, "alpha")
         self.beta = self._exponent(beta, "beta")
-        super().__init__(example, capacity, seed=seed)
+        super().__init__(example, capacity, seed=seed, frames_once=frames_once, n_envs=n_envs)
         self._sum = _sum_tree.new_sum_tree(self.capacity)
         self._min = _sum_tree.new_min_tree(self.capacity)
         _claim([self._sum, self._min])
@@ -477,7 +489,7 @@ class PrioritizedReplayBuffer(ReplayBuffer[BatchT]):
         probs = self._sum[first + index] / total
         least = self._min[1] / total
         weights = (probs / least) ** -self.beta
-        return self.storage[index], index, weights.astype(np.float32)
+        return self._rows(index), index, weights.astype(np.float32)
 
     def update_priorities(self, indices: Any, priorities: Any) -> None:
         """Set the priorities (before ``alpha``) of the steps at ``indices``.
@@ -526,7 +538,8 @@ class PrioritizedReplayBuffer(ReplayBuffer[BatchT]):
 
     @classmethod
     def _options(cls, state: dict) -> dict:
-        return {"alpha": state.get("alpha", 0.6), "beta": state.get("beta", 0.4)}
+        return {**super()._options(state), "alpha": state.get("alpha", 0.6),
+                "beta": state.get("beta", 0.4)}
 
     def _adopt(self, state: dict) -> None:
         super()._adopt(state)
