@@ -222,7 +222,8 @@ def resumable(model: Any, path: str | os.PathLike[str], *, every_steps: int,
             By default any difference makes ``learn`` raise
             :class:`~namedschema.errors.RunCheckpointError` naming each, before
             anything changes. An accepted one takes effect, as in
-            :func:`namedschema.rlpyt.resumable`: the model keeps the value it was
+            :func:`namedschema.rlpyt.resumable
+            <namedschema.rlpyt.resume.resumable>`: the model keeps the value it was
             built with (what SB3 derives from it comes along: ``learning_rate``
             covers ``lr_schedule`` and every optimizer's ``lr``, the exploration
             settings DQN's ``exploration_schedule``), from the first update of

@@ -22,7 +22,7 @@ import shlex
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -162,12 +162,12 @@ def _steps(kills: Sequence[Kill]) -> str:
 # The check
 # --------------------------------------------------------------------------
 
-def check_resume(command: str | Sequence[str], *, kills: int = 5, seed: int = 0,
+def check_resume(command: str | Iterable[str], *, kills: int = 5, seed: int = 0,
                  timeout: float = 600.0, cwd: str | os.PathLike[str] | None = None,
                  env: Mapping[str, str] | None = None, copy: bool = True,
                  keep: bool = False, workdir: str | os.PathLike[str] | None = None,
                  progress: Callable[[str], None] | None = None,
-                 ignore: Sequence[str] = (), progress_every: float = 10.0) -> ResumeReport:
+                 ignore: Iterable[str] = (), progress_every: float = 10.0) -> ResumeReport:
     """Run ``command`` uninterrupted and ``kills`` times killed and resumed; compare.
 
     Args:

@@ -278,3 +278,22 @@ def test_the_rlpyt_readme_example_resumes_exactly(tmp_path, rlpyt_root):
                               "--steps", "400"], kills=2, seed=0,
                    extra_env={"RLPYT_SRC": rlpyt_root})
     assert report.status == "exact", report.message + report.output
+
+
+def test_the_hints_name_the_docs_page_and_it_documents_the_check():
+    """The page the hints cite exists, is in the docs' table of contents, and documents
+    every status with its exit code, --ignore and $NAMEDSCHEMA_CHECK_DIR."""
+    import re
+
+    from namedschema.testing.check import EXIT_CODES, HINT, NOT_REPRODUCIBLE_HINT
+    cited = {m for h in (HINT, NOT_REPRODUCIBLE_HINT) for m in re.findall(r"docs/[\w.]+", h)}
+    assert cited == {"docs/check_resume.rst"}
+    with open(os.path.join(REPO_ROOT, "docs", "check_resume.rst")) as f:
+        page = f.read()
+    with open(os.path.join(REPO_ROOT, "docs", "index.rst")) as f:
+        assert re.search(r"^   check_resume$", f.read(), re.M)
+    for status, code in EXIT_CODES.items():
+        assert re.search(rf"^{re.escape(status)} +{code} ", page, re.M), status
+    for needed in ("--ignore PATTERN", "$NAMEDSCHEMA_CHECK_DIR", "namedschema.testing",
+                   "NOT REPRODUCIBLE", "DIVERGED", "episode_start_time"):
+        assert needed in page, needed
