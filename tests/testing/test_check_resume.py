@@ -297,3 +297,17 @@ def test_the_hints_name_the_docs_page_and_it_documents_the_check():
     for needed in ("--ignore PATTERN", "$NAMEDSCHEMA_CHECK_DIR", "namedschema.testing",
                    "NOT REPRODUCIBLE", "DIVERGED", "episode_start_time"):
         assert needed in page, needed
+
+
+def test_the_audit_benchmark_runs_and_audits(tmp_path):
+    """benchmarks/bench_audit.py at a tiny size: both routes run, the audited one records."""
+    import re
+    pytest.importorskip("torch")
+    proc = subprocess.run(
+        [sys.executable, os.path.join(REPO_ROOT, "benchmarks", "bench_audit.py"),
+         "--buffer-mib", "4", "--steps", "40", "--save-every", "10", "--repeats", "1",
+         "--dir", str(tmp_path)], env=_env(), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert re.search(r"\(4 audited saves, 5 records\)", proc.stdout), proc.stdout
+    assert re.search(r"ratio \(with/without\): steps/s [\d.]+, median stall [\d.]+",
+                     proc.stdout), proc.stdout
