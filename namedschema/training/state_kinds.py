@@ -377,6 +377,26 @@ def _check_optimizer(obj: Any, state: Any, ctx: KindContext, torch: Any) -> None
                                      f"{tuple(param.shape)}")
             elif not (_is_number(value) or value is None or isinstance(value, (bool, list))):
                 raise _fail(ctx, f"state[{pid}].{key} was saved as a {type(value).__name__}")
+    _check_optimizer_load(obj, state, ctx, torch)
+
+
+def _check_optimizer_load(obj: Any, state: dict, ctx: KindContext, torch: Any) -> None:
+    """Load ``state`` into a scratch optimizer of ``obj``'s class and groups over meta
+    tensors (no memory, nothing of ``obj`` touched): what its ``load_state_dict`` would
+    refuse half-way through a restore (a per-parameter ``step`` missing or None) is
+    refused before anything changes."""
+    try:
+        scratch = type(obj)([{**g, "params": [torch.empty_like(p, device="meta")
+                                              for p in g["params"]]}
+                             for g in obj.param_groups])
+    except Exception:     # noqa: BLE001 a constructor that needs more: the checks above stand
+        return
+    try:
+        scratch.load_state_dict(state)
+    except (TypeError, ValueError, KeyError, IndexError, AttributeError, OverflowError,
+            RuntimeError) as exc:
+        raise _fail(ctx, f"this run's {type(obj).__name__} refuses the saved state "
+                         f"({type(exc).__name__}: {exc})") from None
 
 
 def _state_dict_settings(obj: Any, ctx: KindContext) -> dict:
