@@ -284,3 +284,23 @@ def test_no_callback_or_a_stateless_one_is_not_warned_about(tmp_path, callback):
         warnings.simplefilter("error", RunCheckpointWarning)
         model.learn(total_timesteps=100,
                     callback=None if callback is None else _stop_at(1000))
+
+
+def test_an_optimizer_setting_changed_outside_the_hyperparameters_names_resumable(tmp_path):
+    """RunCheckpoint's own refusal (the optimizer's lr, set by hand after the build) names
+    what the SB3 user passes, and that acceptance reaches RunCheckpoint."""
+    from namedschema.errors import RunCheckpointError, RunCheckpointWarning
+    from namedschema.sb3 import resumable
+    path = tmp_path / "c.nsc"
+    _first_run(path)
+    model = _dqn()
+    model.policy.optimizer.param_groups[0]["lr"] = 5e-4
+    with pytest.raises(RunCheckpointError, match=r"policy_optimizer\.lr: 0\.001 in the "
+                       r"checkpoint, 0\.0005 in this run.*pass resumable\(\.\.\., "
+                       r"accept_changes=\['learning_rate'\]\)"):
+        resumable(model, path, every_steps=100).learn(total_timesteps=300)
+    model = _dqn(policy_kwargs={"net_arch": [32], "optimizer_kwargs": {"eps": 1e-5}})
+    resumable(model, path, every_steps=100, accept_changes=["policy_kwargs"])
+    with pytest.warns(RunCheckpointWarning, match="policy_kwargs"):
+        model.learn(total_timesteps=300)
+    assert model.policy.optimizer.param_groups[0]["eps"] == 1e-5
