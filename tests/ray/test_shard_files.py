@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import tracemalloc
 
 import numpy as np
 import pytest
@@ -24,6 +23,7 @@ from namedschema.errors import FormatError
 from namedschema.ray.manifest import Manifest, read_manifest, shard_file, write_manifest
 from namedschema.ray.shard import ReplayShard
 from namedschema.ray.shard_files import check_shard_files, expected_shard
+from tests.bounds import bounded
 
 Step = ns.NamedArrayTupleSchema("ShardFileStep", "obs action")
 EXAMPLE = Step(np.zeros(3, np.float32), np.int64(0))
@@ -211,15 +211,10 @@ def test_tiny_files_never_make_the_reader_allocate_beyond_a_bound(tmp_path_facto
     if truncate is not None:
         with open(os.path.join(directory, m.files[0]), "r+b") as f:
             f.truncate(truncate)
-    tracemalloc.start()
-    try:
+    with bounded(MEMORY_BOUND):                 # memory and CPU time (tests/bounds.py)
         try:
             example = check_shard_files(directory, read_manifest(directory))
         except (FormatError, FileNotFoundError):
             example = None
-        _, peak = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
-    assert peak < MEMORY_BOUND, peak
     if example is not None:   # what was accepted agrees with the files
         assert read_manifest(directory).capacities == (20, 20)
