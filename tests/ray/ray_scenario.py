@@ -1,8 +1,13 @@
 """A seeded ShardedReplay run, in-process or as a script killed mid-checkpoint.
 
-``python -m tests.ray.ray_scenario DIR`` builds the replay, checkpoints
+``python -m tests.ray.ray_scenario DIR [PAUSE]`` builds the replay, checkpoints
 generation 1, writes more, prints ``CHECKPOINT2`` and checkpoints generation 2
 (the test SIGKILLs the process group somewhere in there), then prints ``DONE``.
+With ``PAUSE`` (``before-manifest``: the shard files of generation 2 written, its
+manifest not; ``after-manifest``: the manifest committed, the old files not yet
+removed) the checkpoint of generation 2 prints ``PAUSED <PAUSE>`` at that point and
+waits there until it is killed: the test kills at the phase it names, not after a
+guessed delay.
 :func:`expected` runs the same program uninterrupted and returns, for each
 generation, what a replay restored from it samples.
 """
@@ -69,8 +74,40 @@ def expected(directory: str) -> dict[int, list]:
     return out
 
 
-def main(directory: str) -> None:
+def _pause_at(pause: str) -> None:
+    """Make generation 2's checkpoint stop at ``pause`` (see the module's docstring)."""
+    import threading
+
+    from namedschema.ray import manifest, sharded
+
+    def stop() -> None:
+        print(f"PAUSED {pause}", flush=True)
+        threading.Event().wait()        # until SIGKILL
+
+    if pause == "before-manifest":
+        real_write = manifest.write_manifest
+
+        def write_manifest(directory, m, *args, **kwargs):
+            if m.generation == 2:
+                stop()
+            return real_write(directory, m, *args, **kwargs)
+        manifest.write_manifest = write_manifest
+    elif pause == "after-manifest":
+        real_remove = sharded._remove_strays
+
+        def remove_strays(directory, generation, files):
+            if generation == 2:
+                stop()
+            return real_remove(directory, generation, files)
+        sharded._remove_strays = remove_strays
+    else:
+        raise SystemExit(f"unknown pause {pause!r}")
+
+
+def main(directory: str, pause: str | None = None) -> None:
     import ray
+    if pause is not None:
+        _pause_at(pause)
     ray.init(address="local", num_cpus=2, include_dashboard=False,
              object_store_memory=128 * 2**20, logging_level="ERROR")
     replay = build()
@@ -83,4 +120,4 @@ def main(directory: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(*sys.argv[1:3])

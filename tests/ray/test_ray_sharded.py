@@ -248,28 +248,38 @@ def test_shard_killed_during_checkpoint(cluster, tmp_path):
 
 
 def test_driver_killed_mid_checkpoint_leaves_a_whole_generation(cluster, tmp_path):
+    """Killed as generation 2's checkpoint starts, with its shard files written but not
+    its manifest, and with its manifest committed: a whole generation each time, the
+    one the phase implies. The child says when it is at the phase (no sleeps)."""
     want = ray_scenario.expected(str(tmp_path / "uninterrupted"))
-    seen = set()
-    for attempt, delay in enumerate((0.0, 0.3)):
+    for attempt, (pause, line_wanted, generations) in enumerate((
+            (None, "CHECKPOINT2", {1, 2}),                       # somewhere in it
+            ("before-manifest", "PAUSED before-manifest", {1}),
+            ("after-manifest", "PAUSED after-manifest", {2}))):
         directory = tmp_path / f"killed{attempt}"
         env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
         child = subprocess.Popen([sys.executable, "-m", "tests.ray.ray_scenario",
-                                  str(directory)], cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                                 stderr=subprocess.DEVNULL, text=True, start_new_session=True)
+                                  str(directory), *([pause] if pause else [])], cwd=ROOT,
+                                 env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                 text=True, start_new_session=True)
         try:
-            for line in child.stdout:
-                if line.startswith("CHECKPOINT2"):
-                    break
-            time.sleep(delay)
+            said = [line.strip() for line in _lines_until(child.stdout, line_wanted)]
         finally:
             os.killpg(child.pid, signal.SIGKILL)
             child.wait()
+        assert said[-1:] == [line_wanted], said
         generation = json.loads((directory / "manifest.json").read_text())["generation"]
+        assert generation in generations, (pause, generation)
         restored = ShardedReplay.restore(directory)
         assert ray_scenario.digest(restored) == want[generation]
         restored.close()
-        seen.add(generation)
-    assert 1 in seen   # at least one kill landed before generation 2 committed
+
+
+def _lines_until(stream, wanted: str):
+    for line in stream:
+        yield line
+        if line.strip() == wanted:
+            return
 
 
 def test_shard_files_are_namedschema_checkpoints(committed):
