@@ -25,6 +25,8 @@ reading, wait  hold off incremental saves while a loader reads; wait for a backg
 
 from __future__ import annotations
 
+import _thread
+import atexit
 import contextlib
 import errno
 import fcntl
@@ -54,8 +56,19 @@ FULL_FRACTION = 0.25
 _log = logging.getLogger("namedschema.checkpoint")
 _fallbacks: dict[str, str] = {}   # real path -> why its last incremental-mode save was full
 
+
+class _Finishing:
+    """The background end of one incremental save (sync, remove the journal, unlock)."""
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+
+    def join(self) -> None:
+        self.done.wait()
+
+
 _pending_lock = threading.Lock()
-_pending: dict[str, threading.Thread] = {}   # real path -> thread finishing its save
+_pending: dict[str, _Finishing] = {}          # real path -> its save's finishing thread
 _locked_fds: set[int] = set()                # fds holding a lock (closed in fork children)
 
 
@@ -67,6 +80,10 @@ def _close_locked_in_child() -> None:
         except OSError:
             pass
     _locked_fds.clear()
+    # The parent's finishing threads do not exist here: nothing to wait for (the lock is
+    # made anew: a parent thread may have held it at the fork).
+    global _pending_lock, _pending
+    _pending_lock, _pending = threading.Lock(), {}
 
 
 os.register_at_fork(after_in_child=_close_locked_in_child)
@@ -587,13 +604,31 @@ def _finish_later(path: str, fd: int, jpath: str) -> None:
         except OSError:
             pass  # the journal stays; the next open of the file applies it again
         finally:
-            _close(fd)
-            with _pending_lock:
-                if _pending.get(key) is thread:
-                    del _pending[key]
+            try:
+                _close(fd)
+                with _pending_lock:
+                    if _pending.get(key) is handle:
+                        del _pending[key]
+            finally:
+                handle.done.set()
 
     key = os.path.realpath(path)
-    thread = threading.Thread(target=finish, name="namedschema-finish-save")
+    handle = _Finishing()
     with _pending_lock:
-        _pending[key] = thread
-    thread.start()
+        _pending[key] = handle
+    # A bare thread: ``threading.Thread.start`` waits until the new thread runs, which on a
+    # loaded machine took up to 10-35 ms per save (a small save takes ~20 ms). The exit of
+    # the interpreter still waits for it (``_finish_all``), as for a non-daemon thread.
+    try:
+        _thread.start_new_thread(finish, ())
+    except RuntimeError:   # no thread to be had: finish here
+        finish()
+
+
+@atexit.register
+def _finish_all() -> None:
+    """At exit: wait for the saves still finishing (their journals then are gone)."""
+    with _pending_lock:
+        handles = list(_pending.values())
+    for handle in handles:
+        handle.join()

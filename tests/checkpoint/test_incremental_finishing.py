@@ -1,0 +1,70 @@
+"""The background end of an incremental save (sync the file, remove the journal, unlock).
+
+It runs on a bare thread that the save does not wait to see started (``Thread.start``
+does: up to 10-35 ms per save on a loaded machine). What a non-daemon thread gave for
+free must still hold: the interpreter's exit waits for it (the journal is gone after a
+script's last save), and a fork child never waits for a finishing thread it does not have.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.helpers import run_fresh
+
+SLOW_SYNC = r"""
+import os, sys, time
+import numpy as np
+import namedschema
+from namedschema.checkpoint import incremental, journal
+
+real = os.fdatasync
+def slow(fd):            # the finishing thread's sync takes a while
+    time.sleep(float(os.environ.get("SLOW", "1.0")))
+    real(fd)
+os.fdatasync = slow
+path = sys.argv[1] if len(sys.argv) > 1 else {path!r}
+a = np.zeros(1 << 18)
+namedschema.save({{"a": a}}, path, incremental=True)
+incremental.wait(path)
+a[5] = 7
+namedschema.save({{"a": a}}, path, incremental=True)
+assert namedschema.inspect(path).last_save.kind == "incremental"
+assert os.path.exists(journal.journal_path(path))   # still finishing
+"""
+
+
+def test_the_interpreter_exit_waits_for_the_last_save_to_finish(tmp_path):
+    path = tmp_path / "c.nsb"
+    run_fresh(SLOW_SYNC.format(path=str(path)) + "print('exiting')\n")
+    from namedschema.checkpoint import journal
+    assert not (tmp_path / journal.journal_path(str(path))).exists()
+    import namedschema
+    assert namedschema.load(path)["a"][5] == 7
+
+
+@pytest.mark.parametrize("waits", ["wait", "save"])
+def test_a_fork_child_does_not_wait_for_its_parents_finishing_save(tmp_path, waits):
+    """The child has no finishing thread: ``wait`` returns at once (before, the thread
+    was marked stopped by ``threading`` at the fork); a save in the child works."""
+    path = tmp_path / "c.nsb"
+    code = SLOW_SYNC.format(path=str(path)) + rf"""
+began = time.monotonic()
+pid = os.fork()
+if pid == 0:
+    os.fdatasync = real
+    try:
+        if {waits!r} == "wait":
+            incremental.wait(path)
+        else:
+            namedschema.save({{"a": np.ones(8)}}, path + ".child", incremental=True)
+            assert namedschema.load(path + ".child")["a"][0] == 1
+        os._exit(0 if time.monotonic() - began < 4 else 3)
+    except BaseException:
+        os._exit(2)
+_, status = os.waitpid(pid, 0)
+assert os.waitstatus_to_exitcode(status) == 0, status
+incremental.wait(path)
+assert not os.path.exists(journal.journal_path(path))
+"""
+    run_fresh(code, env={"SLOW": "5"})
