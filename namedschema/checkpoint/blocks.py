@@ -271,8 +271,11 @@ def check_crc(header: Header, index: int, value: int) -> None:
 
 
 def verify(header: Header, blocks_data: list, progress: Progress | None = None) -> None:
-    """Check every block's CRC-32 against the header."""
+    """Check every raw block's CRC-32 against the header (compressed ones: see
+    ``compression.verify_block``)."""
     for index, data in enumerate(blocks_data):
+        if header.blocks[index].codec is not None:
+            continue
         value = 0
         for start in range(0, len(data), CHUNK):
             chunk = data[start:start + CHUNK]
@@ -284,14 +287,21 @@ def verify(header: Header, blocks_data: list, progress: Progress | None = None) 
 
 def read_blocks(f: BinaryIO, header: Header, verify: bool,
                 progress: Progress | None = None) -> list[np.ndarray]:
-    """Read every block into a new array; with ``verify``, check the checksums too.
+    """Read every raw block into a new array; with ``verify``, check the checksums too.
 
     The checksums run in a worker thread behind the reads (they only read
-    memory that is already filled), so they overlap the I/O.
+    memory that is already filled), so they overlap the I/O. Compressed
+    blocks are left as None (``compression.read_block`` reads them).
     """
-    blocks_data, crcs, checks = [], [], []
+    blocks_data: list = []
+    crcs: list = []
+    checks = []
     with ThreadPoolExecutor(1, thread_name_prefix="namedschema-crc") as pool:
         for index, b in enumerate(header.blocks):
+            if b.codec is not None:
+                blocks_data.append(None)
+                crcs.append(None)
+                continue
             block = aligned_empty(b.nbytes)
             f.seek(header.block_file_start(index))
             view = block.data
@@ -313,12 +323,24 @@ def read_blocks(f: BinaryIO, header: Header, verify: bool,
             check.result()
     if verify:
         for index, crc in enumerate(crcs):
-            check_crc(header, index, crc.value)
+            if crc is not None:
+                check_crc(header, index, crc.value)
     return blocks_data
 
 
-def map_blocks(f: BinaryIO, header: Header, mode: str) -> list[np.ndarray]:
-    """Every block as a view of one map of the file (``mode`` as in ``np.load``)."""
+def map_blocks(f: BinaryIO, header: Header, mode: str,
+               stored: bool = False) -> list[np.ndarray]:
+    """Every block as a view of one map of the file (``mode`` as in ``np.load``).
+
+    A compressed block cannot be mapped: FormatError naming its field, unless
+    ``stored``, which maps its stored bytes (chunks) instead, for ``verify``.
+    """
+    for index, b in enumerate(header.blocks):
+        if b.codec is not None and not stored:
+            fail(header.name, f"field {header.block_field(index)!r} is stored compressed "
+                 f"({b.codec}) and cannot be memory-mapped: load the file with "
+                 "mmap_mode=None (it is decompressed into memory), or save it with "
+                 "compression=None to map it")
     if all(b.nbytes == 0 for b in header.blocks):
         return [np.empty(0, np.uint8) for _ in header.blocks]
     mapped = mmap.mmap(f.fileno(), 0, access=MMAP_ACCESS[mode])
@@ -335,6 +357,6 @@ def map_blocks(f: BinaryIO, header: Header, mode: str) -> list[np.ndarray]:
     out = []
     for index, b in enumerate(header.blocks):
         source = private if private is not None and index in tensor_blocks else mapped
-        out.append(np.frombuffer(source, np.uint8, b.nbytes, header.block_file_start(index))
+        out.append(np.frombuffer(source, np.uint8, b.stored, header.block_file_start(index))
                    if b.nbytes else np.empty(0, np.uint8))
     return out

@@ -41,13 +41,18 @@ from ..errors import FormatError
 from .constants import (
     ALIGN,
     ALLOWED_DTYPES,
+    CODECS,
+    COMPRESSED_FEATURE,
     FORMAT_NAME,
     FORMAT_VERSION,
     KNOWN_FEATURES,
     MAX_HEADER,
+    MAX_CHUNK,
     MAX_INDEX,
     MAX_NBYTES,
     MAX_NDIM,
+    MAX_RATIO,
+    MIN_CHUNK,
     READ_MAJOR,
     ST_ITEMSIZE,
     TORCH_DTYPES,
@@ -126,33 +131,114 @@ class TensorEntry:
 
 @dataclass(frozen=True)
 class BlockEntry:
-    """One stored span of memory: the tensor holding it and its checksum."""
+    """One stored span of memory: the tensor holding it and its checksum.
+
+    A compressed block (``codec`` set) is stored as chunks of ``chunk`` raw
+    bytes (the last may be shorter); ``chunks`` holds each chunk's stored size
+    and the CRC-32 of its stored bytes (a chunk stored at its raw size is raw,
+    a smaller one is a frame of ``codec``). ``crc32`` is always the CRC-32 of
+    the raw bytes and ``nbytes`` their count.
+    """
 
     tensor: str
     start: int                  # offset in the data section (from the tensor entry)
     nbytes: int
     crc32: int
+    codec: str | None = None
+    chunk: int = 0
+    chunks: tuple[tuple[int, int], ...] = ()
+
+    @property
+    def stored(self) -> int:
+        """Bytes of the block in the file (its padding excluded)."""
+        return sum(size for size, _crc in self.chunks) if self.codec else self.nbytes
 
     def to_json(self) -> dict:
-        return {"tensor": self.tensor, "nbytes": self.nbytes, "crc32": f"{self.crc32:08x}"}
+        out: dict[str, Any] = {"tensor": self.tensor, "nbytes": self.nbytes,
+                               "crc32": f"{self.crc32:08x}"}
+        if self.codec is not None:
+            out["codec"] = self.codec
+            out["chunk"] = self.chunk
+            out["chunks"] = [[size, f"{crc:08x}"] for size, crc in self.chunks]
+        return out
 
     @classmethod
     def from_json(cls, name: str, index: int, raw: Any,
-                  tensors: dict[str, TensorEntry], seen: set[str]) -> BlockEntry:
+                  tensors: dict[str, TensorEntry], seen: set[str],
+                  where: str | None = None) -> BlockEntry:
+        """``where`` names the block in messages (its first field), if known."""
         if (not isinstance(raw, dict) or not isinstance(raw.get("tensor"), str)
                 or raw["tensor"] not in tensors or raw["tensor"] in seen):
             fail(name, f"block {index} does not name a distinct tensor of the file")
         tensor = tensors[raw["tensor"]]
         nbytes = _as_int(raw.get("nbytes"), name, f"block {index}: nbytes")
-        if nbytes != tensor.end - tensor.start:
-            fail(name, f"block {index}: nbytes {nbytes} does not match its tensor "
-                 f"({tensor.end - tensor.start} bytes)")
+        codec = raw.get("codec")
+        chunk, chunks = 0, ()
+        if codec is None:
+            if nbytes != tensor.end - tensor.start:
+                fail(name, f"block {index}: nbytes {nbytes} does not match its tensor "
+                     f"({tensor.end - tensor.start} bytes)")
+        else:
+            chunk, chunks = _chunk_table(name, where or f"block {index}", raw, nbytes,
+                                         tensor)
         crc = raw.get("crc32")
         # Exactly what the writer writes: eight lower-case ASCII hex digits
         # (int(crc, 16) alone would take " 1234567", "0x123456" or other digits).
         if not isinstance(crc, str) or not _CRC_TEXT.fullmatch(crc):
             fail(name, f"block {index}: malformed checksum {crc!r:.40}")
-        return cls(raw["tensor"], tensor.start, nbytes, int(crc, 16))
+        return cls(raw["tensor"], tensor.start, nbytes, int(crc, 16), codec, chunk, chunks)
+
+
+def _chunk_table(name: str, where: str, raw: dict, nbytes: int,
+                 tensor: TensorEntry) -> tuple[int, tuple[tuple[int, int], ...]]:
+    """A compressed block's ``(chunk, chunks)``, every bound checked before work
+    proportional to it: the count against the raw size, each chunk's stored size
+    against its raw size (and the most zstd can expand), their sum against the
+    tensor (which lies inside the file)."""
+    codec = raw["codec"]
+    if not isinstance(codec, str) or codec not in CODECS:
+        fail(name, f"{where}: unknown codec {codec!r:.40} (this version of namedschema "
+             f"reads {sorted(CODECS)})")
+    stored_total = tensor.end - tensor.start
+    if tensor.dtype != "U8":
+        fail(name, f"{where}: a compressed block must be declared U8, not {tensor.dtype}")
+    chunk = raw.get("chunk")
+    if type(chunk) is not int or not MIN_CHUNK <= chunk <= MAX_CHUNK:
+        fail(name, f"{where}: chunk size {chunk!r:.40} is not an integer from {MIN_CHUNK} "
+             f"to {MAX_CHUNK}")
+    if nbytes < 1:
+        fail(name, f"{where}: a compressed block of {nbytes} bytes")
+    entries = raw.get("chunks")
+    count = -(-nbytes // chunk)
+    if not isinstance(entries, list) or len(entries) != count:
+        got = len(entries) if isinstance(entries, list) else type(entries).__name__
+        fail(name, f"{where}: the chunk table has {got} entries; {nbytes} bytes in chunks "
+             f"of {chunk} need {count}")
+    if count > stored_total:    # every chunk takes at least one byte of the file
+        fail(name, f"{where}: {count} chunks cannot fit in {stored_total} stored bytes")
+    chunks = []
+    total = 0
+    for k, entry in enumerate(entries):
+        if (not isinstance(entry, list) or len(entry) != 2 or type(entry[0]) is not int
+                or not isinstance(entry[1], str) or not _CRC_TEXT.fullmatch(entry[1])):
+            fail(name, f"{where}: chunk {k} is not [stored size, 8 hex digits]: "
+                 f"{entry!r:.60}")
+        size = entry[0]
+        raw_len = min(chunk, nbytes - k * chunk)
+        if not 1 <= size <= raw_len:
+            fail(name, f"{where}: chunk {k} claims {size} stored bytes for {raw_len} raw "
+                 "bytes (at least 1, at most its raw size)")
+        if raw_len > size * MAX_RATIO:
+            fail(name, f"{where}: chunk {k} claims {raw_len} raw bytes from {size} stored "
+                 f"bytes, more than zstd can expand (x{MAX_RATIO})")
+        total += size
+        if total > stored_total:
+            break
+        chunks.append((size, int(entry[1], 16)))
+    if total != stored_total:
+        fail(name, f"{where}: its chunks hold {total if total <= stored_total else 'more'}"
+             f" stored bytes, its tensor {stored_total}")
+    return chunk, tuple(chunks)
 
 
 @dataclass(frozen=True)
@@ -383,6 +469,11 @@ class Header:
     def data_bytes(self) -> int:
         return sum(b.nbytes for b in self.blocks)
 
+    @property
+    def stored_bytes(self) -> int:
+        """Bytes the blocks take in the file (``data_bytes`` unless compressed)."""
+        return sum(b.stored for b in self.blocks)
+
     def block_file_start(self, index: int) -> int:
         """Absolute file offset of block ``index``."""
         return self.data_start + self.blocks[index].start
@@ -484,22 +575,26 @@ def read_header(f: BinaryIO, name: str, file_size: int) -> Header:
     raw_blocks = desc.get("blocks")
     if not isinstance(raw_blocks, list):
         fail(name, "blocks entry is missing")
-    seen: set[str] = set()
-    blocks = []
-    for i, b in enumerate(raw_blocks):
-        blocks.append(BlockEntry.from_json(name, i, b, tensors, seen))
-        seen.add(blocks[-1].tensor)
     raw_arrays = desc.get("arrays")
     if not isinstance(raw_arrays, list):
         fail(name, "arrays entry is missing")
+    seen: set[str] = set()
+    blocks = []
+    where = _first_fields(raw_arrays)
+    for i, b in enumerate(raw_blocks):
+        blocks.append(BlockEntry.from_json(name, i, b, tensors, seen, where.get(i)))
+        seen.add(blocks[-1].tensor)
+    if any(b.codec for b in blocks) and COMPRESSED_FEATURE not in desc.get("features", []):
+        fail(name, f"has compressed blocks but does not list the feature "
+             f"{COMPRESSED_FEATURE!r}")
     arrays = tuple(ArrayEntry.from_json(name, i, a, tuple(blocks))
                    for i, a in enumerate(raw_arrays))
     # Truncation is reported per field, naming the first array in the block.
     for index, b in enumerate(blocks):
         start = data_start + b.start
-        if start + b.nbytes > file_size:
+        if start + b.stored > file_size:
             field_name = next((a.path for a in arrays if a.block == index), b.tensor)
-            fail(name, f"field {field_name!r} is truncated: expected {b.nbytes} bytes, "
+            fail(name, f"field {field_name!r} is truncated: expected {b.stored} bytes, "
                  f"found {max(0, file_size - start)} (incomplete write?)")
     if data_end > data_size:
         fail(name, f"is truncated: the header describes {data_end} bytes of data, "
@@ -529,6 +624,17 @@ def read_header(f: BinaryIO, name: str, file_size: int) -> Header:
         metadata=_metadata(name, desc.get("metadata", {})))
     return Header(description, tensors, version, name, file_size, data_start)
 
+
+
+def _first_fields(raw_arrays: list) -> dict[int, str]:
+    """``{block: 'field <path>'}`` of the first array of each block, for messages
+    about blocks (read before the arrays are checked: paths are only quoted)."""
+    out: dict[int, str] = {}
+    for entry in raw_arrays:
+        if (isinstance(entry, dict) and type(entry.get("block")) is int
+                and isinstance(entry.get("path"), str)):
+            out.setdefault(entry["block"], f"field {entry['path']!r}")
+    return out
 
 
 def _metadata(name: str, raw: Any) -> dict[str, str]:

@@ -13,6 +13,12 @@ PAGE_ALIGNED  what later in-place updates need: large blocks at the page offset 
 Both leave aligned all-zero stretches of the data as holes (``blocks.HOLE``): the
 file's content is the same, an empty buffer takes no disk space.
 
+With ``compression`` (``PLAIN`` only) blocks of at least ``compression.MIN_BLOCK``
+bytes are written as chunk tables (``compression.write_block``); their stored sizes
+are known only once written, so the header's room is that of the largest header
+they could need (every chunk at its raw size, padding after every block), and the
+header written is padded with spaces to it.
+
 LayoutPolicy    what a policy is: ``place``, ``header_length``, ``finish``
 Written         what ``write`` returns: the header written and the file's ``stat``
 describe        the header description of an encoded graph (in-place updates use it too)
@@ -24,13 +30,16 @@ from __future__ import annotations
 import os
 import struct
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Protocol
 
+from . import compression as _compression
 from . import layout, tracking
 from .atomic import AtomicFile
 from .blocks import Progress, Source, write_all, write_blocks
-from .constants import ALIGN
+from .compression import Compression
+from .constants import ALIGN, COMPRESSED_FEATURE
 from .graph import EncodedGraph
 from .header import BlockEntry, Description, Header, PickleEntry, SaveRecord, TensorEntry
 from .nodes import features_of
@@ -143,14 +152,21 @@ def describe(graph: EncodedGraph, plan: layout.Layout, blocks: tuple[BlockEntry,
 
 
 def write(graph: EncodedGraph, plan: layout.Layout, path: str, policy: LayoutPolicy, *,
-          shown: str | None = None, progress: bool = False) -> Written:
+          shown: str | None = None, progress: bool = False,
+          compression: Compression | None = None) -> Written:
     """Write ``graph`` laid out by ``plan`` and ``policy`` to ``path``, atomically.
 
     ``shown`` names the file in messages (``path`` by default). The data
     starts after the header, whose checksums are known only once the data is
     written: the header's room is reserved (its fixed-width fields keep its
-    length), the data written, then the header.
+    length), the data written, then the header. ``compression`` (with
+    ``PLAIN`` only) stores large blocks compressed.
     """
+    if compression is not None:
+        if policy is not PLAIN:
+            raise ValueError("internal error: compression needs the PLAIN layout")
+        return _write_compressed(graph, plan, path, compression,
+                                 path if shown is None else shown, progress)
     tensors, blocks = policy.place(plan, graph.pickle_bytes is not None)
     data_bytes = plan.data_bytes
     saved = SaveRecord("full", data_bytes, len(blocks), data_bytes) \
@@ -196,3 +212,79 @@ def _write_run(fd: int, data_start: int, blocks: tuple[BlockEntry, ...],
                sources: tuple[Source, ...], run: list[int], bar: Progress) -> list[int]:
     os.lseek(fd, data_start + blocks[run[0]].start, os.SEEK_SET)
     return write_blocks(fd, tuple(sources[i] for i in run), bar)
+
+
+def _compressed_layout(plan: layout.Layout, squeeze: list[bool], stored: list[int],
+                       chunks: list[tuple[tuple[int, int], ...]], chunk: int, crcs: list[int],
+                       codec: str, worst: bool
+                       ) -> tuple[dict[str, TensorEntry], tuple[BlockEntry, ...]]:
+    """The tensor table and blocks of a compressed file; ``worst``: the largest header
+    the real one can be (63 bytes of padding after every block)."""
+    table: dict[str, TensorEntry] = {}
+    blocks = []
+    offset = pads = 0
+    for i, block in enumerate(plan.blocks):
+        size = stored[i]
+        if squeeze[i]:
+            table[block.tensor] = TensorEntry("U8", (size,), offset, offset + size)
+            blocks.append(replace(block, start=offset, crc32=crcs[i], codec=codec,
+                                  chunk=chunk, chunks=chunks[i]))
+        else:
+            declared = plan.tensors[block.tensor]
+            table[block.tensor] = TensorEntry(declared.dtype, declared.shape, offset,
+                                              offset + size)
+            blocks.append(replace(block, start=offset, crc32=crcs[i]))
+        offset += size
+        pad = ALIGN - 1 if worst else -offset % ALIGN
+        if pad:
+            table[f"__pad__.{pads}"] = TensorEntry("U8", (pad,), offset, offset + pad)
+            pads += 1
+            offset += pad
+    return table, tuple(blocks)
+
+
+def _write_compressed(graph: EncodedGraph, plan: layout.Layout, path: str,
+                      compression: Compression, shown: str, progress: bool) -> Written:
+    """``write`` with large blocks compressed (see the module docstring)."""
+    chunk = compression.chunk
+    squeeze = [b.nbytes >= _compression.MIN_BLOCK for b in plan.blocks]
+    raw_sizes = [b.nbytes for b in plan.blocks]
+    worst_chunks = [tuple((min(chunk, b.nbytes - k), 0) for k in range(0, b.nbytes, chunk))
+                    if s else () for b, s in zip(plan.blocks, squeeze, strict=True)]
+    desc = describe(graph, plan, plan.blocks, None)
+    if any(squeeze):
+        desc = replace(desc, features=(*desc.features, COMPRESSED_FEATURE))
+
+    def header_of(stored: list[int], chunks: list, crcs: list[int], worst: bool) -> Header:
+        tensors, blocks = _compressed_layout(plan, squeeze, stored, chunks, chunk, crcs,
+                                             compression.codec, worst)
+        return Header(replace(desc, blocks=blocks), tensors, name=shown)
+
+    worst = header_of(raw_sizes, worst_chunks, [0] * len(raw_sizes), True)
+    raw_length = len(worst.encode())
+    length = raw_length + (-(8 + raw_length) % ALIGN)
+    data_start = 8 + length
+    bar = Progress(plan.data_bytes, "saving", progress)
+    stored, chunks, crcs = [], [], []
+    with AtomicFile(path) as fd:
+        write_all(fd, struct.pack("<Q", length) + b" " * length)
+        with ThreadPoolExecutor(_compression.workers(),
+                                thread_name_prefix="namedschema-zstd") as pool:
+            for block, source, s in zip(plan.blocks, plan.sources, squeeze, strict=True):
+                if s:
+                    done = _compression.write_block(fd, source, block.nbytes, compression,
+                                                    bar, pool)
+                    stored.append(done.stored)
+                    chunks.append(done.chunks)
+                    crcs.append(done.crc32)
+                else:
+                    crcs += write_blocks(fd, (source,), bar)
+                    stored.append(block.nbytes)
+                    chunks.append(())
+        header = header_of(stored, chunks, crcs, False)
+        end = max((t.end for t in header.tensors.values()), default=0)
+        os.ftruncate(fd, data_start + end)  # a last hole included
+        os.lseek(fd, 8, os.SEEK_SET)
+        write_all(fd, header.encode(length))
+        st = os.fstat(fd)
+    return Written(header, st)
