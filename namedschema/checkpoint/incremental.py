@@ -372,6 +372,9 @@ def _scan(enc: EncodedGraph, plan: layout.Layout, path: str, real: str, fd: int,
     except FormatError:
         _note(real, "the file is not a checkpoint this save can update")
         return None
+    if any(b.codec is not None for b in old.blocks):
+        _note(real, "the file holds compressed blocks, which are not updated in place")
+        return None
     budget = int(FULL_FRACTION * max(plan.data_bytes, 1))
     table = _match(old, plan, enc)
     moved: relayout.Relayout | None = None
