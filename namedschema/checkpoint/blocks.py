@@ -274,7 +274,7 @@ def verify(header: Header, blocks_data: list, progress: Progress | None = None) 
     """Check every raw block's CRC-32 against the header (compressed ones: see
     ``compression.verify_block``)."""
     for index, data in enumerate(blocks_data):
-        if header.blocks[index].codec is not None:
+        if header.blocks[index].table is not None:
             continue
         value = 0
         for start in range(0, len(data), CHUNK):
@@ -298,7 +298,7 @@ def read_blocks(f: BinaryIO, header: Header, verify: bool,
     checks = []
     with ThreadPoolExecutor(1, thread_name_prefix="namedschema-crc") as pool:
         for index, b in enumerate(header.blocks):
-            if b.codec is not None:
+            if b.table is not None:
                 blocks_data.append(None)
                 crcs.append(None)
                 continue
@@ -336,9 +336,9 @@ def map_blocks(f: BinaryIO, header: Header, mode: str,
     ``stored``, which maps its stored bytes (chunks) instead, for ``verify``.
     """
     for index, b in enumerate(header.blocks):
-        if b.codec is not None and not stored:
+        if b.table is not None and not stored:
             fail(header.name, f"field {header.block_field(index)!r} is stored compressed "
-                 f"({b.codec}) and cannot be memory-mapped: load the file with "
+                 f"({b.table.codec}) and cannot be memory-mapped: load the file with "
                  "mmap_mode=None (it is decompressed into memory), or save it with "
                  "compression=None to map it")
     if all(b.nbytes == 0 for b in header.blocks):

@@ -39,6 +39,7 @@ import numpy as np
 
 from .arrays import aligned_empty
 from .blocks import MemorySpan, Progress, Source, write_all
+from .chunktable import ChunkTable
 from .constants import ALIGN, CODECS, COMPRESSED_FEATURE, MAX_CHUNK, MIN_CHUNK
 from .crc import crc_concat
 from .header import Header, fail
@@ -46,10 +47,12 @@ from .header import Header, fail
 __all__ = ["Compression", "compression_argument", "write_block", "read_block",
            "verify_block", "CHUNK", "FEATURE"]
 
-#: Raw bytes per chunk (the last chunk of a block may be shorter). Tests pass a
-#: smaller ``Compression.chunk`` (see ``compression_argument(chunk=)``).
+#: Raw bytes per chunk (the last chunk of a block may be shorter). Read when
+#: ``save`` checks its argument: tests set it (and MIN_BLOCK) lower to cross
+#: chunk boundaries with small arrays.
 CHUNK = 4 * 2**20
-#: Blocks smaller than this are stored raw even in a compressed file.
+#: Blocks smaller than this are stored raw even in a compressed file (read at
+#: each save).
 MIN_BLOCK = 4096
 #: The level of ``compression="zstd"``: zstd's fastest regular level, which on
 #: Atari frames gives most of the ratio of level 3 at twice the speed.
@@ -66,21 +69,24 @@ PACKAGE = "zstandard"
 
 @dataclass(frozen=True)
 class Compression:
-    """How a save compresses its blocks."""
+    """How a save compresses its blocks: blocks of at least ``min_block`` bytes,
+    in chunks of ``chunk`` raw bytes."""
 
     codec: str = "zstd"
     level: int = DEFAULT_LEVEL
     chunk: int = CHUNK
+    min_block: int = MIN_BLOCK
 
 
-def compression_argument(value: Any, chunk: int = CHUNK) -> Compression | None:
+def compression_argument(value: Any, chunk: int | None = None) -> Compression | None:
     """``compression=`` checked: None, ``"zstd"`` or ``("zstd", level)``.
 
     ``chunk`` (raw bytes per chunk, a multiple of 64 within the format's
-    bounds) exists for tests, which need chunk boundaries in small arrays.
+    bounds; ``CHUNK`` by default) exists for tests.
     """
     if value is None:
         return None
+    chunk = CHUNK if chunk is None else chunk
     level = DEFAULT_LEVEL
     if isinstance(value, tuple) and len(value) == 2:
         value, level = value
@@ -94,7 +100,7 @@ def compression_argument(value: Any, chunk: int = CHUNK) -> Compression | None:
         raise ValueError(f"save: chunk size {chunk!r} is not a multiple of {ALIGN} from "
                          f"{MIN_CHUNK} to {MAX_CHUNK}")
     zstd_module()   # refuse now, before anything is written, if zstd is missing
-    return Compression(value, level, chunk)
+    return Compression(value, level, chunk, MIN_BLOCK)
 
 
 def zstd_module(field: str | None = None) -> Any:
@@ -123,15 +129,6 @@ def workers() -> int:
 # --------------------------------------------------------------------------
 # Writing
 # --------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Written:
-    """One compressed block as written: its stored size, raw CRC and chunk table."""
-
-    stored: int                         # bytes in the file (without padding)
-    crc32: int                          # CRC-32 of the raw bytes
-    chunks: tuple[tuple[int, int], ...]  # (stored size, CRC-32 of the stored bytes)
-
 
 def _pieces(source: Source, chunk: int) -> Iterator[tuple[Any, bool]]:
     """``source`` cut into raw pieces of ``chunk`` bytes: ``(buffer, live)``.
@@ -196,8 +193,9 @@ def _compress(piece: Any, live: bool, level: int) -> tuple[Any, int, int]:
 
 
 def write_block(fd: int, source: Source, nbytes: int, compression: Compression,
-                progress: Progress, pool: ThreadPoolExecutor) -> Written:
-    """Write ``source`` (``nbytes`` raw) compressed at the file position, then its padding.
+                progress: Progress, pool: ThreadPoolExecutor) -> tuple[ChunkTable, int]:
+    """Write ``source`` (``nbytes`` raw) compressed at the file position, then its padding;
+    return its chunk table and raw CRC-32.
 
     Chunks are compressed by ``pool``, at most twice its size at a time, and
     written in order.
@@ -231,13 +229,21 @@ def write_block(fd: int, source: Source, nbytes: int, compression: Compression,
     pad = -stored % ALIGN
     if pad:
         write_all(fd, bytes(pad))
-    last = nbytes - (len(chunks) - 1) * compression.chunk
-    return Written(stored, crc_concat(raw_crcs, compression.chunk, last), tuple(chunks))
+    table = ChunkTable(compression.codec, compression.chunk, tuple(chunks), stored)
+    return table, crc_concat(raw_crcs, compression.chunk, table.raw_size(len(chunks) - 1,
+                                                                         nbytes))
 
 
 # --------------------------------------------------------------------------
 # Reading and verifying
 # --------------------------------------------------------------------------
+
+def _table(header: Header, index: int) -> ChunkTable:
+    table = header.blocks[index].table
+    if table is None:  # pragma: no cover - callers pass compressed blocks only
+        raise ValueError(f"internal error: block {index} is not compressed")
+    return table
+
 
 def _decompressor() -> Any:
     dctx = getattr(_local, "decompressor", None)
@@ -282,7 +288,7 @@ def _check_chunk(header: Header, index: int, k: int, data: Any, stored_crc: int)
 
 def _decode(header: Header, index: int, k: int, frame: Any, out: Any, check: bool) -> int:
     """One chunk into ``out`` (a worker's job): returns the CRC-32 of ``out`` if ``check``."""
-    stored_size, stored_crc = header.blocks[index].chunks[k]
+    stored_size, stored_crc = _table(header, index).chunks[k]
     if check:
         _check_chunk(header, index, k, frame, stored_crc)
     if stored_size == memoryview(out).nbytes:   # a raw chunk
@@ -298,15 +304,16 @@ def _run(header: Header, index: int, check: bool, progress: Progress | None,
     """Run ``job(k, stored_at, raw_at, raw_len, pool)`` (a future) for every chunk of a block, bounded,
     then check the block's raw CRC-32 (if ``check``)."""
     block = header.blocks[index]
-    n = len(block.chunks)
+    table = _table(header, index)
+    n = len(table.chunks)
     crcs = [0] * n
     with ThreadPoolExecutor(workers(), thread_name_prefix="namedschema-zstd") as pool:
         in_flight: collections.deque[tuple[int, Future]] = collections.deque()
         limit = 2 * workers()
         stored_at = 0
-        for k, (stored, _crc) in enumerate(block.chunks):
-            raw_at = k * block.chunk
-            raw_len = min(block.chunk, block.nbytes - raw_at)
+        for k, (stored, _crc) in enumerate(table.chunks):
+            raw_at = k * table.chunk
+            raw_len = table.raw_size(k, block.nbytes)
             in_flight.append((k, job(k, stored_at, raw_at, raw_len, pool)))
             stored_at += stored
             while len(in_flight) > limit:
@@ -317,8 +324,7 @@ def _run(header: Header, index: int, check: bool, progress: Progress | None,
         for done, future in in_flight:
             crcs[done] = future.result()
     if check:
-        last = block.nbytes - (n - 1) * block.chunk
-        value = crc_concat(crcs, block.chunk, last)
+        value = crc_concat(crcs, table.chunk, table.raw_size(n - 1, block.nbytes))
         if value != block.crc32:
             fail(header.name, f"field {header.block_field(index)!r} is corrupt: checksum "
                  f"{value:08x} of its decompressed bytes does not match the stored "
@@ -329,28 +335,28 @@ def read_blocks(f: BinaryIO, header: Header, blocks_data: list, check: bool,
                 progress: Progress | None = None) -> None:
     """Fill the compressed blocks left None by ``blocks.read_blocks``."""
     for index, b in enumerate(header.blocks):
-        if b.codec is not None:
+        if b.table is not None:
             blocks_data[index] = read_block(f, header, index, check, progress)
 
 
 def verify_blocks(header: Header, stored: list, progress: Progress | None = None) -> None:
     """Check every compressed block of ``stored`` (``map_blocks(..., stored=True)``)."""
     for index, b in enumerate(header.blocks):
-        if b.codec is not None:
+        if b.table is not None:
             verify_block(stored[index], header, index, progress)
 
 
 def read_block(f: BinaryIO, header: Header, index: int, check: bool,
                progress: Progress | None = None) -> np.ndarray:
     """Compressed block ``index`` read into new (64-aligned) memory, chunk by chunk."""
-    block = header.blocks[index]
+    block, table = header.blocks[index], _table(header, index)
     zstd_module(header.block_field(index))
     dest = aligned_empty(block.nbytes)
     view = dest.data
     start = header.block_file_start(index)
 
     def job(k: int, stored_at: int, raw_at: int, raw_len: int, pool: Any) -> Future:
-        stored = block.chunks[k][0]
+        stored = table.chunks[k][0]
         out = view[raw_at:raw_at + raw_len]
         buf = out if stored == raw_len else memoryview(bytearray(stored))
         f.seek(start + stored_at)
@@ -376,19 +382,19 @@ def verify_block(stored: np.ndarray, header: Header, index: int,
     """Check compressed block ``index`` from its ``stored`` bytes (a map of the file):
     every chunk's CRC-32 and decompressed size, and the block's raw CRC-32. Memory:
     a chunk per worker."""
-    block = header.blocks[index]
+    table = _table(header, index)
     zstd_module(header.block_field(index))
     whole = memoryview(stored).cast("B")
 
     def check_one(k: int, stored_at: int, raw_len: int) -> int:
-        frame = whole[stored_at:stored_at + block.chunks[k][0]]
+        frame = whole[stored_at:stored_at + table.chunks[k][0]]
         scratch = getattr(_local, "scratch", None)
         if scratch is None or len(scratch) < raw_len:
-            scratch = _local.scratch = bytearray(max(raw_len, block.chunk))
+            scratch = _local.scratch = bytearray(max(raw_len, table.chunk))
         out = memoryview(scratch)[:raw_len]
-        if block.chunks[k][0] == raw_len:
-            _check_chunk(header, index, k, frame, block.chunks[k][1])
-            return block.chunks[k][1]
+        if table.chunks[k][0] == raw_len:
+            _check_chunk(header, index, k, frame, table.chunks[k][1])
+            return table.chunks[k][1]
         return _decode(header, index, k, frame, out, True)
 
     def job(k: int, stored_at: int, raw_at: int, raw_len: int, pool: Any) -> Future:

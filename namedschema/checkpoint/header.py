@@ -41,24 +41,21 @@ from ..errors import FormatError
 from .constants import (
     ALIGN,
     ALLOWED_DTYPES,
-    CODECS,
     COMPRESSED_FEATURE,
     FORMAT_NAME,
     FORMAT_VERSION,
     KNOWN_FEATURES,
     MAX_HEADER,
-    MAX_CHUNK,
     MAX_INDEX,
     MAX_NBYTES,
     MAX_NDIM,
-    MAX_RATIO,
-    MIN_CHUNK,
     READ_MAJOR,
     ST_ITEMSIZE,
     TORCH_DTYPES,
     ZERO_CRC,
     torch_numpy_dtype,
 )
+from .chunktable import ChunkTable, first_fields
 from .jsontext import parse_bounded
 from .metadata import metadata_problem
 from .sniff import looks_like
@@ -131,114 +128,48 @@ class TensorEntry:
 
 @dataclass(frozen=True)
 class BlockEntry:
-    """One stored span of memory: the tensor holding it and its checksum.
-
-    A compressed block (``codec`` set) is stored as chunks of ``chunk`` raw
-    bytes (the last may be shorter); ``chunks`` holds each chunk's stored size
-    and the CRC-32 of its stored bytes (a chunk stored at its raw size is raw,
-    a smaller one is a frame of ``codec``). ``crc32`` is always the CRC-32 of
-    the raw bytes and ``nbytes`` their count.
-    """
+    """One stored span of memory: the tensor holding it and its checksum (of the raw
+    bytes); a compressed one has its chunk table (``chunktable``)."""
 
     tensor: str
     start: int                  # offset in the data section (from the tensor entry)
     nbytes: int
     crc32: int
-    codec: str | None = None
-    chunk: int = 0
-    chunks: tuple[tuple[int, int], ...] = ()
+    table: ChunkTable | None = None
 
     @property
     def stored(self) -> int:
         """Bytes of the block in the file (its padding excluded)."""
-        return sum(size for size, _crc in self.chunks) if self.codec else self.nbytes
+        return self.nbytes if self.table is None else self.table.stored
 
     def to_json(self) -> dict:
-        out: dict[str, Any] = {"tensor": self.tensor, "nbytes": self.nbytes,
-                               "crc32": f"{self.crc32:08x}"}
-        if self.codec is not None:
-            out["codec"] = self.codec
-            out["chunk"] = self.chunk
-            out["chunks"] = [[size, f"{crc:08x}"] for size, crc in self.chunks]
-        return out
+        out = {"tensor": self.tensor, "nbytes": self.nbytes, "crc32": f"{self.crc32:08x}"}
+        return out if self.table is None else {**out, **self.table.to_json()}
 
     @classmethod
-    def from_json(cls, name: str, index: int, raw: Any,
-                  tensors: dict[str, TensorEntry], seen: set[str],
-                  where: str | None = None) -> BlockEntry:
+    def from_json(cls, name: str, index: int, raw: Any, tensors: dict[str, TensorEntry],
+                  seen: set[str], where: str | None = None) -> BlockEntry:
         """``where`` names the block in messages (its first field), if known."""
         if (not isinstance(raw, dict) or not isinstance(raw.get("tensor"), str)
                 or raw["tensor"] not in tensors or raw["tensor"] in seen):
             fail(name, f"block {index} does not name a distinct tensor of the file")
         tensor = tensors[raw["tensor"]]
         nbytes = _as_int(raw.get("nbytes"), name, f"block {index}: nbytes")
-        codec = raw.get("codec")
-        chunk, chunks = 0, ()
-        if codec is None:
-            if nbytes != tensor.end - tensor.start:
-                fail(name, f"block {index}: nbytes {nbytes} does not match its tensor "
-                     f"({tensor.end - tensor.start} bytes)")
-        else:
-            chunk, chunks = _chunk_table(name, where or f"block {index}", raw, nbytes,
-                                         tensor)
+        table = None
+        if raw.get("codec") is not None:
+            try:
+                table = ChunkTable.from_json(raw, nbytes, tensor.dtype, tensor.end - tensor.start)
+            except ValueError as exc:
+                fail(name, f"{where or f'block {index}'}: {exc}")
+        elif nbytes != tensor.end - tensor.start:
+            fail(name, f"block {index}: nbytes {nbytes} does not match its tensor "
+                 f"({tensor.end - tensor.start} bytes)")
         crc = raw.get("crc32")
         # Exactly what the writer writes: eight lower-case ASCII hex digits
         # (int(crc, 16) alone would take " 1234567", "0x123456" or other digits).
         if not isinstance(crc, str) or not _CRC_TEXT.fullmatch(crc):
             fail(name, f"block {index}: malformed checksum {crc!r:.40}")
-        return cls(raw["tensor"], tensor.start, nbytes, int(crc, 16), codec, chunk, chunks)
-
-
-def _chunk_table(name: str, where: str, raw: dict, nbytes: int,
-                 tensor: TensorEntry) -> tuple[int, tuple[tuple[int, int], ...]]:
-    """A compressed block's ``(chunk, chunks)``, every bound checked before work
-    proportional to it: the count against the raw size, each chunk's stored size
-    against its raw size (and the most zstd can expand), their sum against the
-    tensor (which lies inside the file)."""
-    codec = raw["codec"]
-    if not isinstance(codec, str) or codec not in CODECS:
-        fail(name, f"{where}: unknown codec {codec!r:.40} (this version of namedschema "
-             f"reads {sorted(CODECS)})")
-    stored_total = tensor.end - tensor.start
-    if tensor.dtype != "U8":
-        fail(name, f"{where}: a compressed block must be declared U8, not {tensor.dtype}")
-    chunk = raw.get("chunk")
-    if type(chunk) is not int or not MIN_CHUNK <= chunk <= MAX_CHUNK:
-        fail(name, f"{where}: chunk size {chunk!r:.40} is not an integer from {MIN_CHUNK} "
-             f"to {MAX_CHUNK}")
-    if nbytes < 1:
-        fail(name, f"{where}: a compressed block of {nbytes} bytes")
-    entries = raw.get("chunks")
-    count = -(-nbytes // chunk)
-    if not isinstance(entries, list) or len(entries) != count:
-        got = len(entries) if isinstance(entries, list) else type(entries).__name__
-        fail(name, f"{where}: the chunk table has {got} entries; {nbytes} bytes in chunks "
-             f"of {chunk} need {count}")
-    if count > stored_total:    # every chunk takes at least one byte of the file
-        fail(name, f"{where}: {count} chunks cannot fit in {stored_total} stored bytes")
-    chunks = []
-    total = 0
-    for k, entry in enumerate(entries):
-        if (not isinstance(entry, list) or len(entry) != 2 or type(entry[0]) is not int
-                or not isinstance(entry[1], str) or not _CRC_TEXT.fullmatch(entry[1])):
-            fail(name, f"{where}: chunk {k} is not [stored size, 8 hex digits]: "
-                 f"{entry!r:.60}")
-        size = entry[0]
-        raw_len = min(chunk, nbytes - k * chunk)
-        if not 1 <= size <= raw_len:
-            fail(name, f"{where}: chunk {k} claims {size} stored bytes for {raw_len} raw "
-                 "bytes (at least 1, at most its raw size)")
-        if raw_len > size * MAX_RATIO:
-            fail(name, f"{where}: chunk {k} claims {raw_len} raw bytes from {size} stored "
-                 f"bytes, more than zstd can expand (x{MAX_RATIO})")
-        total += size
-        if total > stored_total:
-            break
-        chunks.append((size, int(entry[1], 16)))
-    if total != stored_total:
-        fail(name, f"{where}: its chunks hold {total if total <= stored_total else 'more'}"
-             f" stored bytes, its tensor {stored_total}")
-    return chunk, tuple(chunks)
+        return cls(raw["tensor"], tensor.start, nbytes, int(crc, 16), table)
 
 
 @dataclass(frozen=True)
@@ -469,11 +400,6 @@ class Header:
     def data_bytes(self) -> int:
         return sum(b.nbytes for b in self.blocks)
 
-    @property
-    def stored_bytes(self) -> int:
-        """Bytes the blocks take in the file (``data_bytes`` unless compressed)."""
-        return sum(b.stored for b in self.blocks)
-
     def block_file_start(self, index: int) -> int:
         """Absolute file offset of block ``index``."""
         return self.data_start + self.blocks[index].start
@@ -510,26 +436,6 @@ class Header:
         crc = zlib.crc32(raw)
         return raw.replace(_CRC_MARKER + ZERO_CRC.encode(),
                            _CRC_MARKER + f"{crc:08x}".encode(), 1)
-
-
-def tensor_table(blocks: list[tuple[str, str, tuple[int, ...], int]]) -> dict[str, TensorEntry]:
-    """Tensor entries for ``(name, dtype, shape, nbytes)`` blocks, with padding after each.
-
-    Each block is followed by a ``__pad__.K`` tensor of zeros when needed so
-    that the next one starts ALIGN-aligned in the file (the data section starts
-    aligned: the header is padded so that 8 + its length is a multiple).
-    """
-    table: dict[str, TensorEntry] = {}
-    offset = pads = 0
-    for tname, dtype, shape, nbytes in blocks:
-        table[tname] = TensorEntry(dtype, shape, offset, offset + nbytes)
-        offset += nbytes
-        pad = -offset % ALIGN
-        if pad:
-            table[f"__pad__.{pads}"] = TensorEntry("U8", (pad,), offset, offset + pad)
-            pads += 1
-            offset += pad
-    return table
 
 
 # --------------------------------------------------------------------------
@@ -580,11 +486,11 @@ def read_header(f: BinaryIO, name: str, file_size: int) -> Header:
         fail(name, "arrays entry is missing")
     seen: set[str] = set()
     blocks = []
-    where = _first_fields(raw_arrays)
+    where = first_fields(raw_arrays)
     for i, b in enumerate(raw_blocks):
         blocks.append(BlockEntry.from_json(name, i, b, tensors, seen, where.get(i)))
         seen.add(blocks[-1].tensor)
-    if any(b.codec for b in blocks) and COMPRESSED_FEATURE not in desc.get("features", []):
+    if any(b.table for b in blocks) and COMPRESSED_FEATURE not in desc.get("features", []):
         fail(name, f"has compressed blocks but does not list the feature "
              f"{COMPRESSED_FEATURE!r}")
     arrays = tuple(ArrayEntry.from_json(name, i, a, tuple(blocks))
@@ -624,17 +530,6 @@ def read_header(f: BinaryIO, name: str, file_size: int) -> Header:
         metadata=_metadata(name, desc.get("metadata", {})))
     return Header(description, tensors, version, name, file_size, data_start)
 
-
-
-def _first_fields(raw_arrays: list) -> dict[int, str]:
-    """``{block: 'field <path>'}`` of the first array of each block, for messages
-    about blocks (read before the arrays are checked: paths are only quoted)."""
-    out: dict[int, str] = {}
-    for entry in raw_arrays:
-        if (isinstance(entry, dict) and type(entry.get("block")) is int
-                and isinstance(entry.get("path"), str)):
-            out.setdefault(entry["block"], f"field {entry['path']!r}")
-    return out
 
 
 def _metadata(name: str, raw: Any) -> dict[str, str]:

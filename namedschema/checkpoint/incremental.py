@@ -256,7 +256,7 @@ def _match(old: Header, plan: layout.Layout, enc: EncodedGraph) -> dict[str, Ten
     """The new tensor table if ``plan`` can update ``old`` in place, else None."""
     has_pickle = enc.pickle_bytes is not None
     if (len(old.blocks) != len(plan.blocks) or (old.description.pickle is not None)
-            != has_pickle or old.arrays != plan.arrays):
+            != has_pickle or old.arrays != plan.arrays or any(b.table for b in old.blocks)):
         return None
     n_data = len(plan.blocks) - has_pickle
     for i in range(n_data):
@@ -371,9 +371,6 @@ def _scan(enc: EncodedGraph, plan: layout.Layout, path: str, real: str, fd: int,
             old = read_header(f, path, st.st_size)
     except FormatError:
         _note(real, "the file is not a checkpoint this save can update")
-        return None
-    if any(b.codec is not None for b in old.blocks):
-        _note(real, "the file holds compressed blocks, which are not updated in place")
         return None
     budget = int(FULL_FRACTION * max(plan.data_bytes, 1))
     table = _match(old, plan, enc)

@@ -232,7 +232,8 @@ def _inspect(name: str) -> CheckpointInfo:
         FieldInfo(a.path, a.shape,
                   f"torch.{a.torch}" if a.torch else np.dtype(a.dtype).name, a.nbytes,
                   None if a.block is None else desc.blocks[a.block].tensor, view,
-                  None if a.block is None else desc.blocks[a.block].codec,
+                  None if a.block is None or desc.blocks[a.block].table is None
+                  else desc.blocks[a.block].table.codec,
                   None if a.block is None else desc.blocks[a.block].nbytes,
                   None if a.block is None else desc.blocks[a.block].stored)
         for a, view in zip(desc.arrays, _view_of(desc.arrays), strict=True))
@@ -250,4 +251,4 @@ def _inspect(name: str) -> CheckpointInfo:
         pickle_reason=None if desc.pickle is None else desc.pickle.reason,
         fields=fields, checkpoint_id=desc.checkpoint_id, tree="\n".join(lines),
         last_save=desc.saved, metadata=dict(desc.metadata),
-        stored_bytes=header.stored_bytes)
+        stored_bytes=sum(b.stored for b in desc.blocks))

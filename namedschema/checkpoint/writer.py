@@ -13,7 +13,7 @@ PAGE_ALIGNED  what later in-place updates need: large blocks at the page offset 
 Both leave aligned all-zero stretches of the data as holes (``blocks.HOLE``): the
 file's content is the same, an empty buffer takes no disk space.
 
-With ``compression`` (``PLAIN`` only) blocks of at least ``compression.MIN_BLOCK``
+With ``compression`` (``PLAIN`` only) blocks of at least ``compression.min_block``
 bytes are written as chunk tables (``compression.write_block``); their stored sizes
 are known only once written, so the header's room is that of the largest header
 they could need (every chunk at its raw size, padding after every block), and the
@@ -38,6 +38,7 @@ from . import compression as _compression
 from . import layout, tracking
 from .atomic import AtomicFile
 from .blocks import Progress, Source, write_all, write_blocks
+from .chunktable import ChunkTable
 from .compression import Compression
 from .constants import ALIGN, COMPRESSED_FEATURE
 from .graph import EncodedGraph
@@ -214,26 +215,19 @@ def _write_run(fd: int, data_start: int, blocks: tuple[BlockEntry, ...],
     return write_blocks(fd, tuple(sources[i] for i in run), bar)
 
 
-def _compressed_layout(plan: layout.Layout, squeeze: list[bool], stored: list[int],
-                       chunks: list[tuple[tuple[int, int], ...]], chunk: int, crcs: list[int],
-                       codec: str, worst: bool
-                       ) -> tuple[dict[str, TensorEntry], tuple[BlockEntry, ...]]:
+def _compressed_layout(plan: layout.Layout, tables: list[ChunkTable | None], crcs: list[int],
+                       worst: bool) -> tuple[dict[str, TensorEntry], tuple[BlockEntry, ...]]:
     """The tensor table and blocks of a compressed file; ``worst``: the largest header
     the real one can be (63 bytes of padding after every block)."""
     table: dict[str, TensorEntry] = {}
     blocks = []
     offset = pads = 0
-    for i, block in enumerate(plan.blocks):
-        size = stored[i]
-        if squeeze[i]:
-            table[block.tensor] = TensorEntry("U8", (size,), offset, offset + size)
-            blocks.append(replace(block, start=offset, crc32=crcs[i], codec=codec,
-                                  chunk=chunk, chunks=chunks[i]))
-        else:
-            declared = plan.tensors[block.tensor]
-            table[block.tensor] = TensorEntry(declared.dtype, declared.shape, offset,
-                                              offset + size)
-            blocks.append(replace(block, start=offset, crc32=crcs[i]))
+    for block, chunks, crc in zip(plan.blocks, tables, crcs, strict=True):
+        declared = plan.tensors[block.tensor]
+        size = block.nbytes if chunks is None else chunks.stored
+        dtype, shape = (declared.dtype, declared.shape) if chunks is None else ("U8", (size,))
+        table[block.tensor] = TensorEntry(dtype, shape, offset, offset + size)
+        blocks.append(replace(block, start=offset, crc32=crc, table=chunks))
         offset += size
         pad = ALIGN - 1 if worst else -offset % ALIGN
         if pad:
@@ -247,43 +241,40 @@ def _write_compressed(graph: EncodedGraph, plan: layout.Layout, path: str,
                       compression: Compression, shown: str, progress: bool) -> Written:
     """``write`` with large blocks compressed (see the module docstring)."""
     chunk = compression.chunk
-    squeeze = [b.nbytes >= _compression.MIN_BLOCK for b in plan.blocks]
-    raw_sizes = [b.nbytes for b in plan.blocks]
-    worst_chunks = [tuple((min(chunk, b.nbytes - k), 0) for k in range(0, b.nbytes, chunk))
-                    if s else () for b, s in zip(plan.blocks, squeeze, strict=True)]
+    squeeze = [b.nbytes >= max(compression.min_block, 1) for b in plan.blocks]
+    # The largest table each block can have: every chunk stored raw.
+    worst_tables = [ChunkTable(compression.codec, chunk, tuple(
+        (min(chunk, b.nbytes - at), 0) for at in range(0, b.nbytes, chunk)), b.nbytes)
+        if s else None for b, s in zip(plan.blocks, squeeze, strict=True)]
     desc = describe(graph, plan, plan.blocks, None)
     if any(squeeze):
         desc = replace(desc, features=(*desc.features, COMPRESSED_FEATURE))
 
-    def header_of(stored: list[int], chunks: list, crcs: list[int], worst: bool) -> Header:
-        tensors, blocks = _compressed_layout(plan, squeeze, stored, chunks, chunk, crcs,
-                                             compression.codec, worst)
+    def header_of(tables: list[ChunkTable | None], crcs: list[int], worst: bool) -> Header:
+        tensors, blocks = _compressed_layout(plan, tables, crcs, worst)
         return Header(replace(desc, blocks=blocks), tensors, name=shown)
 
-    worst = header_of(raw_sizes, worst_chunks, [0] * len(raw_sizes), True)
-    raw_length = len(worst.encode())
+    raw_length = len(header_of(worst_tables, [0] * len(squeeze), True).encode())
     length = raw_length + (-(8 + raw_length) % ALIGN)
-    data_start = 8 + length
     bar = Progress(plan.data_bytes, "saving", progress)
-    stored, chunks, crcs = [], [], []
+    tables: list[ChunkTable | None] = []
+    crcs: list[int] = []
     with AtomicFile(path) as fd:
         write_all(fd, struct.pack("<Q", length) + b" " * length)
         with ThreadPoolExecutor(_compression.workers(),
                                 thread_name_prefix="namedschema-zstd") as pool:
             for block, source, s in zip(plan.blocks, plan.sources, squeeze, strict=True):
                 if s:
-                    done = _compression.write_block(fd, source, block.nbytes, compression,
-                                                    bar, pool)
-                    stored.append(done.stored)
-                    chunks.append(done.chunks)
-                    crcs.append(done.crc32)
+                    written, crc = _compression.write_block(fd, source, block.nbytes,
+                                                            compression, bar, pool)
+                    tables.append(written)
+                    crcs.append(crc)
                 else:
                     crcs += write_blocks(fd, (source,), bar)
-                    stored.append(block.nbytes)
-                    chunks.append(())
-        header = header_of(stored, chunks, crcs, False)
+                    tables.append(None)
+        header = header_of(tables, crcs, False)
         end = max((t.end for t in header.tensors.values()), default=0)
-        os.ftruncate(fd, data_start + end)  # a last hole included
+        os.ftruncate(fd, 8 + length + end)  # a last hole included
         os.lseek(fd, 8, os.SEEK_SET)
         write_all(fd, header.encode(length))
         st = os.fstat(fd)
