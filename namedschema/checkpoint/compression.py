@@ -384,7 +384,7 @@ def verify_block(stored: np.ndarray, header: Header, index: int,
     a chunk per worker."""
     table = _table(header, index)
     zstd_module(header.block_field(index))
-    whole = memoryview(stored).cast("B")
+    whole = stored.data.cast("B")
 
     def check_one(k: int, stored_at: int, raw_len: int) -> int:
         frame = whole[stored_at:stored_at + table.chunks[k][0]]
@@ -400,7 +400,4 @@ def verify_block(stored: np.ndarray, header: Header, index: int,
     def job(k: int, stored_at: int, raw_at: int, raw_len: int, pool: Any) -> Future:
         return pool.submit(check_one, k, stored_at, raw_len)
 
-    try:
-        _run(header, index, True, progress, job)
-    finally:
-        del whole
+    _run(header, index, True, progress, job)

@@ -38,6 +38,7 @@ from .._core.limits import MAX_FIELDS
 from .._core.memory import byte_span
 from .._core.printable import printable
 from ..errors import FormatError
+from .chunktable import ChunkTable, first_fields
 from .constants import (
     ALIGN,
     ALLOWED_DTYPES,
@@ -55,7 +56,6 @@ from .constants import (
     ZERO_CRC,
     torch_numpy_dtype,
 )
-from .chunktable import ChunkTable, first_fields
 from .jsontext import parse_bounded
 from .metadata import metadata_problem
 from .sniff import looks_like

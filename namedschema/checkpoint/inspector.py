@@ -228,12 +228,12 @@ def _inspect(name: str) -> CheckpointInfo:
     with open_checkpoint(name) as f:
         header = read_header(f, name, os.fstat(f.fileno()).st_size)
     desc = header.description
+    tables = [b.table for b in desc.blocks]
     fields = tuple(
         FieldInfo(a.path, a.shape,
                   f"torch.{a.torch}" if a.torch else np.dtype(a.dtype).name, a.nbytes,
                   None if a.block is None else desc.blocks[a.block].tensor, view,
-                  None if a.block is None or desc.blocks[a.block].table is None
-                  else desc.blocks[a.block].table.codec,
+                  None if a.block is None else getattr(tables[a.block], "codec", None),
                   None if a.block is None else desc.blocks[a.block].nbytes,
                   None if a.block is None else desc.blocks[a.block].stored)
         for a, view in zip(desc.arrays, _view_of(desc.arrays), strict=True))
