@@ -28,11 +28,11 @@ class FieldInfo:
         view_of: path of an earlier array whose memory it overlaps (it is a
             view of that one, or both of one base), or None; its bytes are
             stored once, with that array.
-        codec: ``"zstd"`` when its block is stored compressed, else None.
-        block_bytes: raw bytes of its block (the array's and any arrays
-            sharing it; None for empty arrays).
-        stored_bytes: bytes its block takes in the file (``block_bytes``
-            unless compressed; None for empty arrays).
+        codec: ``"zstd"`` when its block is stored compressed, else None
+            (then ``block_bytes`` and ``stored_bytes`` are None too).
+        block_bytes: raw bytes of its compressed block (the array's and any
+            arrays sharing it).
+        stored_bytes: bytes its compressed block takes in the file.
     """
 
     path: str
@@ -47,7 +47,7 @@ class FieldInfo:
 
     @property
     def ratio(self) -> float | None:
-        """``block_bytes / stored_bytes`` (1.0 for raw blocks; None for empty arrays)."""
+        """``block_bytes / stored_bytes`` of a compressed block, else None."""
         if self.block_bytes is None or not self.stored_bytes:
             return None
         return self.block_bytes / self.stored_bytes
@@ -228,14 +228,14 @@ def _inspect(name: str) -> CheckpointInfo:
     with open_checkpoint(name) as f:
         header = read_header(f, name, os.fstat(f.fileno()).st_size)
     desc = header.description
-    tables = [b.table for b in desc.blocks]
+    tables = [None if b.table is None else (b.table.codec, b.nbytes, b.table.stored)
+              for b in desc.blocks]
     fields = tuple(
         FieldInfo(a.path, a.shape,
                   f"torch.{a.torch}" if a.torch else np.dtype(a.dtype).name, a.nbytes,
                   None if a.block is None else desc.blocks[a.block].tensor, view,
-                  None if a.block is None else getattr(tables[a.block], "codec", None),
-                  None if a.block is None else desc.blocks[a.block].nbytes,
-                  None if a.block is None else desc.blocks[a.block].stored)
+                  *((None, None, None) if a.block is None or tables[a.block] is None
+                    else tables[a.block]))
         for a, view in zip(desc.arrays, _view_of(desc.arrays), strict=True))
     if desc.pickle is not None:
         lines = ["<pickled object graph>"]

@@ -314,7 +314,7 @@ def _huge_table(header, block, desc):
 
 
 def _many_chunks(header, block, desc):
-    block["chunks"] = [[1, "00000000"]] * 200_000
+    block["chunks"] = [[1, "00000000"]] * 20_000
 
 
 def _ratio_bomb(header, block, desc):
@@ -351,7 +351,7 @@ def _malformed_entry(header, block, desc):
 
 @pytest.mark.parametrize("change, message", [
     (_huge_table, "chunk table has 8 entries; 1125899906842624 bytes in chunks of 128 need"),
-    (_many_chunks, "the chunk table has 200000 entries"),
+    (_many_chunks, "the chunk table has 20000 entries"),
     (_ratio_bomb, f"more than zstd can expand \\(x{MAX_RATIO}\\)"),
     (_stored_past_raw, "chunk 0 claims 129 stored bytes for 128 raw bytes"),
     (_sum_mismatch, "its chunks hold .* stored bytes, its tensor"),
@@ -470,9 +470,8 @@ def test_inspect_and_verify_report_compression(tmp_path, capsys):
     assert info.compressed and info.data_bytes == obs.nbytes + noise.nbytes + 24
     assert by["obs"].codec == "zstd" and by["obs"].block_bytes == obs.nbytes
     assert by["obs"].ratio > 20 and by["noise"].stored_bytes == noise.nbytes
-    assert by["few"].codec is None and by["few"].ratio == 1.0
-    assert info.stored_bytes == sum(f.stored_bytes for f in info.fields
-                                    if f.view_of is None and f.stored_bytes)
+    assert by["few"].codec is by["few"].ratio is by["few"].stored_bytes is None
+    assert info.stored_bytes == by["obs"].stored_bytes + noise.nbytes + 24
     assert cli(["inspect", path]) == 0
     out = capsys.readouterr().out
     assert f", compressed to {_human(info.stored_bytes)} (" in out.splitlines()[0]
