@@ -228,14 +228,14 @@ def _inspect(name: str) -> CheckpointInfo:
     with open_checkpoint(name) as f:
         header = read_header(f, name, os.fstat(f.fileno()).st_size)
     desc = header.description
-    tables = [None if b.table is None else (b.table.codec, b.nbytes, b.table.stored)
+    none: tuple[str | None, int | None, int | None] = (None, None, None)
+    tables = [none if b.table is None else (b.table.codec, b.nbytes, b.table.stored)
               for b in desc.blocks]
     fields = tuple(
         FieldInfo(a.path, a.shape,
                   f"torch.{a.torch}" if a.torch else np.dtype(a.dtype).name, a.nbytes,
                   None if a.block is None else desc.blocks[a.block].tensor, view,
-                  *((None, None, None) if a.block is None or tables[a.block] is None
-                    else tables[a.block]))
+                  *(none if a.block is None else tables[a.block]))
         for a, view in zip(desc.arrays, _view_of(desc.arrays), strict=True))
     if desc.pickle is not None:
         lines = ["<pickled object graph>"]
