@@ -182,13 +182,32 @@ def _compressor(level: int) -> Any:
     return cache[level]
 
 
+#: Chunks of at least PROBE_MIN bytes are probed first: PROBES pieces of PROBE
+#: bytes spread over the chunk are compressed together, and a chunk whose
+#: sample does not shrink below PROBE_RATIO of its size is stored raw without
+#: compressing the rest (random data then costs little more than a raw save).
+PROBE, PROBES, PROBE_MIN, PROBE_RATIO = 16384, 4, 2**18, 0.97
+
+
+def _incompressible(data: Any, compressor: Any) -> bool:
+    """Whether a sample of ``data`` says compressing it is not worth it."""
+    view = memoryview(data).cast("B")
+    if view.nbytes < PROBE_MIN:
+        return False
+    step = view.nbytes // PROBES
+    sample = b"".join(view[i * step:i * step + PROBE] for i in range(PROBES))
+    return len(compressor.compress(sample)) > PROBE_RATIO * len(sample)
+
+
 def _compress(piece: Any, live: bool, level: int) -> tuple[Any, int, int]:
     """``(stored bytes, their CRC-32, raw CRC-32)`` of one chunk (in a worker)."""
     data = bytes(piece) if live else piece   # one snapshot: the CRC and the frame agree
     raw_crc = zlib.crc32(data)
-    frame = _compressor(level).compress(data)
-    if len(frame) < len(data):
-        return frame, zlib.crc32(frame), raw_crc
+    compressor = _compressor(level)
+    if not _incompressible(data, compressor):
+        frame = compressor.compress(data)
+        if len(frame) < len(data):
+            return frame, zlib.crc32(frame), raw_crc
     return data, raw_crc, raw_crc           # incompressible: stored raw
 
 

@@ -210,6 +210,12 @@ def test_random_data_is_stored_raw_and_barely_grows(tmp_path):
     (block,) = stored_blocks(packed)
     assert [size for size, _crc in block["chunks"]] == [4 * 2**20, 4 * 2**20, 2**20]
     assert same(namedschema.load(packed, verify=True)["x"], data)
+    # A chunk that is half random, half zeros passes the probe and is compressed.
+    data[: 2 * 2**20] = 0
+    namedschema.save({"x": data}, packed, compression="zstd")
+    (block,) = stored_blocks(packed)
+    assert block["chunks"][0][0] < 0.51 * 4 * 2**20 and block["chunks"][1][0] == 4 * 2**20
+    assert same(namedschema.load(packed, verify=True)["x"], data)
 
 
 def golden():
