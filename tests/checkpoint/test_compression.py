@@ -179,13 +179,35 @@ def test_fresh_interpreter_loads_a_compressed_file(tmp_path):
     assert int(crc) == zlib.crc32(obs.tobytes()) and float(total) == np.arange(3000.0).sum()
 
 
-def test_background_full_save_is_compressed(tmp_path):
-    """A background (non-incremental) save writes through the plain writer: compressed."""
+@pytest.mark.parametrize("route", ["copied", "forked"])
+def test_background_full_save_is_compressed(tmp_path, route):
+    """A background (non-incremental) save writes through the plain writer: compressed,
+    whether the writer thread writes a copy (small states) or a snapshot child does."""
+    from namedschema.checkpoint import background
     obs = frames(400)
     path = str(tmp_path / "bg.nsb")
-    namedschema.save({"obs": obs}, path, background=True, compression="zstd").wait()
+    with mock.patch.object(background, "SMALL_STATE", 2**30 if route == "copied" else 0):
+        namedschema.save({"obs": obs}, path, background=True, compression="zstd").wait()
     assert os.path.getsize(path) < obs.nbytes / 20
     assert same(namedschema.load(path, verify=True)["obs"], obs)
+
+
+def test_sources_cut_into_chunks_across_their_pieces(tmp_path):
+    """Blocks written from several pieces (leading alignment bytes, compact copies of
+    sparse views made a few rows at a time, pickles) are cut into chunks in order."""
+    from namedschema.checkpoint import blocks
+    base = np.arange(3000, dtype=np.float64)
+    sparse = np.arange(40_000, dtype=np.int32).reshape(400, 100)[::3, ::7]
+    obj = {"a": base.view(np.uint8)[1:], "b": base[1500:], "sparse": sparse,
+           "set": {1, 2}, "text": "t" * 3000}
+    path = str(tmp_path / "pieces.nsb")
+    with small_chunks(192), mock.patch.object(blocks, "CHUNK", 1000):
+        namedschema.save(obj, path, compression="zstd", allow_pickle=True)
+    back = namedschema.load(path, verify=True, allow_pickle=True)
+    for key in ("a", "b", "sparse"):
+        assert same(back[key], obj[key]), key
+    assert back["set"] == {1, 2} and back["text"] == obj["text"]
+    assert all("codec" in b for b in stored_blocks(path))
 
 
 def test_crc_concat_matches_zlib():
@@ -210,6 +232,11 @@ def test_random_data_is_stored_raw_and_barely_grows(tmp_path):
     (block,) = stored_blocks(packed)
     assert [size for size, _crc in block["chunks"]] == [4 * 2**20, 4 * 2**20, 2**20]
     assert same(namedschema.load(packed, verify=True)["x"], data)
+    # Chunks too small to probe are compressed, and stored raw when the frame is larger.
+    with small_chunks(4096):
+        namedschema.save({"x": data[:65536]}, packed, compression="zstd")
+    (block,) = stored_blocks(packed)
+    assert [size for size, _crc in block["chunks"]] == [4096] * 16
     # A chunk that is half random, half zeros passes the probe and is compressed.
     data[: 2 * 2**20] = 0
     namedschema.save({"x": data}, packed, compression="zstd")
@@ -287,6 +314,22 @@ def test_corrupt_chunk_is_refused_naming_the_array(tmp_path):
         with pytest.raises(FormatError, match=f"field '{name}' is corrupt"):
             verify(bad)
         assert cli(["verify", bad]) == 1
+
+
+def test_raw_checksum_of_the_block_is_checked(tmp_path):
+    """Chunks intact but the block's raw CRC-32 wrong: verify=True and verify refuse."""
+    path = _compressed_file(tmp_path, chunk=256)
+    with open(path, "rb") as f:
+        header, desc, body = split(f.read())
+    desc["blocks"][0]["crc32"] = f"{int(desc['blocks'][0]['crc32'], 16) ^ 1:08x}"
+    bad = str(tmp_path / "rawcrc.nsb")
+    with open(bad, "wb") as f:
+        f.write(join(header, desc, body))
+    namedschema.load(bad)   # not checked without verify
+    for reader in (lambda p: namedschema.load(p, verify=True), verify):
+        with pytest.raises(FormatError, match="field 'obs' is corrupt: checksum .* of its "
+                                              "decompressed bytes does not match"):
+            reader(bad)
 
 
 def test_chunk_decompressing_to_another_size_is_refused(tmp_path):
@@ -415,6 +458,28 @@ def test_incremental_refuses_compression_and_updates_compressed_files_in_full(tm
     assert same(namedschema.load(path, verify=True)["obs"], obs)
 
 
+@pytest.mark.parametrize("change", ["same arrays", "one more array"])
+def test_incremental_save_over_raw_chunks_is_full(tmp_path, change):
+    """A compressed block whose chunks are all raw looks like a raw block of the same
+    size, and a compressed file's header has room to spare (it was reserved for raw
+    chunks); an incremental save still rewrites the file, it never patches chunks."""
+    # Big-endian, so declared U8; multiples of 64 bytes, so the padding reserved in
+    # the header for each block is not used: the header has room to grow.
+    rng = np.random.default_rng(0)
+    obj = {f"x{i}": rng.integers(0, 65535, 4096).astype(">u2") for i in range(12)}
+    path = str(tmp_path / "raw.nsb")
+    with small_chunks(4096):
+        namedschema.save(obj, path, compression="zstd")
+    assert all(size == 4096 for b in stored_blocks(path) for size, _crc in b["chunks"])
+    obj["x3"][10:20] = 7
+    if change == "one more array":
+        obj["new"] = np.arange(10)
+    namedschema.save(obj, path, incremental=True)
+    assert all("codec" not in b for b in stored_blocks(path))
+    back = namedschema.load(path, verify=True)
+    assert all(same(back[key], value) for key, value in obj.items())
+
+
 def test_other_writers_do_not_take_compression(tmp_path):
     """Writers that cannot compress yet refuse the argument instead of ignoring it."""
     import inspect
@@ -449,6 +514,8 @@ def test_missing_zstandard_is_named(tmp_path, monkeypatch):
     path = _compressed_file(tmp_path)
     monkeypatch.setitem(sys.modules, "zstandard", None)   # import zstandard fails
     new = str(tmp_path / "new.nsb")
+    with pytest.raises(ModuleNotFoundError, match="pip install"):   # before anything else
+        namedschema.save({"lock": object()}, new, compression="zstd")
     with pytest.raises(ModuleNotFoundError, match="compression='zstd' needs the 'zstandard' "
                                                   "package.*pip install 'namedschema\\[zstd\\]'"):
         namedschema.save({"x": np.zeros(10_000)}, new, compression="zstd")
