@@ -93,7 +93,7 @@ def compression_argument(value: Any, chunk: int | None = None) -> Compression | 
         if type(level) is not int or not MIN_LEVEL <= level <= MAX_LEVEL:
             raise ValueError(f"save: compression level must be an int from {MIN_LEVEL} to "
                              f"{MAX_LEVEL}, got {level!r}")
-    if value not in CODECS:
+    if not isinstance(value, str) or value not in CODECS:
         raise ValueError(f"save: compression must be None, 'zstd' or ('zstd', level), got "
                          f"{value!r}")
     if type(chunk) is not int or not MIN_CHUNK <= chunk <= MAX_CHUNK or chunk % ALIGN:
@@ -136,12 +136,8 @@ def _pieces(source: Source, chunk: int) -> Iterator[tuple[Any, bool]]:
     ``live`` marks views of the caller's memory, which another thread may be
     writing: the worker copies those before it looks at them twice.
     """
-    if isinstance(source, MemorySpan) and not source.lead:
-        span = np.asarray(_span(source))
-        for start in range(0, source.nbytes, chunk):
-            yield span[start:start + chunk].data, True
-        return
-    # Leading zeros, compact copies and pickles: regroup their pieces.
+    # The sources' pieces (16 MiB views of the caller's memory, leading zeros, compact
+    # copies, a pickle) are sliced where a chunk lies inside one, else joined.
     pending: list[Any] = []
     have = 0
     for buf, is_copy in source.chunks():
@@ -160,11 +156,6 @@ def _pieces(source: Source, chunk: int) -> Iterator[tuple[Any, bool]]:
             view = view[take:]
     if pending:
         yield b"".join(pending), False
-
-
-def _span(source: MemorySpan) -> Any:
-    from .blocks import _RawMemory
-    return _RawMemory(source.lo, source.nbytes)
 
 
 _local = threading.local()
@@ -212,15 +203,16 @@ def _compress(piece: Any, live: bool, level: int) -> tuple[Any, int, int]:
 
 
 def write_block(fd: int, source: Source, nbytes: int, compression: Compression,
-                progress: Progress, pool: ThreadPoolExecutor) -> tuple[ChunkTable, int]:
+                progress: Progress, pool: ThreadPoolExecutor,
+                in_flight_limit: int) -> tuple[ChunkTable, int]:
     """Write ``source`` (``nbytes`` raw) compressed at the file position, then its padding;
     return its chunk table and raw CRC-32.
 
-    Chunks are compressed by ``pool``, at most twice its size at a time, and
+    Chunks are compressed by ``pool``, at most ``in_flight_limit`` at a time, and
     written in order.
     """
     in_flight: collections.deque[tuple[Future, int]] = collections.deque()
-    limit = 2 * pool._max_workers  # noqa: SLF001 - the pool's size, as given
+    limit = max(1, in_flight_limit)
     chunks: list[tuple[int, int]] = []
     raw_crcs: list[int] = []
     stored = 0

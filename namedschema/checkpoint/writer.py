@@ -261,12 +261,12 @@ def _write_compressed(graph: EncodedGraph, plan: layout.Layout, path: str,
     crcs: list[int] = []
     with AtomicFile(path) as fd:
         write_all(fd, struct.pack("<Q", length) + b" " * length)
-        with ThreadPoolExecutor(_compression.workers(),
-                                thread_name_prefix="namedschema-zstd") as pool:
+        workers = _compression.workers()
+        with ThreadPoolExecutor(workers, thread_name_prefix="namedschema-zstd") as pool:
             for block, source, s in zip(plan.blocks, plan.sources, squeeze, strict=True):
                 if s:
                     written, crc = _compression.write_block(fd, source, block.nbytes,
-                                                            compression, bar, pool)
+                                                            compression, bar, pool, 2 * workers)
                     tables.append(written)
                     crcs.append(crc)
                 else:

@@ -502,6 +502,7 @@ def test_other_writers_do_not_take_compression(tmp_path):
     (("zstd", 99), "compression level must be an int from -7 to 22"),
     (("zstd", "3"), "compression level must be an int"),
     (True, "compression must be None"),
+    (["zstd", 3], "compression must be None"),
 ])
 def test_bad_compression_arguments(tmp_path, value, message):
     path = str(tmp_path / "x.nsb")
