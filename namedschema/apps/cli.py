@@ -131,8 +131,10 @@ def _run_verify(args) -> int:
     except (FormatError, OSError) as exc:
         print(f"namedschema verify: FAILED: {_message(args.path, exc)}", file=sys.stderr)
         return 1
+    stored = (f" (stored compressed in {info.stored_bytes:,} bytes: every chunk checked)"
+              if info.compressed else "")
     print(f"{printable(str(args.path))}: ok, {info.data_bytes:,} bytes of data in "
-          f"{len(info.fields)} arrays match their checksums")
+          f"{len(info.fields)} arrays match their checksums{stored}")
     return 0
 
 

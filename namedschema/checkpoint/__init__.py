@@ -23,7 +23,11 @@ The package, one module per concern (each imports only those listed before it):
 * ``mapped``: arrays copied out of a read-only map holding at most a piece of it
   (read from the file, or its pages released behind each piece): a resume
   holds a buffer once, not once more as mapped file
+* ``chunktable``: a compressed block's chunk table, and every check of one
+  read from a file (part of the trust boundary, called by ``header``)
 * ``blocks``: block I/O: chunked writes with CRC-32 and fdatasync, reads, maps
+* ``compression``: the ``compression=`` argument; compressed blocks written
+  from a thread pool, read and verified chunk by chunk
 * ``layout``: arrays grouped into blocks and placed in the file
 * ``atomic``: the atomic file writer (mode kept, symlinks followed) and the
   stale temporary file reaper
@@ -47,8 +51,9 @@ The package, one module per concern (each imports only those listed before it):
 File format, version 1.0
 ------------------------
 
-A checkpoint is a valid `safetensors <https://github.com/huggingface/safetensors>`_
-file::
+A checkpoint saved without compression is a valid `safetensors
+<https://github.com/huggingface/safetensors>`_ file (one with compressed
+blocks is not: see "Compressed blocks")::
 
     8 bytes     little-endian unsigned header length N
     N bytes     UTF-8 JSON header, padded with spaces so that 8 + N is a
@@ -137,7 +142,8 @@ as safetensors requires) and has a ``__metadata__`` object of strings:
     refuse a file listing a feature it does not know. Version 1.0 writes
     ``[]``, or ``["numpy-defaults"]`` when a schema default is a ``numpy``
     node (readers before that feature refuse such files instead of
-    misreading them).
+    misreading them), plus ``"zstd-chunks"`` when a block is compressed
+    (below).
 
     ``checkpoint_id`` (random hex, new at every save) and ``parent``
     (``null``, reserved).
@@ -153,6 +159,43 @@ as safetensors requires) and has a ``__metadata__`` object of strings:
     that made the current state wrote, ``{"kind": "full"|"incremental",
     "bytes_written", "ranges", "data_bytes"}``. Readers that do not know it
     ignore it.
+
+Compressed blocks (``save(..., compression="zstd")``). Blocks of at least
+4 KiB are stored as chunks; smaller ones (and every block of a file saved
+without compression) exactly as above. A compressed block's entry in
+``blocks`` has three more keys::
+
+    {"tensor": name, "nbytes": n, "crc32": "8 hex digits",
+     "codec": "zstd", "chunk": c, "chunks": [[s0, "8 hex digits"], ...]}
+
+``nbytes`` is the block's raw size and ``crc32`` the CRC-32 of its raw
+bytes, as for any block. The raw bytes are cut into ``ceil(n / c)`` chunks
+of ``c`` bytes (the last one ``n - (k - 1) * c``; the writer uses
+``c = 4 MiB``), each stored independently, back to back: chunk ``i`` takes
+``s_i`` bytes of the file, with the CRC-32 of those stored bytes. A chunk
+whose ``s_i`` equals its raw size is stored raw; a smaller one is a single
+zstd frame (RFC 8878, content size in its header, no dictionary) that
+decompresses to exactly its raw size. The writer stores a chunk raw when
+compressing it does not make it smaller, so incompressible data costs its
+own size plus its chunk table. The block's tensor is declared ``U8`` with
+shape ``[sum of s_i]``, so the tensor table still tiles the data section;
+its padding follows as for any block. A reader checks, before reading or
+allocating anything for the block: ``codec`` is known; ``64 <= c <= 64 MiB``;
+the table has exactly ``ceil(n / c)`` entries, no more than the stored
+bytes; every ``s_i`` is between 1 and its chunk's raw size, and the raw size
+is at most 32,768 times ``s_i`` (no zstd frame expands more: a file cannot
+make a load allocate more than that times its size); the ``s_i`` add up to
+the tensor's size; the file lists the feature ``"zstd-chunks"``. Loading
+decompresses each chunk into the block's memory (raw chunks are read into
+it); a frame that declares or yields another size than its chunk's is a
+``FormatError`` naming the block's first field. ``verify=True`` and
+``namedschema verify`` check every chunk's CRC-32 and the CRC-32 of the
+decompressed block. Such a file is not a valid safetensors file in any
+useful sense: safetensors readers see the compressed blocks as ``U8``
+tensors of zstd frames, not as the arrays, and readers before the feature
+refuse it. A compressed block cannot be memory-mapped (``load`` with
+``mmap_mode`` refuses the file, naming the field), and an incremental save
+over such a file writes a new full file instead of updating it in place.
 
 Incremental saves (``save(..., incremental=True)``) write files of this same
 format, with two layout choices any 1.x reader accepts: blocks of at least

@@ -453,7 +453,7 @@ def incremental_job(enc: Any, plan: Any, path: str, progress: bool):
 # --------------------------------------------------------------------------
 
 def save_in_background(enc: Any, plan: Any, path: str, progress: bool, in_place: bool,
-                       began: float) -> BackgroundSave:
+                       began: float, compression: Any = None) -> BackgroundSave:
     """The background half of ``save(..., background=True)`` (``serialized(path)`` held).
 
     * States with at most SMALL_STATE bytes of data: copied aside whole (the
@@ -463,6 +463,8 @@ def save_in_background(enc: Any, plan: Any, path: str, progress: bool, in_place:
     * Incremental saves with write protection: the changes are copied aside,
       the writer thread writes them (``incremental.begin_background``).
     * Otherwise a snapshot child, shared memory copied aside first.
+
+    ``compression`` (full saves only) is passed to the writer as it is.
     """
     if plan.data_bytes <= SMALL_STATE:
         copy = replace(plan, sources=_copied(plan.sources))
@@ -471,7 +473,8 @@ def save_in_background(enc: Any, plan: Any, path: str, progress: bool, in_place:
                                                                        progress), began)
 
         def write_copy() -> None:
-            writer.write(enc, copy, path, writer.PLAIN, progress=progress)
+            writer.write(enc, copy, path, writer.PLAIN, progress=progress,
+                         compression=compression)
         return start_thread(path, write_copy, began)
     frozen = replace(plan, sources=freeze_shared(plan.sources))
     if in_place:
@@ -482,7 +485,8 @@ def save_in_background(enc: Any, plan: Any, path: str, progress: bool, in_place:
         return start(path, job, began, on_done)
 
     def job_full() -> tuple[None, None]:
-        writer.write(enc, frozen, path, writer.PLAIN, progress=progress)
+        writer.write(enc, frozen, path, writer.PLAIN, progress=progress,
+                     compression=compression)
         return None, None
     return start(path, job_full, began)
 

@@ -181,7 +181,7 @@ class _Crc:
         self.value = zlib.crc32(chunk, self.value)
 
 
-def _submit(pool: ThreadPoolExecutor, fn: Callable[..., Any], *args: Any) -> Future:
+def submit_or_run(pool: ThreadPoolExecutor, fn: Callable[..., Any], *args: Any) -> Future:
     """``pool.submit(fn, *args)``, or the call made here when the pool takes no more work.
 
     concurrent.futures refuses new work once the interpreter begins to exit (before
@@ -224,10 +224,10 @@ def write_blocks(fd: int, sources: tuple[Source, ...], progress: Progress) -> li
                     # The caller's memory may change under us: checksum the file.
                     position = os.lseek(fd, 0, os.SEEK_CUR)
                     write_new(fd, chunk)
-                    checks.append(_submit(crc_pool, reader.update, crc, position,
+                    checks.append(submit_or_run(crc_pool, reader.update, crc, position,
                                                   chunk.nbytes))
                 else:
-                    checks.append(_submit(crc_pool, crc.update, chunk))
+                    checks.append(submit_or_run(crc_pool, crc.update, chunk))
                     write_new(fd, chunk)
                 progress.advance(chunk.nbytes)
                 nbytes += chunk.nbytes
@@ -242,7 +242,7 @@ def write_blocks(fd: int, sources: tuple[Source, ...], progress: Progress) -> li
                 if unsynced >= SYNC_EVERY and (syncing is None or syncing.done()):
                     if syncing is not None:
                         syncing.result()  # raise its error, if any
-                    syncing = _submit(sync_pool, fdatasync, fd)
+                    syncing = submit_or_run(sync_pool, fdatasync, fd)
                     unsynced = 0
             pad = -nbytes % ALIGN
             if pad:
@@ -289,8 +289,11 @@ def check_crc(header: Header, index: int, value: int) -> None:
 
 
 def verify(header: Header, blocks_data: list, progress: Progress | None = None) -> None:
-    """Check every block's CRC-32 against the header."""
+    """Check every raw block's CRC-32 against the header (compressed ones: see
+    ``compression.verify_block``)."""
     for index, data in enumerate(blocks_data):
+        if header.blocks[index].table is not None:
+            continue
         value = 0
         for start in range(0, len(data), CHUNK):
             chunk = data[start:start + CHUNK]
@@ -302,14 +305,21 @@ def verify(header: Header, blocks_data: list, progress: Progress | None = None) 
 
 def read_blocks(f: BinaryIO, header: Header, verify: bool,
                 progress: Progress | None = None) -> list[np.ndarray]:
-    """Read every block into a new array; with ``verify``, check the checksums too.
+    """Read every raw block into a new array; with ``verify``, check the checksums too.
 
     The checksums run in a worker thread behind the reads (they only read
-    memory that is already filled), so they overlap the I/O.
+    memory that is already filled), so they overlap the I/O. Compressed
+    blocks are left as None (``compression.read_block`` reads them).
     """
-    blocks_data, crcs, checks = [], [], []
+    blocks_data: list = []
+    crcs: list = []
+    checks = []
     with ThreadPoolExecutor(1, thread_name_prefix="namedschema-crc") as pool:
         for index, b in enumerate(header.blocks):
+            if b.table is not None:
+                blocks_data.append(None)
+                crcs.append(None)
+                continue
             block = aligned_empty(b.nbytes)
             f.seek(header.block_file_start(index))
             view = block.data
@@ -321,7 +331,7 @@ def read_blocks(f: BinaryIO, header: Header, verify: bool,
                     fail(header.name, f"block {b.tensor!r} is truncated: expected "
                          f"{b.nbytes} bytes, found {done} (file changed while reading?)")
                 if verify:
-                    checks.append(_submit(pool, crc.update, view[done:done + got]))
+                    checks.append(submit_or_run(pool, crc.update, view[done:done + got]))
                 done += got
                 if progress is not None:
                     progress.advance(got)
@@ -331,12 +341,24 @@ def read_blocks(f: BinaryIO, header: Header, verify: bool,
             check.result()
     if verify:
         for index, crc in enumerate(crcs):
-            check_crc(header, index, crc.value)
+            if crc is not None:
+                check_crc(header, index, crc.value)
     return blocks_data
 
 
-def map_blocks(f: BinaryIO, header: Header, mode: str) -> list[np.ndarray]:
-    """Every block as a view of one map of the file (``mode`` as in ``np.load``)."""
+def map_blocks(f: BinaryIO, header: Header, mode: str,
+               stored: bool = False) -> list[np.ndarray]:
+    """Every block as a view of one map of the file (``mode`` as in ``np.load``).
+
+    A compressed block cannot be mapped: FormatError naming its field, unless
+    ``stored``, which maps its stored bytes (chunks) instead, for ``verify``.
+    """
+    for index, b in enumerate(header.blocks):
+        if b.table is not None and not stored:
+            fail(header.name, f"field {header.block_field(index)!r} is stored compressed "
+                 f"({b.table.codec}) and cannot be memory-mapped: load the file with "
+                 "mmap_mode=None (it is decompressed into memory), or save it with "
+                 "compression=None to map it")
     if all(b.nbytes == 0 for b in header.blocks):
         return [np.empty(0, np.uint8) for _ in header.blocks]
     mapped = mmap.mmap(f.fileno(), 0, access=MMAP_ACCESS[mode])
@@ -353,6 +375,6 @@ def map_blocks(f: BinaryIO, header: Header, mode: str) -> list[np.ndarray]:
     out = []
     for index, b in enumerate(header.blocks):
         source = private if private is not None and index in tensor_blocks else mapped
-        out.append(np.frombuffer(source, np.uint8, b.nbytes, header.block_file_start(index))
+        out.append(np.frombuffer(source, np.uint8, b.stored, header.block_file_start(index))
                    if b.nbytes else np.empty(0, np.uint8))
     return out

@@ -13,8 +13,10 @@ FORMAT_NAME = "namedschema.checkpoint"
 FORMAT_VERSION = "1.0"
 READ_MAJOR = 1                              # readers accept any 1.x file ...
 # ... that lists only these features ("numpy-defaults": a schema default is a
-# numpy scalar or array, held in a "numpy" node)
-KNOWN_FEATURES: frozenset[str] = frozenset({"numpy-defaults"})
+# numpy scalar or array, held in a "numpy" node; "zstd-chunks": blocks stored
+# as chunks, compressed with zstd or raw, listed in a chunk table)
+COMPRESSED_FEATURE = "zstd-chunks"
+KNOWN_FEATURES: frozenset[str] = frozenset({"numpy-defaults", COMPRESSED_FEATURE})
 
 ALIGN = 64                  # every block starts at a multiple of this in the file
 CHUNK = 16 * 2**20          # bytes per write, read and checksum step
@@ -25,7 +27,16 @@ MAX_INDEX = 2**62           # bound on any stride or offset read from a file
 # and of its description, counted on the raw bytes before parsing: parsing
 # then takes at most about 100 bytes of memory per value.
 MAX_JSON_VALUES = 4_000_000
-ZERO_CRC = "00000000"       # the header checksum's value while it is computed
+ZERO_CRC = "00000000"
+# Compressed blocks (``compression.py``): the codecs a block may name, the raw
+# chunk sizes a file may declare, and the most raw bytes a stored byte may
+# claim: no zstd frame expands more (an RLE block, 4 bytes, gives at most
+# 128 KiB), so a small file cannot make a load allocate more than this times
+# its size.
+CODECS: frozenset[str] = frozenset({"zstd"})
+MIN_CHUNK = 64
+MAX_CHUNK = 64 * 2**20
+MAX_RATIO = 32768       # the header checksum's value while it is computed
 # numpy refuses a shape whose nonzero dimensions times the itemsize exceed
 # this, even when another dimension is 0.
 MAX_NBYTES = int(np.iinfo(np.intp).max)

@@ -9,6 +9,7 @@ for ``k = 2**j`` are kept as byte tables, so advancing many ranges at once is
 a few table look-ups per set bit of ``k``, vectorised over the ranges.
 
 updated_crc   a block's new CRC-32 from its old one and the changed ranges
+crc_concat    the CRC-32 of pieces put end to end, from the pieces' CRC-32s
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from functools import cache
 
 import numpy as np
 
-__all__ = ["updated_crc"]
+__all__ = ["updated_crc", "crc_concat"]
 
 _POLY = 0xEDB88320
 _BITS = 48  # blocks up to 2**48 bytes
@@ -80,3 +81,37 @@ def updated_crc(old_crc: int, nbytes: int, changes: Iterable[tuple[int, int]]) -
         if move.any():
             values[move] = _apply(tables[j], values[move])
     return int(old_crc ^ int(np.bitwise_xor.reduce(values)))
+
+
+@cache
+def _advance_table(nbytes: int) -> tuple[list[int], ...]:
+    """Byte tables (as lists) advancing a register through ``nbytes`` zero bytes."""
+    columns = np.array([1 << bit for bit in range(32)], np.uint32)
+    tables = _zero_tables()
+    for j in range(nbytes.bit_length()):
+        if (nbytes >> j) & 1:
+            columns = _apply(tables[j], columns)
+    return tuple(t.tolist() for t in _tables_from_columns(columns))
+
+
+def crc_concat(crcs: list[int], piece: int, last: int) -> int:
+    """The CRC-32 of ``len(crcs)`` pieces put end to end, from their CRC-32s.
+
+    Every piece has ``piece`` bytes except the last, which has ``last``
+    (``crc(a + b) = advance(crc(a), len(b)) ^ crc(b)``, as zlib's
+    ``crc32_combine``).
+    """
+    if not crcs:
+        return 0
+    if len(crcs) == 1:
+        return crcs[0]
+    if not 0 < piece < 1 << _BITS or not 0 < last <= piece:
+        raise ValueError("piece sizes out of range")
+    t0, t1, t2, t3 = _advance_table(piece)
+    value = crcs[0]
+    for crc in crcs[1:-1]:
+        value = (t0[value & 0xFF] ^ t1[(value >> 8) & 0xFF] ^ t2[(value >> 16) & 0xFF]
+                 ^ t3[value >> 24] ^ crc)
+    t0, t1, t2, t3 = _advance_table(last)
+    return (t0[value & 0xFF] ^ t1[(value >> 8) & 0xFF] ^ t2[(value >> 16) & 0xFF]
+            ^ t3[value >> 24] ^ crcs[-1])

@@ -38,9 +38,11 @@ from .._core.limits import MAX_FIELDS
 from .._core.memory import byte_span
 from .._core.printable import printable
 from ..errors import FormatError
+from .chunktable import ChunkTable, first_fields
 from .constants import (
     ALIGN,
     ALLOWED_DTYPES,
+    COMPRESSED_FEATURE,
     FORMAT_NAME,
     FORMAT_VERSION,
     KNOWN_FEATURES,
@@ -126,25 +128,40 @@ class TensorEntry:
 
 @dataclass(frozen=True)
 class BlockEntry:
-    """One stored span of memory: the tensor holding it and its checksum."""
+    """One stored span of memory: the tensor holding it and its checksum (of the raw
+    bytes); a compressed one has its chunk table (``chunktable``)."""
 
     tensor: str
     start: int                  # offset in the data section (from the tensor entry)
     nbytes: int
     crc32: int
+    table: ChunkTable | None = None
+
+    @property
+    def stored(self) -> int:
+        """Bytes of the block in the file (its padding excluded)."""
+        return self.nbytes if self.table is None else self.table.stored
 
     def to_json(self) -> dict:
-        return {"tensor": self.tensor, "nbytes": self.nbytes, "crc32": f"{self.crc32:08x}"}
+        out = {"tensor": self.tensor, "nbytes": self.nbytes, "crc32": f"{self.crc32:08x}"}
+        return out if self.table is None else {**out, **self.table.to_json()}
 
     @classmethod
-    def from_json(cls, name: str, index: int, raw: Any,
-                  tensors: dict[str, TensorEntry], seen: set[str]) -> BlockEntry:
+    def from_json(cls, name: str, index: int, raw: Any, tensors: dict[str, TensorEntry],
+                  seen: set[str], where: str | None = None) -> BlockEntry:
+        """``where`` names the block in messages (its first field), if known."""
         if (not isinstance(raw, dict) or not isinstance(raw.get("tensor"), str)
                 or raw["tensor"] not in tensors or raw["tensor"] in seen):
             fail(name, f"block {index} does not name a distinct tensor of the file")
         tensor = tensors[raw["tensor"]]
         nbytes = _as_int(raw.get("nbytes"), name, f"block {index}: nbytes")
-        if nbytes != tensor.end - tensor.start:
+        table = None
+        if raw.get("codec") is not None:
+            try:
+                table = ChunkTable.from_json(raw, nbytes, tensor.dtype, tensor.end - tensor.start)
+            except ValueError as exc:
+                fail(name, f"{where or f'block {index}'}: {exc}")
+        elif nbytes != tensor.end - tensor.start:
             fail(name, f"block {index}: nbytes {nbytes} does not match its tensor "
                  f"({tensor.end - tensor.start} bytes)")
         crc = raw.get("crc32")
@@ -152,7 +169,7 @@ class BlockEntry:
         # (int(crc, 16) alone would take " 1234567", "0x123456" or other digits).
         if not isinstance(crc, str) or not _CRC_TEXT.fullmatch(crc):
             fail(name, f"block {index}: malformed checksum {crc!r:.40}")
-        return cls(raw["tensor"], tensor.start, nbytes, int(crc, 16))
+        return cls(raw["tensor"], tensor.start, nbytes, int(crc, 16), table)
 
 
 @dataclass(frozen=True)
@@ -421,26 +438,6 @@ class Header:
                            _CRC_MARKER + f"{crc:08x}".encode(), 1)
 
 
-def tensor_table(blocks: list[tuple[str, str, tuple[int, ...], int]]) -> dict[str, TensorEntry]:
-    """Tensor entries for ``(name, dtype, shape, nbytes)`` blocks, with padding after each.
-
-    Each block is followed by a ``__pad__.K`` tensor of zeros when needed so
-    that the next one starts ALIGN-aligned in the file (the data section starts
-    aligned: the header is padded so that 8 + its length is a multiple).
-    """
-    table: dict[str, TensorEntry] = {}
-    offset = pads = 0
-    for tname, dtype, shape, nbytes in blocks:
-        table[tname] = TensorEntry(dtype, shape, offset, offset + nbytes)
-        offset += nbytes
-        pad = -offset % ALIGN
-        if pad:
-            table[f"__pad__.{pads}"] = TensorEntry("U8", (pad,), offset, offset + pad)
-            pads += 1
-            offset += pad
-    return table
-
-
 # --------------------------------------------------------------------------
 # Reading
 # --------------------------------------------------------------------------
@@ -484,22 +481,26 @@ def read_header(f: BinaryIO, name: str, file_size: int) -> Header:
     raw_blocks = desc.get("blocks")
     if not isinstance(raw_blocks, list):
         fail(name, "blocks entry is missing")
-    seen: set[str] = set()
-    blocks = []
-    for i, b in enumerate(raw_blocks):
-        blocks.append(BlockEntry.from_json(name, i, b, tensors, seen))
-        seen.add(blocks[-1].tensor)
     raw_arrays = desc.get("arrays")
     if not isinstance(raw_arrays, list):
         fail(name, "arrays entry is missing")
+    seen: set[str] = set()
+    blocks = []
+    where = first_fields(raw_arrays)
+    for i, b in enumerate(raw_blocks):
+        blocks.append(BlockEntry.from_json(name, i, b, tensors, seen, where.get(i)))
+        seen.add(blocks[-1].tensor)
+    if any(b.table for b in blocks) and COMPRESSED_FEATURE not in desc.get("features", []):
+        fail(name, f"has compressed blocks but does not list the feature "
+             f"{COMPRESSED_FEATURE!r}")
     arrays = tuple(ArrayEntry.from_json(name, i, a, tuple(blocks))
                    for i, a in enumerate(raw_arrays))
     # Truncation is reported per field, naming the first array in the block.
     for index, b in enumerate(blocks):
         start = data_start + b.start
-        if start + b.nbytes > file_size:
+        if start + b.stored > file_size:
             field_name = next((a.path for a in arrays if a.block == index), b.tensor)
-            fail(name, f"field {field_name!r} is truncated: expected {b.nbytes} bytes, "
+            fail(name, f"field {field_name!r} is truncated: expected {b.stored} bytes, "
                  f"found {max(0, file_size - start)} (incomplete write?)")
     if data_end > data_size:
         fail(name, f"is truncated: the header describes {data_end} bytes of data, "

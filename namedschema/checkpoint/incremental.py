@@ -273,7 +273,7 @@ def _match(old: Header, plan: layout.Layout, enc: EncodedGraph) -> dict[str, Ten
     """The new tensor table if ``plan`` can update ``old`` in place, else None."""
     has_pickle = enc.pickle_bytes is not None
     if (len(old.blocks) != len(plan.blocks) or (old.description.pickle is not None)
-            != has_pickle or old.arrays != plan.arrays):
+            != has_pickle or old.arrays != plan.arrays or any(b.table for b in old.blocks)):
         return None
     n_data = len(plan.blocks) - has_pickle
     for i in range(n_data):

@@ -28,6 +28,11 @@ class FieldInfo:
         view_of: path of an earlier array whose memory it overlaps (it is a
             view of that one, or both of one base), or None; its bytes are
             stored once, with that array.
+        codec: ``"zstd"`` when its block is stored compressed, else None
+            (then ``block_bytes`` and ``stored_bytes`` are None too).
+        block_bytes: raw bytes of its compressed block (the array's and any
+            arrays sharing it).
+        stored_bytes: bytes its compressed block takes in the file.
     """
 
     path: str
@@ -36,6 +41,16 @@ class FieldInfo:
     nbytes: int
     block: str | None
     view_of: str | None = None
+    codec: str | None = None
+    block_bytes: int | None = None
+    stored_bytes: int | None = None
+
+    @property
+    def ratio(self) -> float | None:
+        """``block_bytes / stored_bytes`` of a compressed block, else None."""
+        if self.block_bytes is None or not self.stored_bytes:
+            return None
+        return self.block_bytes / self.stored_bytes
 
 
 @dataclass(frozen=True)
@@ -58,6 +73,8 @@ class CheckpointInfo:
             plain saves carry no record: they were written in full.
         metadata: the ``str -> str`` pairs given to ``save(..., metadata=)``
             (plain data: reading them loads nothing).
+        stored_bytes: bytes the blocks take in the file: ``data_bytes``
+            unless the file is compressed (``save(..., compression=)``).
     """
 
     path: str
@@ -71,6 +88,12 @@ class CheckpointInfo:
     tree: str
     last_save: SaveRecord | None = None
     metadata: dict[str, str] = field(default_factory=dict)
+    stored_bytes: int | None = None
+
+    @property
+    def compressed(self) -> bool:
+        """Whether any block is stored compressed."""
+        return any(f.codec is not None for f in self.fields)
 
     def __str__(self) -> str:
         return self.text()
@@ -82,7 +105,9 @@ class CheckpointInfo:
         # control characters must not reach a terminal.
         lines = [f"{printable(self.path)}: namedschema checkpoint, format "
                  f"{printable(self.format_version)}, {len(self.fields)} arrays, "
-                 f"{_human(self.data_bytes)} of data, file {_human(self.file_size)}"]
+                 f"{_human(self.data_bytes)} of data, file {_human(self.file_size)}"
+                 + (_stored_text(self.data_bytes, self.stored_bytes) if self.compressed
+                    else "")]
         if self.needs_pickle:
             lines.append(f"needs allow_pickle=True: {printable(self.pickle_reason)}")
         lines.append(printable(_last_save_line(self.last_save, self.data_bytes)))
@@ -132,9 +157,21 @@ def _human(n: float) -> str:
     return f"{n:.1f} {unit}"
 
 
+def _stored_text(raw: int, stored: int | None) -> str:
+    if stored is None:
+        return ""
+    return f", compressed to {_human(stored)} ({raw / max(stored, 1):.1f}x)"
+
+
 def _array_line(info: FieldInfo) -> str:
     text = f"{info.dtype} {info.shape} {_human(info.nbytes)}"
-    return text if info.view_of is None else f"{text}, view of {info.view_of}"
+    if info.view_of is not None:
+        return f"{text}, view of {info.view_of}"
+    if info.codec is not None and info.block_bytes is not None:
+        shared = "" if info.block_bytes == info.nbytes else f" (block of {_human(info.block_bytes)})"
+        text += (f", {info.codec}{shared} {_human(info.stored_bytes or 0)} stored, "
+                 f"{info.ratio:.1f}x")
+    return text
 
 
 def _view_of(arrays) -> list:
@@ -191,10 +228,14 @@ def _inspect(name: str) -> CheckpointInfo:
     with open_checkpoint(name) as f:
         header = read_header(f, name, os.fstat(f.fileno()).st_size)
     desc = header.description
+    none: tuple[str | None, int | None, int | None] = (None, None, None)
+    tables = [none if b.table is None else (b.table.codec, b.nbytes, b.table.stored)
+              for b in desc.blocks]
     fields = tuple(
         FieldInfo(a.path, a.shape,
                   f"torch.{a.torch}" if a.torch else np.dtype(a.dtype).name, a.nbytes,
-                  None if a.block is None else desc.blocks[a.block].tensor, view)
+                  None if a.block is None else desc.blocks[a.block].tensor, view,
+                  *(none if a.block is None else tables[a.block]))
         for a, view in zip(desc.arrays, _view_of(desc.arrays), strict=True))
     if desc.pickle is not None:
         lines = ["<pickled object graph>"]
@@ -209,4 +250,5 @@ def _inspect(name: str) -> CheckpointInfo:
         data_bytes=header.data_bytes, needs_pickle=desc.pickle is not None,
         pickle_reason=None if desc.pickle is None else desc.pickle.reason,
         fields=fields, checkpoint_id=desc.checkpoint_id, tree="\n".join(lines),
-        last_save=desc.saved, metadata=dict(desc.metadata))
+        last_save=desc.saved, metadata=dict(desc.metadata),
+        stored_bytes=sum(b.stored for b in desc.blocks))

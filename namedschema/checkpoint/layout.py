@@ -24,8 +24,8 @@ import numpy as np
 from .._core.memory import extent, memory_owner, overlap_groups
 from .arrays import StoredArray
 from .blocks import CompactCopy, MemorySpan, RawBytes, Source
-from .constants import ST_DTYPES
-from .header import ArrayEntry, BlockEntry, TensorEntry, tensor_table
+from .constants import ALIGN, ST_DTYPES
+from .header import ArrayEntry, BlockEntry, TensorEntry
 
 PICKLE_TENSOR = "__pickle__"
 
@@ -149,3 +149,23 @@ def _c_strides(arr: np.ndarray) -> tuple[int, ...]:
         strides.append(step)
         step *= max(n, 1)
     return tuple(reversed(strides))
+
+
+def tensor_table(blocks: list[tuple[str, str, tuple[int, ...], int]]) -> dict[str, TensorEntry]:
+    """Tensor entries for ``(name, dtype, shape, nbytes)`` blocks, with padding after each.
+
+    Each block is followed by a ``__pad__.K`` tensor of zeros when needed so
+    that the next one starts ALIGN-aligned in the file (the data section starts
+    aligned: the header is padded so that 8 + its length is a multiple).
+    """
+    table: dict[str, TensorEntry] = {}
+    offset = pads = 0
+    for tname, dtype, shape, nbytes in blocks:
+        table[tname] = TensorEntry(dtype, shape, offset, offset + nbytes)
+        offset += nbytes
+        pad = -offset % ALIGN
+        if pad:
+            table[f"__pad__.{pads}"] = TensorEntry("U8", (pad,), offset, offset + pad)
+            pads += 1
+            offset += pad
+    return table

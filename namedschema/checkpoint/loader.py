@@ -16,7 +16,7 @@ from ..errors import (
     UnsafeLoadError,
 )
 from ..evolution import CastingChoice, ExtraChoice, SchemaSpec, UpgradeReport, upgrader
-from . import pickled
+from . import compression, pickled
 from .arrays import make_arrays
 from .background import written
 from .blocks import MMAP_ACCESS, Progress, map_blocks, read_blocks, verify
@@ -192,7 +192,9 @@ def _load(source: Any, mmap_mode: str | None, allow_pickle: bool, check: bool,
             window = cast(BinaryIO, source)  # reads and seeks as a file does
             header = read_header(window, name, source.size)
             _refuse(header, name, allow_pickle, expected)
-            blocks_data = read_blocks(window, header, check, _bar(header, "loading", progress))
+            bar = _bar(header, "loading", progress)
+            blocks_data = read_blocks(window, header, check, bar)
+            compression.read_blocks(window, header, blocks_data, check, bar)
         source.seek(source.size)  # after the checkpoint, as np.load leaves a file
         return _rebuild(header, blocks_data, name)
     name = source
@@ -202,7 +204,9 @@ def _load(source: Any, mmap_mode: str | None, allow_pickle: bool, check: bool,
         header = read_header(f, name, os.fstat(f.fileno()).st_size)
         _refuse(header, name, allow_pickle, expected)
         if mmap_mode is None:
-            blocks_data = read_blocks(f, header, check, _bar(header, "loading", progress))
+            bar = _bar(header, "loading", progress)
+            blocks_data = read_blocks(f, header, check, bar)
+            compression.read_blocks(f, header, blocks_data, check, bar)
         else:
             blocks_data = map_blocks(f, header, mmap_mode)
             if check:

@@ -54,11 +54,12 @@ def file_errors(name: str) -> Iterator[None]:
     so that no other exception type escapes ``load`` or ``inspect`` for a bad
     file. OSError (the file cannot be read), MemoryError and the errors of
     this process rather than the file (a module or class missing when
-    unpickling) pass unchanged.
+    unpickling, a codec's package missing: ModuleNotFoundError) pass unchanged.
     """
     try:
         yield
-    except (FormatError, OSError, MemoryError, MissingModuleError, MissingClassError):
+    except (FormatError, OSError, MemoryError, MissingModuleError, MissingClassError,
+            ModuleNotFoundError):
         raise
     except RecursionError as exc:
         fail(name, "structure is nested too deeply", exc)

@@ -125,6 +125,8 @@ def plan(old: Header, new: Layout) -> Relayout | str:
 
     The caller checks that the rewritten and zeroed bytes are worth it.
     """
+    if any(b.table is not None for b in old.blocks):
+        return "the file's blocks are compressed, which are not updated in place"
     old_index = {b.tensor: i for i, b in enumerate(old.blocks)}
     old_end = old.file_size - old.data_start
     kept: list[int | None] = []

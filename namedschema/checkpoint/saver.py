@@ -19,6 +19,7 @@ from . import incremental as _incremental
 from . import layout, writer
 from .atomic import check_target, final_target
 from .background import BackgroundSave
+from .compression import Compression, compression_argument
 from .graph import encode_graph
 from .metadata import check_metadata_argument
 
@@ -28,22 +29,26 @@ _Path = str | os.PathLike[str] | io.RawIOBase | io.BufferedIOBase
 @overload
 def save(obj: Any, path: _Path, *, allow_pickle: bool = ..., progress: bool = ...,
          incremental: bool = ..., background: Literal[False] = ...,
-         metadata: Mapping[str, str] | None = ...) -> None: ...
+         metadata: Mapping[str, str] | None = ...,
+         compression: str | tuple[str, int] | None = ...) -> None: ...
 @overload
 def save(obj: Any, path: _Path, *, allow_pickle: bool = ..., progress: bool = ...,
          incremental: bool = ..., background: Literal[True],
-         metadata: Mapping[str, str] | None = ...) -> BackgroundSave: ...
+         metadata: Mapping[str, str] | None = ...,
+         compression: str | tuple[str, int] | None = ...) -> BackgroundSave: ...
 @overload
 def save(obj: Any, path: _Path, *, allow_pickle: bool = ..., progress: bool = ...,
          incremental: bool = ..., background: bool,
-         metadata: Mapping[str, str] | None = ...) -> BackgroundSave | None: ...
+         metadata: Mapping[str, str] | None = ...,
+         compression: str | tuple[str, int] | None = ...) -> BackgroundSave | None: ...
 
 
 def save(obj: Any, path: str | os.PathLike[str] | io.RawIOBase | io.BufferedIOBase, *,
          allow_pickle: bool = False, progress: bool = False,
          incremental: bool = False, background: bool = False,
-         metadata: Mapping[str, str] | None = None) -> BackgroundSave | None:
-    """Save an object graph, writing every array raw and once, atomically.
+         metadata: Mapping[str, str] | None = None,
+         compression: str | tuple[str, int] | None = None) -> BackgroundSave | None:
+    """Save an object graph, writing every array raw (or compressed) and once, atomically.
 
     Arrays (numpy, and torch CPU tensors) anywhere in ``obj`` are written
     straight from their memory, one block per underlying buffer, so views of
@@ -92,6 +97,16 @@ def save(obj: Any, path: str | os.PathLike[str] | io.RawIOBase | io.BufferedIOBa
             is raised by ``handle.wait()``, or else by the next save of
             ``path``, or else printed at exit. Saves of one path run in
             order: each first waits for the background save before it.
+        compression: None (the default) writes every array raw, as
+            ``safetensors`` readers and ``mmap_mode`` need. ``"zstd"`` (level
+            1) or ``("zstd", level)`` stores every block of at least 4 KiB as
+            independent zstd chunks of 4 MiB, compressed by a few threads,
+            a chunk that does not shrink stored raw: replay buffers of
+            frames take a small fraction of their size, random data its own
+            size. Such files load fully (not with ``mmap_mode``) and need
+            the ``zstandard`` package (``namedschema[zstd]``); see
+            :doc:`/format`, "Compressed blocks". Not with ``incremental``
+            (yet): that raises ValueError.
 
     Raises:
         NotDataError: (a TypeError) ``obj`` holds a value that is not data and
@@ -109,6 +124,8 @@ def save(obj: Any, path: str | os.PathLike[str] | io.RawIOBase | io.BufferedIOBa
         BackgroundSaveError: (an OSError) the previous background save of
             ``path`` failed and its error was not raised yet (by ``wait()``),
             or its writer process died.
+        ModuleNotFoundError: ``compression`` needs the ``zstandard`` package
+            (``pip install 'namedschema[zstd]'``); nothing was written.
 
     >>> import numpy as np, tempfile, os, namedschema
     >>> Step = namedschema.NamedArrayTupleSchema('Step', 'obs reward')
@@ -122,8 +139,13 @@ def save(obj: Any, path: str | os.PathLike[str] | io.RawIOBase | io.BufferedIOBa
     began = time.perf_counter()
     target = _target(obj, path, incremental or background)
     meta = check_metadata_argument(metadata)
+    codec = compression_argument(compression)
+    if codec is not None and incremental:
+        raise ValueError("save: compression is not supported with incremental=True yet "
+                         "(incremental saves update raw blocks in place); pass "
+                         "compression=None, or incremental=False for a compressed file")
     if not isinstance(target, str):
-        _save_to_file_object(obj, target, allow_pickle, progress, meta)
+        _save_to_file_object(obj, target, allow_pickle, progress, meta, codec)
         return None
     check_target(final_target(target), target)  # before encoding or writing anything
     with _background.serialized(target):
@@ -133,10 +155,11 @@ def save(obj: Any, path: str | os.PathLike[str] | io.RawIOBase | io.BufferedIOBa
             if incremental:
                 _incremental.save_encoded(graph, plan, target, progress)
             else:
-                writer.write(graph, plan, target, writer.PLAIN, progress=progress)
+                writer.write(graph, plan, target, writer.PLAIN, progress=progress,
+                             compression=codec)
             return None
         return _background.save_in_background(graph, plan, target, progress, incremental,
-                                              began)
+                                              began, codec)
 
 
 def _target(obj: Any, path: Any, in_place: bool) -> Any:
@@ -164,12 +187,12 @@ def _target(obj: Any, path: Any, in_place: bool) -> Any:
 
 
 def _save_to_file_object(obj: Any, out: Any, allow_pickle: bool, progress: bool,
-                         metadata: dict[str, str]) -> None:
+                         metadata: dict[str, str], codec: Compression | None) -> None:
     """Write the checkpoint to a private temporary file, then copy it to ``out``."""
     shown = f"<{type(out).__name__} {getattr(out, 'name', 'object')}>"
     with tempfile.TemporaryDirectory(prefix="namedschema-save-") as directory:
         name = os.path.join(directory, "checkpoint.nsb")
-        _write(obj, name, shown, allow_pickle, progress, metadata)
+        _write(obj, name, shown, allow_pickle, progress, metadata, codec)
         with open(name, "rb") as f:
             shutil.copyfileobj(f, out, 1 << 20)
     flush = getattr(out, "flush", None)
@@ -178,8 +201,9 @@ def _save_to_file_object(obj: Any, out: Any, allow_pickle: bool, progress: bool,
 
 
 def _write(obj: Any, path: str, shown: str, allow_pickle: bool, progress: bool,
-           metadata: dict[str, str]) -> None:
+           metadata: dict[str, str], codec: Compression | None = None) -> None:
     """A full save of ``obj`` to the file ``path`` (``shown`` names it in messages)."""
     graph = encode_graph(obj, shown, allow_pickle, metadata)
     plan = layout.plan(graph.encoder.arrays.entries, graph.pickle_bytes)
-    writer.write(graph, plan, path, writer.PLAIN, shown=shown, progress=progress)
+    writer.write(graph, plan, path, writer.PLAIN, shown=shown, progress=progress,
+                 compression=codec)

@@ -15,6 +15,7 @@ import os
 from .background import written
 from .blocks import Progress, map_blocks
 from .blocks import verify as verify_blocks
+from .compression import verify_blocks as verify_compressed
 from .header import read_header
 from .incremental import reading, recover
 from .inspector import CheckpointInfo, inspect
@@ -25,6 +26,9 @@ __all__ = ["verify"]
 
 def verify(path: str | os.PathLike[str], *, progress: bool = False) -> CheckpointInfo:
     """Check every data block of the checkpoint at ``path`` against its stored CRC-32.
+
+    A compressed block is checked chunk by chunk: each chunk's CRC-32, what it
+    decompresses to (its size) and the CRC-32 of the whole decompressed block.
 
     Like :func:`namedschema.load`, it first finishes an incremental save that was
     interrupted (its journal), then checks the file as ``load`` would read it.
@@ -59,8 +63,9 @@ def verify(path: str | os.PathLike[str], *, progress: bool = False) -> Checkpoin
     recover(name)
     with file_errors(name), open_checkpoint(name) as f, reading(f, name):
         header = read_header(f, name, os.fstat(f.fileno()).st_size)
-        blocks = map_blocks(f, header, "r")
-        verify_blocks(header, blocks, Progress(sum(int(b.nbytes) for b in header.blocks),
-                                               "verifying", progress))
+        blocks = map_blocks(f, header, "r", stored=True)
+        bar = Progress(sum(int(b.nbytes) for b in header.blocks), "verifying", progress)
+        verify_blocks(header, blocks, bar)
+        verify_compressed(header, blocks, bar)
         del blocks
     return inspect(name)

@@ -13,6 +13,12 @@ PAGE_ALIGNED  what later in-place updates need: large blocks at the page offset 
 Both leave aligned all-zero stretches of the data as holes (``blocks.HOLE``): the
 file's content is the same, an empty buffer takes no disk space.
 
+With ``compression`` (``PLAIN`` only) blocks of at least ``compression.min_block``
+bytes are written as chunk tables (``compression.write_block``); their stored sizes
+are known only once written, so the header's room is that of the largest header
+they could need (every chunk at its raw size, padding after every block), and the
+header written is padded with spaces to it.
+
 LayoutPolicy    what a policy is: ``place``, ``header_length``, ``finish``
 Written         what ``write`` returns: the header written and the file's ``stat``
 describe        the header description of an encoded graph (in-place updates use it too)
@@ -24,13 +30,17 @@ from __future__ import annotations
 import os
 import struct
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Protocol
 
+from . import compression as _compression
 from . import layout, tracking
 from .atomic import AtomicFile
 from .blocks import Progress, Source, write_all, write_blocks
-from .constants import ALIGN, MAX_HEADER
+from .chunktable import ChunkTable
+from .compression import Compression
+from .constants import ALIGN, COMPRESSED_FEATURE, MAX_HEADER
 from .graph import EncodedGraph
 from .header import BlockEntry, Description, Header, PickleEntry, SaveRecord, TensorEntry
 from .nodes import features_of
@@ -155,14 +165,21 @@ def describe(graph: EncodedGraph, plan: layout.Layout, blocks: tuple[BlockEntry,
 
 
 def write(graph: EncodedGraph, plan: layout.Layout, path: str, policy: LayoutPolicy, *,
-          shown: str | None = None, progress: bool = False) -> Written:
+          shown: str | None = None, progress: bool = False,
+          compression: Compression | None = None) -> Written:
     """Write ``graph`` laid out by ``plan`` and ``policy`` to ``path``, atomically.
 
     ``shown`` names the file in messages (``path`` by default). The data
     starts after the header, whose checksums are known only once the data is
     written: the header's room is reserved (its fixed-width fields keep its
-    length), the data written, then the header.
+    length), the data written, then the header. ``compression`` (with
+    ``PLAIN`` only) stores large blocks compressed.
     """
+    if compression is not None:
+        if policy is not PLAIN:
+            raise ValueError("internal error: compression needs the PLAIN layout")
+        return _write_compressed(graph, plan, path, compression,
+                                 path if shown is None else shown, progress)
     tensors, blocks = policy.place(plan, graph.pickle_bytes is not None)
     data_bytes = plan.data_bytes
     saved = SaveRecord("full", data_bytes, len(blocks), data_bytes) \
@@ -208,3 +225,69 @@ def _write_run(fd: int, data_start: int, blocks: tuple[BlockEntry, ...],
                sources: tuple[Source, ...], run: list[int], bar: Progress) -> list[int]:
     os.lseek(fd, data_start + blocks[run[0]].start, os.SEEK_SET)
     return write_blocks(fd, tuple(sources[i] for i in run), bar)
+
+
+def _compressed_layout(plan: layout.Layout, tables: list[ChunkTable | None], crcs: list[int],
+                       worst: bool) -> tuple[dict[str, TensorEntry], tuple[BlockEntry, ...]]:
+    """The tensor table and blocks of a compressed file; ``worst``: the largest header
+    the real one can be (63 bytes of padding after every block)."""
+    table: dict[str, TensorEntry] = {}
+    blocks = []
+    offset = pads = 0
+    for block, chunks, crc in zip(plan.blocks, tables, crcs, strict=True):
+        declared = plan.tensors[block.tensor]
+        size = block.nbytes if chunks is None else chunks.stored
+        dtype, shape = (declared.dtype, declared.shape) if chunks is None else ("U8", (size,))
+        table[block.tensor] = TensorEntry(dtype, shape, offset, offset + size)
+        blocks.append(replace(block, start=offset, crc32=crc, table=chunks))
+        offset += size
+        pad = ALIGN - 1 if worst else -offset % ALIGN
+        if pad:
+            table[f"__pad__.{pads}"] = TensorEntry("U8", (pad,), offset, offset + pad)
+            pads += 1
+            offset += pad
+    return table, tuple(blocks)
+
+
+def _write_compressed(graph: EncodedGraph, plan: layout.Layout, path: str,
+                      compression: Compression, shown: str, progress: bool) -> Written:
+    """``write`` with large blocks compressed (see the module docstring)."""
+    chunk = compression.chunk
+    squeeze = [b.nbytes >= max(compression.min_block, 1) for b in plan.blocks]
+    # The largest table each block can have: every chunk stored raw.
+    worst_tables = [ChunkTable(compression.codec, chunk, tuple(
+        (min(chunk, b.nbytes - at), 0) for at in range(0, b.nbytes, chunk)), b.nbytes)
+        if s else None for b, s in zip(plan.blocks, squeeze, strict=True)]
+    desc = describe(graph, plan, plan.blocks, None)
+    if any(squeeze):
+        desc = replace(desc, features=(*desc.features, COMPRESSED_FEATURE))
+
+    def header_of(tables: list[ChunkTable | None], crcs: list[int], worst: bool) -> Header:
+        tensors, blocks = _compressed_layout(plan, tables, crcs, worst)
+        return Header(replace(desc, blocks=blocks), tensors, name=shown)
+
+    raw_length = len(header_of(worst_tables, [0] * len(squeeze), True).encode())
+    length = raw_length + (-(8 + raw_length) % ALIGN)
+    bar = Progress(plan.data_bytes, "saving", progress)
+    tables: list[ChunkTable | None] = []
+    crcs: list[int] = []
+    with AtomicFile(path) as fd:
+        write_all(fd, struct.pack("<Q", length) + b" " * length)
+        workers = _compression.workers()
+        with ThreadPoolExecutor(workers, thread_name_prefix="namedschema-zstd") as pool:
+            for block, source, s in zip(plan.blocks, plan.sources, squeeze, strict=True):
+                if s:
+                    written, crc = _compression.write_block(fd, source, block.nbytes,
+                                                            compression, bar, pool, 2 * workers)
+                    tables.append(written)
+                    crcs.append(crc)
+                else:
+                    crcs += write_blocks(fd, (source,), bar)
+                    tables.append(None)
+        header = header_of(tables, crcs, False)
+        end = max((t.end for t in header.tensors.values()), default=0)
+        os.ftruncate(fd, 8 + length + end)  # a last hole included
+        os.lseek(fd, 8, os.SEEK_SET)
+        write_all(fd, header.encode(length))
+        st = os.fstat(fd)
+    return Written(header, st)

@@ -197,17 +197,18 @@ except ImportError:
     pass
 path = sys.argv[1] if len(sys.argv) > 1 else {path!r}
 for step in range(5):
-    state = {{"w": np.full(64, step, np.float32), "step": step}}
+    state = {{"w": np.full(8192, step, np.float32), "step": step}}
     if torch is not None:
         state["t"] = torch.full((64,), float(step))
-    namedschema.save(state, path, background=True, incremental={incremental!r},
-                     allow_pickle=torch is not None)
+    namedschema.save(state, path, background=True, allow_pickle=torch is not None,
+                     **{options!r})
 """
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("incremental", [False, True])
-def test_the_writer_thread_is_ended_before_the_interpreter_exits(tmp_path, incremental):
+@pytest.mark.parametrize("options", [{}, {"incremental": True}, {"compression": "zstd"}],
+                         ids=["plain", "incremental", "zstd"])
+def test_the_writer_thread_is_ended_before_the_interpreter_exits(tmp_path, options):
     """A run whose last checkpoint was written by the writer thread exits with status 0,
     and no namedschema thread is left running into interpreter shutdown: the daemon
     thread, ended by the interpreter while dropping the last save's torch tensors,
@@ -215,9 +216,10 @@ def test_the_writer_thread_is_ended_before_the_interpreter_exits(tmp_path, incre
     in 6 of 7 SB3 runs on a busy machine. The last save, still being written when the
     interpreter began to exit, is written whole (its checksums once failed to start:
     concurrent.futures takes no new work at exit)."""
+    if "compression" in options:
+        pytest.importorskip("zstandard")
     path = tmp_path / "run.nsb"
-    proc = run_fresh(WRITER_AT_EXIT.format(path=str(path), incremental=incremental),
-                     check=False)
+    proc = run_fresh(WRITER_AT_EXIT.format(path=str(path), options=options), check=False)
     out, err = proc.stdout.decode(), proc.stderr.decode()
     assert proc.returncode == 0, err[-3000:]
     assert "alive at exit: []" in out, out + err[-3000:]

@@ -13,7 +13,7 @@ import pytest
 
 import namedschema
 import namedschema.checkpoint as checkpoint
-from namedschema.checkpoint import header, nodes
+from namedschema.checkpoint import header, layout, nodes
 from namedschema.errors import FormatError
 
 PACKAGE_DIR = os.path.dirname(checkpoint.__file__)
@@ -73,7 +73,7 @@ def test_records_round_trip_through_json(record):
 
 def test_block_and_tensor_records_round_trip():
     """Tensor table entries and block entries read back as written, padding included."""
-    table = header.tensor_table([("a", "F64", (3,), 24), ("b", "U8", (100,), 100)])
+    table = layout.tensor_table([("a", "F64", (3,), 24), ("b", "U8", (100,), 100)])
     assert list(table) == ["a", "__pad__.0", "b", "__pad__.1"]
     assert table["b"].start == 64 and table["__pad__.1"].end == 192
     back = {n: header.TensorEntry.from_json("f", n, json.loads(json.dumps(t.to_json())))

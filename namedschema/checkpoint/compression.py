@@ -1,0 +1,414 @@
+"""Compressed blocks: the codec argument, chunks compressed by a thread pool, and
+chunks decompressed straight into the memory they belong to.
+
+A compressed block is stored as independent chunks of ``Compression.chunk``
+raw bytes (the last one may be shorter), each either one zstd frame, strictly
+smaller than its raw bytes, or the raw bytes themselves when compressing did
+not make them smaller (incompressible data is stored as it is, at the cost of
+one attempt). The header lists every chunk's stored size and the CRC-32 of its
+stored bytes; the block's own ``crc32`` stays the CRC-32 of its raw bytes, as
+in uncompressed blocks, so ``verify`` checks both what is in the file and what
+loading makes of it.
+
+Writing: the calling thread cuts a block into chunks and hands them to a small
+pool (zstd releases the GIL while it works), writing the results in order;
+at most ``2 x workers`` chunks are in flight, so the extra memory is a few
+chunks whatever the block's size. Loading reads each chunk's stored bytes and
+a worker decompresses them into the block's destination memory; raw chunks
+are read straight into it.
+
+Compression       a parsed ``compression=`` argument: codec, level, chunk size
+compression_argument  ``None``, ``"zstd"`` or ``("zstd", level)`` checked
+write_block       write one block compressed, returning its chunk table
+read_block        a compressed block read and decompressed into new memory
+verify_block      a compressed block checked from a map of the file
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import threading
+import zlib
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, BinaryIO
+
+import numpy as np
+
+from .arrays import aligned_empty
+from .blocks import MemorySpan, Progress, Source, submit_or_run, write_all
+from .chunktable import ChunkTable
+from .constants import ALIGN, CODECS, COMPRESSED_FEATURE, MAX_CHUNK, MIN_CHUNK
+from .crc import crc_concat
+from .header import Header, fail
+
+__all__ = ["Compression", "compression_argument", "write_block", "read_block",
+           "verify_block", "CHUNK", "FEATURE"]
+
+#: Raw bytes per chunk (the last chunk of a block may be shorter). Read when
+#: ``save`` checks its argument: tests set it (and MIN_BLOCK) lower to cross
+#: chunk boundaries with small arrays.
+CHUNK = 4 * 2**20
+#: Blocks smaller than this are stored raw even in a compressed file (read at
+#: each save).
+MIN_BLOCK = 4096
+#: The level of ``compression="zstd"``: zstd's fastest regular level, which on
+#: Atari frames gives most of the ratio of level 3 at twice the speed.
+DEFAULT_LEVEL = 1
+#: The levels accepted (zstd's negative "fast" levels trade ratio for speed).
+MIN_LEVEL, MAX_LEVEL = -7, 22
+#: The feature a file with compressed blocks lists (older readers refuse it).
+FEATURE = COMPRESSED_FEATURE
+#: Workers of the compression pool: the cores this process may use, capped.
+MAX_WORKERS = 8
+#: The package that provides zstd.
+PACKAGE = "zstandard"
+
+
+@dataclass(frozen=True)
+class Compression:
+    """How a save compresses its blocks: blocks of at least ``min_block`` bytes,
+    in chunks of ``chunk`` raw bytes."""
+
+    codec: str = "zstd"
+    level: int = DEFAULT_LEVEL
+    chunk: int = CHUNK
+    min_block: int = MIN_BLOCK
+
+
+def compression_argument(value: Any, chunk: int | None = None) -> Compression | None:
+    """``compression=`` checked: None, ``"zstd"`` or ``("zstd", level)``.
+
+    ``chunk`` (raw bytes per chunk, a multiple of 64 within the format's
+    bounds; ``CHUNK`` by default) exists for tests.
+    """
+    if value is None:
+        return None
+    chunk = CHUNK if chunk is None else chunk
+    level = DEFAULT_LEVEL
+    if isinstance(value, tuple) and len(value) == 2:
+        value, level = value
+        if type(level) is not int or not MIN_LEVEL <= level <= MAX_LEVEL:
+            raise ValueError(f"save: compression level must be an int from {MIN_LEVEL} to "
+                             f"{MAX_LEVEL}, got {level!r}")
+    if not isinstance(value, str) or value not in CODECS:
+        raise ValueError(f"save: compression must be None, 'zstd' or ('zstd', level), got "
+                         f"{value!r}")
+    if type(chunk) is not int or not MIN_CHUNK <= chunk <= MAX_CHUNK or chunk % ALIGN:
+        raise ValueError(f"save: chunk size {chunk!r} is not a multiple of {ALIGN} from "
+                         f"{MIN_CHUNK} to {MAX_CHUNK}")
+    zstd_module()   # refuse now, before anything is written, if zstd is missing
+    return Compression(value, level, chunk, MIN_BLOCK)
+
+
+def zstd_module(field: str | None = None) -> Any:
+    """The ``zstandard`` module, or ModuleNotFoundError saying what to install."""
+    try:
+        import zstandard
+    except ImportError as exc:
+        what = ("compression='zstd'" if field is None else
+                f"loading field {field!r}, which is stored compressed with zstd,")
+        raise ModuleNotFoundError(
+            f"{what} needs the {PACKAGE!r} package, which cannot be imported here "
+            f"({exc}); install it with: pip install 'namedschema[zstd]' (or pip install "
+            f"{PACKAGE})", name=PACKAGE) from exc
+    return zstandard
+
+
+def workers() -> int:
+    """Threads of a compression or decompression pool."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # pragma: no cover - not Linux
+        cores = os.cpu_count() or 1
+    return max(1, min(cores, MAX_WORKERS))
+
+
+# --------------------------------------------------------------------------
+# Writing
+# --------------------------------------------------------------------------
+
+def _pieces(source: Source, chunk: int) -> Iterator[tuple[Any, bool]]:
+    """``source`` cut into raw pieces of ``chunk`` bytes: ``(buffer, live)``.
+
+    ``live`` marks views of the caller's memory, which another thread may be
+    writing: the worker copies those before it looks at them twice.
+    """
+    # The sources' pieces (16 MiB views of the caller's memory, leading zeros, compact
+    # copies, a pickle) are sliced where a chunk lies inside one, else joined.
+    pending: list[Any] = []
+    have = 0
+    for buf, is_copy in source.chunks():
+        view = memoryview(buf).cast("B")
+        live = isinstance(source, MemorySpan) and not is_copy
+        while view.nbytes:
+            take = min(chunk - have, view.nbytes)
+            if not pending and take == chunk:
+                yield view[:take], live
+            else:
+                pending.append(bytes(view[:take]))
+                have += take
+                if have == chunk:
+                    yield b"".join(pending), False
+                    pending, have = [], 0
+            view = view[take:]
+    if pending:
+        yield b"".join(pending), False
+
+
+_local = threading.local()
+
+
+def _compressor(level: int) -> Any:
+    """This thread's compressor for ``level`` (zstandard's objects are per thread)."""
+    cache = getattr(_local, "compressors", None)
+    if cache is None:
+        cache = _local.compressors = {}
+    if level not in cache:
+        zstd = zstd_module()
+        cache[level] = zstd.ZstdCompressor(level=level, write_checksum=False,
+                                           write_content_size=True)
+    return cache[level]
+
+
+#: Chunks of at least PROBE_MIN bytes are probed first: PROBES pieces of PROBE
+#: bytes spread over the chunk are compressed together, and a chunk whose
+#: sample does not shrink below PROBE_RATIO of its size is stored raw without
+#: compressing the rest (random data then costs little more than a raw save).
+PROBE, PROBES, PROBE_MIN, PROBE_RATIO = 16384, 4, 2**18, 0.97
+
+
+def _incompressible(data: Any, compressor: Any) -> bool:
+    """Whether a sample of ``data`` says compressing it is not worth it."""
+    view = memoryview(data).cast("B")
+    if view.nbytes < PROBE_MIN:
+        return False
+    step = view.nbytes // PROBES
+    sample = b"".join(view[i * step:i * step + PROBE] for i in range(PROBES))
+    return len(compressor.compress(sample)) > PROBE_RATIO * len(sample)
+
+
+def _compress(piece: Any, live: bool, level: int) -> tuple[Any, int, int]:
+    """``(stored bytes, their CRC-32, raw CRC-32)`` of one chunk (in a worker)."""
+    data = bytes(piece) if live else piece   # one snapshot: the CRC and the frame agree
+    raw_crc = zlib.crc32(data)
+    compressor = _compressor(level)
+    if not _incompressible(data, compressor):
+        frame = compressor.compress(data)
+        if len(frame) < len(data):
+            return frame, zlib.crc32(frame), raw_crc
+    return data, raw_crc, raw_crc           # incompressible: stored raw
+
+
+def write_block(fd: int, source: Source, nbytes: int, compression: Compression,
+                progress: Progress, pool: ThreadPoolExecutor,
+                in_flight_limit: int) -> tuple[ChunkTable, int]:
+    """Write ``source`` (``nbytes`` raw) compressed at the file position, then its padding;
+    return its chunk table and raw CRC-32.
+
+    Chunks are compressed by ``pool``, at most ``in_flight_limit`` at a time, and
+    written in order.
+    """
+    in_flight: collections.deque[tuple[Future, int]] = collections.deque()
+    limit = max(1, in_flight_limit)
+    chunks: list[tuple[int, int]] = []
+    raw_crcs: list[int] = []
+    stored = 0
+
+    def drain(keep: int) -> None:
+        nonlocal stored
+        while len(in_flight) > keep:
+            future, raw = in_flight.popleft()
+            data, crc, raw_crc = future.result()
+            write_all(fd, data)
+            chunks.append((len(data), crc))
+            raw_crcs.append(raw_crc)
+            stored += len(data)
+            progress.advance(raw)
+
+    seen = 0
+    for piece, live in _pieces(source, compression.chunk):
+        size = memoryview(piece).nbytes
+        seen += size
+        in_flight.append((submit_or_run(pool, _compress, piece, live, compression.level), size))
+        drain(limit)
+    drain(0)
+    if seen != nbytes:  # pragma: no cover - the layout and its sources agree
+        raise RuntimeError(f"internal error: a block of {nbytes} bytes gave {seen}")
+    pad = -stored % ALIGN
+    if pad:
+        write_all(fd, bytes(pad))
+    table = ChunkTable(compression.codec, compression.chunk, tuple(chunks), stored)
+    return table, crc_concat(raw_crcs, compression.chunk, table.raw_size(len(chunks) - 1,
+                                                                         nbytes))
+
+
+# --------------------------------------------------------------------------
+# Reading and verifying
+# --------------------------------------------------------------------------
+
+def _table(header: Header, index: int) -> ChunkTable:
+    table = header.blocks[index].table
+    if table is None:  # pragma: no cover - callers pass compressed blocks only
+        raise ValueError(f"internal error: block {index} is not compressed")
+    return table
+
+
+def _decompressor() -> Any:
+    dctx = getattr(_local, "decompressor", None)
+    if dctx is None:
+        dctx = _local.decompressor = zstd_module().ZstdDecompressor()
+    return dctx
+
+
+def _decompress_into(header: Header, index: int, k: int, frame: Any, out: Any) -> None:
+    """Decompress chunk ``k``'s frame into ``out``, which it must fill exactly."""
+    field = header.block_field(index)
+    zstd = zstd_module(field)
+    want = memoryview(out).nbytes
+    try:
+        declared = zstd.frame_content_size(frame)   # from the frame header alone
+        if declared != want:
+            fail(header.name, f"field {field!r} is corrupt: compressed chunk {k} declares "
+                 f"{declared} bytes, the chunk holds {want}")
+        reader = _decompressor().stream_reader(frame, read_across_frames=False)
+        view = memoryview(out)
+        got = 0
+        while got < want:
+            n = reader.readinto(view[got:])
+            if not n:
+                break
+            got += n
+        extra = reader.read(1) if got == want else b""
+    except zstd.ZstdError as exc:
+        fail(header.name, f"field {field!r} is corrupt: compressed chunk {k} cannot be "
+             f"decompressed ({exc})", exc)
+    if got != want or extra:
+        fail(header.name, f"field {field!r} is corrupt: compressed chunk {k} decompresses "
+             f"to {'more than ' if extra else ''}{got} bytes, not {want}")
+
+
+def _check_chunk(header: Header, index: int, k: int, data: Any, stored_crc: int) -> None:
+    value = zlib.crc32(data)
+    if value != stored_crc:
+        fail(header.name, f"field {header.block_field(index)!r} is corrupt: chunk {k} "
+             f"checksum {value:08x} does not match the stored {stored_crc:08x}")
+
+
+def _decode(header: Header, index: int, k: int, frame: Any, out: Any, check: bool) -> int:
+    """One chunk into ``out`` (a worker's job): returns the CRC-32 of ``out`` if ``check``."""
+    stored_size, stored_crc = _table(header, index).chunks[k]
+    if check:
+        _check_chunk(header, index, k, frame, stored_crc)
+    if stored_size == memoryview(out).nbytes:   # a raw chunk
+        if frame is not out:
+            memoryview(out)[:] = frame
+        return stored_crc
+    _decompress_into(header, index, k, frame, out)
+    return zlib.crc32(out) if check else 0
+
+
+def _run(header: Header, index: int, check: bool, progress: Progress | None,
+         job: Callable[[int, int, int, int, ThreadPoolExecutor], Future]) -> None:
+    """Run ``job(k, stored_at, raw_at, raw_len, pool)`` (a future) for every chunk of a block, bounded,
+    then check the block's raw CRC-32 (if ``check``)."""
+    block = header.blocks[index]
+    table = _table(header, index)
+    n = len(table.chunks)
+    crcs = [0] * n
+    with ThreadPoolExecutor(workers(), thread_name_prefix="namedschema-zstd") as pool:
+        in_flight: collections.deque[tuple[int, Future]] = collections.deque()
+        limit = 2 * workers()
+        stored_at = 0
+        for k, (stored, _crc) in enumerate(table.chunks):
+            raw_at = k * table.chunk
+            raw_len = table.raw_size(k, block.nbytes)
+            in_flight.append((k, job(k, stored_at, raw_at, raw_len, pool)))
+            stored_at += stored
+            while len(in_flight) > limit:
+                done, future = in_flight.popleft()
+                crcs[done] = future.result()
+            if progress is not None:
+                progress.advance(raw_len)
+        for done, future in in_flight:
+            crcs[done] = future.result()
+    if check:
+        value = crc_concat(crcs, table.chunk, table.raw_size(n - 1, block.nbytes))
+        if value != block.crc32:
+            fail(header.name, f"field {header.block_field(index)!r} is corrupt: checksum "
+                 f"{value:08x} of its decompressed bytes does not match the stored "
+                 f"{block.crc32:08x}")
+
+
+def read_blocks(f: BinaryIO, header: Header, blocks_data: list, check: bool,
+                progress: Progress | None = None) -> None:
+    """Fill the compressed blocks left None by ``blocks.read_blocks``."""
+    for index, b in enumerate(header.blocks):
+        if b.table is not None:
+            blocks_data[index] = read_block(f, header, index, check, progress)
+
+
+def verify_blocks(header: Header, stored: list, progress: Progress | None = None) -> None:
+    """Check every compressed block of ``stored`` (``map_blocks(..., stored=True)``)."""
+    for index, b in enumerate(header.blocks):
+        if b.table is not None:
+            verify_block(stored[index], header, index, progress)
+
+
+def read_block(f: BinaryIO, header: Header, index: int, check: bool,
+               progress: Progress | None = None) -> np.ndarray:
+    """Compressed block ``index`` read into new (64-aligned) memory, chunk by chunk."""
+    block, table = header.blocks[index], _table(header, index)
+    zstd_module(header.block_field(index))
+    dest = aligned_empty(block.nbytes)
+    view = dest.data
+    start = header.block_file_start(index)
+
+    def job(k: int, stored_at: int, raw_at: int, raw_len: int, pool: Any) -> Future:
+        stored = table.chunks[k][0]
+        out = view[raw_at:raw_at + raw_len]
+        buf = out if stored == raw_len else memoryview(bytearray(stored))
+        f.seek(start + stored_at)
+        got = 0
+        while got < stored:
+            n = f.readinto(buf[got:])  # type: ignore[attr-defined]
+            if not n:
+                fail(header.name, f"field {header.block_field(index)!r} is truncated in "
+                     f"chunk {k} (file changed while reading?)")
+            got += n
+        if stored == raw_len and not check:
+            done: Future = Future()
+            done.set_result(0)
+            return done
+        return submit_or_run(pool, _decode, header, index, k, buf, out, check)
+
+    _run(header, index, check, progress, job)
+    return dest
+
+
+def verify_block(stored: np.ndarray, header: Header, index: int,
+                 progress: Progress | None = None) -> None:
+    """Check compressed block ``index`` from its ``stored`` bytes (a map of the file):
+    every chunk's CRC-32 and decompressed size, and the block's raw CRC-32. Memory:
+    a chunk per worker."""
+    table = _table(header, index)
+    zstd_module(header.block_field(index))
+    whole = stored.data.cast("B")
+
+    def check_one(k: int, stored_at: int, raw_len: int) -> int:
+        frame = whole[stored_at:stored_at + table.chunks[k][0]]
+        scratch = getattr(_local, "scratch", None)
+        if scratch is None or len(scratch) < raw_len:
+            scratch = _local.scratch = bytearray(max(raw_len, table.chunk))
+        out = memoryview(scratch)[:raw_len]
+        if table.chunks[k][0] == raw_len:
+            _check_chunk(header, index, k, frame, table.chunks[k][1])
+            return table.chunks[k][1]
+        return _decode(header, index, k, frame, out, True)
+
+    def job(k: int, stored_at: int, raw_at: int, raw_len: int, pool: Any) -> Future:
+        return submit_or_run(pool, check_one, k, stored_at, raw_len)
+
+    _run(header, index, True, progress, job)
