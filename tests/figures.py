@@ -41,6 +41,10 @@ HARDENING = (
     "checkpoint/test_fuzz_files.py", "checkpoint/test_helpful_errors.py",
     "checkpoint/test_incremental_crash.py", "checkpoint/test_incremental_isolation.py",
     "checkpoint/test_save_targets.py", "evolution/test_cast_limits.py",
+    # round 4 (issue 34): journals, RunCheckpoint, the newer readers
+    "checkpoint/test_journal_hostile.py", "checkpoint/test_tiny_file_fuzz.py",
+    "training/test_run_checkpoint_hardening.py", "training/test_run_checkpoint_property.py",
+    "ray/test_shard_files.py",
 )
 
 # name -> description shown in the table; order is the table's order.
@@ -68,6 +72,14 @@ DESCRIPTIONS = {
     "round3.write_value_cases": "buffer writes: values of every dtype into every dtype",
     "round3.foreign_files_named": "non-checkpoint files (pickle, npy, zip, HDF5, text...) named",
     "round3.hostile_resume_files": "hostile files at every path resumable reads (no code run)",
+    "round4.journal_fuzz": "tiny journals next to a checkpoint (file never grown)",
+    "round4.journal_growth_refused": "journals naming a larger size, inconsistent: refused",
+    "round4.run_damaged": "RunCheckpoint files with bytes flipped or cut, restored",
+    "round4.run_mutated": "RunCheckpoint state trees with a node changed, restored",
+    "round4.run_refused": "... refused with one RunCheckpointError, run unchanged",
+    "round4.tiny_run": "tiny hostile RunCheckpoint files (time and memory bounded)",
+    "round4.tiny_evolution": "tiny hostile files loaded into another schema (bounded)",
+    "round4.manifest_fuzz": "tiny hostile Ray manifests and shard files (bounded)",
 }
 
 

@@ -26,6 +26,7 @@ import namedschema.checkpoint
 from namedschema.checkpoint import incremental, journal
 from namedschema.errors import FormatError
 from tests.bounds import bounded
+from tests.figures import record
 
 MAGIC, END = b"NSJRNL01", b"NSJEND01"
 
@@ -158,6 +159,7 @@ def test_fuzz_tiny_journals_never_grow_the_file_nor_memory(tmp_path, data):
     jpath = journal.journal_path(path)
     with open(jpath, "wb") as f:
         f.write(blob)
+    record("round4.journal_fuzz")
     with bounded(2**20 + 64 * len(blob)):      # memory and CPU time (tests/bounds.py)
         try:
             namedschema.load(path, verify=True)
@@ -275,6 +277,7 @@ def test_a_forged_journal_naming_a_larger_size_leaves_the_file_as_it_was(
                           "ranges": ranges}, data))
     with pytest.raises(FormatError, match="does not write a consistent file"):
         getattr(namedschema.checkpoint, read)(path)
+    record("round4.journal_growth_refused")
     _unchanged(path, content)
     assert os.path.exists(jpath)            # whole but inconsistent: refused, kept
     os.unlink(jpath)

@@ -26,6 +26,7 @@ import namedschema
 from namedschema import NamedArrayTupleSchema
 from namedschema.errors import NamedSchemaError, RunCheckpointError
 from tests.bounds import bounded
+from tests.figures import record
 
 pytestmark = pytest.mark.slow
 
@@ -110,6 +111,7 @@ def test_tiny_run_checkpoints_restore_or_raise_one_typed_error_in_bounded_time(r
     tiny = path.with_name("tiny.nsc")
     tiny.write_bytes(blob)
     ckpt = _checkpoint(tiny, _run())
+    record("round4.tiny_run")
     with bounded(_bound(content)):
         try:
             ckpt.restore()
@@ -146,6 +148,7 @@ def test_tiny_files_loaded_into_another_schema_load_or_raise_one_typed_error(
     tiny = path.with_name("tiny.nsb")
     tiny.write_bytes(blob)
     schemas, casting = ([New], "no") if schema == "added" else ([Wide], "safe")
+    record("round4.tiny_evolution")
     with bounded(_bound(content)):
         try:
             state = namedschema.load(tiny, mmap_mode=mmap_mode, schemas=schemas,

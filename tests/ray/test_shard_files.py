@@ -24,6 +24,7 @@ from namedschema.ray.manifest import Manifest, read_manifest, shard_file, write_
 from namedschema.ray.shard import ReplayShard
 from namedschema.ray.shard_files import check_shard_files, expected_shard
 from tests.bounds import bounded
+from tests.figures import record
 
 Step = ns.NamedArrayTupleSchema("ShardFileStep", "obs action")
 EXAMPLE = Step(np.zeros(3, np.float32), np.int64(0))
@@ -211,6 +212,7 @@ def test_tiny_files_never_make_the_reader_allocate_beyond_a_bound(tmp_path_facto
     if truncate is not None:
         with open(os.path.join(directory, m.files[0]), "r+b") as f:
             f.truncate(truncate)
+    record("round4.manifest_fuzz")
     with bounded(MEMORY_BOUND):                 # memory and CPU time (tests/bounds.py)
         try:
             example = check_shard_files(directory, read_manifest(directory))
