@@ -1,7 +1,9 @@
-"""No module of namedschema is over 600 lines (issue 12): one module per concern.
+"""No module of namedschema is over 1,500 lines (issue 29): one module per concern.
 
-A module that grows past the limit is split along its seams, never exempted
-silently: an exemption goes in ``ALLOWED_OVER`` with a comment saying why.
+The limit was 600 lines (issue 12), which split concerns to fit a cap; issue 29
+asks for modules by concern, fewer and larger where a concern is one thing, none
+over 1,500 lines. A module past the limit is split along its seams, never
+exempted silently: an exemption goes in ``ALLOWED_OVER`` with a comment saying why.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ import os
 
 from tests.helpers import REPO_ROOT
 
-MAX_LINES = 600
+MAX_LINES = 1500
 PACKAGE_DIR = os.path.join(REPO_ROOT, "namedschema")
 
 # Modules (relative to the repository) that may exceed MAX_LINES, each with its
@@ -30,8 +32,8 @@ def _line_counts() -> dict[str, int]:
     return counts
 
 
-def test_every_module_is_at_most_600_lines():
-    """Every ``.py`` file under namedschema/ (subpackages included) has <= 600 lines."""
+def test_every_module_is_at_most_1500_lines():
+    """Every ``.py`` file under namedschema/ (subpackages included) has <= 1,500 lines."""
     counts = _line_counts()
     assert "namedschema/_core/schema.py" in counts and "namedschema/rlpyt/resume/state.py" in counts
     over = {path: n for path, n in sorted(counts.items())
