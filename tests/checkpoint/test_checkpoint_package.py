@@ -35,11 +35,12 @@ def test_spec_lists_every_node_kind_exactly_as_the_table_does():
 
 
 def test_every_module_of_the_package_is_short():
-    """No module of the checkpoint package is over 600 lines."""
+    """No module of the checkpoint package is over 1,500 lines (issue 29's limit; see
+    tests/meta/test_module_size.py)."""
     for name in os.listdir(PACKAGE_DIR):
         if name.endswith(".py"):
             with open(os.path.join(PACKAGE_DIR, name)) as f:
-                assert sum(1 for _ in f) < 600, name
+                assert sum(1 for _ in f) <= 1500, name
 
 
 def test_one_module_writes_whole_checkpoint_files():
