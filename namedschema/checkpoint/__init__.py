@@ -188,9 +188,9 @@ make a load allocate more than that times its size); the ``s_i`` add up to
 the tensor's size; the file lists the feature ``"zstd-chunks"``. Loading
 decompresses each chunk into the block's memory (raw chunks are read into
 it); a frame that declares or yields another size than its chunk's is a
-``FormatError`` naming the block's first field. ``verify=True`` and
-``namedschema verify`` check every chunk's CRC-32 and the CRC-32 of the
-decompressed block. Such a file is not a valid safetensors file in any
+``FormatError`` naming the block's first field. Every load checks the
+CRC-32 of each compressed chunk; ``verify=True`` and ``namedschema verify``
+also check the raw chunks' CRC-32 and the CRC-32 of the decompressed block. Such a file is not a valid safetensors file in any
 useful sense: safetensors readers see the compressed blocks as ``U8``
 tensors of zstd frames, not as the arrays, and readers before the feature
 refuse it. A compressed block cannot be memory-mapped (``load`` with

@@ -186,11 +186,13 @@ def submit_or_run(pool: ThreadPoolExecutor, fn: Callable[..., Any], *args: Any) 
 
     concurrent.futures refuses new work once the interpreter begins to exit (before
     atexit hooks run), but a background save that namedschema's exit hook waits for
-    must still be written: its checksums and syncs then run in the writing thread.
+    must still be written: its checksums and syncs then run in the writing thread,
+    after the work the pool already took (a running checksum must see its chunks in order).
     """
     try:
         return pool.submit(fn, *args)
     except RuntimeError:
+        pool.shutdown(wait=True)       # what it took still runs: let it finish first
         done: Future = Future()
         try:
             done.set_result(fn(*args))

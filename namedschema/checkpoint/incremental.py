@@ -25,7 +25,6 @@ reading, wait  hold off incremental saves while a loader reads; wait for a backg
 
 from __future__ import annotations
 
-import _thread
 import atexit
 import contextlib
 import errno
@@ -616,11 +615,13 @@ def _finish_later(path: str, fd: int, jpath: str) -> None:
     handle = _Finishing()
     with _pending_lock:
         _pending[key] = handle
-    # A bare thread: ``threading.Thread.start`` waits until the new thread runs, which on a
-    # loaded machine took up to 10-35 ms per save (a small save takes ~20 ms). The exit of
-    # the interpreter still waits for it (``_finish_all``), as for a non-daemon thread.
+    # A non-daemon thread, which every way out of a process that runs Python's thread
+    # shutdown waits for: the interpreter's exit, and a multiprocessing worker's, which ends
+    # with os._exit and no atexit hooks (a bare thread, 2.5 ms faster to start on a loaded
+    # machine, left those workers' journals behind: a read-only load then failed).
+    thread = threading.Thread(target=finish, name="namedschema-finish-save")
     try:
-        _thread.start_new_thread(finish, ())
+        thread.start()
     except RuntimeError:   # no thread to be had: finish here
         finish()
 

@@ -1,9 +1,9 @@
 """The background end of an incremental save (sync the file, remove the journal, unlock).
 
-It runs on a bare thread that the save does not wait to see started (``Thread.start``
-does: up to 10-35 ms per save on a loaded machine). What a non-daemon thread gave for
-free must still hold: the interpreter's exit waits for it (the journal is gone after a
-script's last save), and a fork child never waits for a finishing thread it does not have.
+It runs on a non-daemon thread: the interpreter's exit waits for it (the journal is gone
+after a script's last save), and so does a multiprocessing worker's (which ends with
+``os._exit``, no atexit hooks); a fork child never waits for a finishing thread it does not
+have.
 """
 
 from __future__ import annotations
@@ -68,3 +68,46 @@ incremental.wait(path)
 assert not os.path.exists(journal.journal_path(path))
 """
     run_fresh(code, env={"SLOW": "5"})
+
+
+MP_WORKER = r"""
+import multiprocessing as mp, os, sys, time
+import numpy as np
+import namedschema
+from namedschema.checkpoint import incremental, journal
+
+def work(path):
+    real = os.fdatasync
+    def slow(fd):            # the finishing thread's sync takes a while
+        time.sleep(0.5)
+        real(fd)
+    os.fdatasync = slow
+    a = np.zeros(1 << 18)
+    namedschema.save({{"a": a}}, path, incremental=True)
+    incremental.wait(path)
+    a[5] = 7
+    namedschema.save({{"a": a}}, path, incremental=True)
+    assert namedschema.inspect(path).last_save.kind == "incremental"
+
+path = {path!r}
+worker = mp.get_context("fork").Process(target=work, args=(path,))
+worker.start()
+worker.join()
+assert worker.exitcode == 0, worker.exitcode
+print("journal left:", os.path.exists(journal.journal_path(path)))
+os.chmod(path, 0o444)                # a read-only reader (an evaluator) of the result
+print("loaded:", namedschema.load(path)["a"][5])
+"""
+
+
+@pytest.mark.slow
+def test_a_multiprocessing_worker_finishes_its_last_save_before_it_ends(tmp_path):
+    """A fork-context worker ends with os._exit (no atexit hooks), after Python's thread
+    shutdown: its last incremental save is finished (synced, journal removed), so a
+    read-only load of the file works. (With the finishing work on a bare thread the
+    journal was left behind and a read-only load raised FormatError.)"""
+    path = str(tmp_path / "w.nsb")
+    proc = run_fresh(MP_WORKER.format(path=path), check=False)
+    out = proc.stdout.decode()
+    assert proc.returncode == 0, proc.stderr.decode()[-3000:]
+    assert "journal left: False" in out and "loaded: 7.0" in out, out
