@@ -410,7 +410,7 @@ def _write_in_order(jobs: queue.SimpleQueue) -> None:
         del job, handle, rest   # (as in _Forker._serve: keep nothing of a save once written)
 
 
-def incremental_job(enc: Any, plan: Any, path: str, progress: bool):
+def incremental_job(enc: Any, plan: Any, path: str, progress: bool, compression: Any = None):
     """``(job, on_done)`` of an incremental-mode save written by a snapshot child.
 
     The child saves incrementally by comparing its snapshot with the file
@@ -426,18 +426,26 @@ def incremental_job(enc: Any, plan: Any, path: str, progress: bool):
     real, parent = os.path.realpath(path), os.getpid()
     armed = tracking.mode() == "writeprotect"
     known = tracking.arm_for_full_save(plan.sources, [b.nbytes for b in plan.blocks]) \
-        if armed else []
+        if armed or compression is not None else []
 
-    def job() -> tuple[SaveRecord, tuple[str, os.stat_result]]:
+    def job() -> tuple[SaveRecord, tuple[Any, ...]]:
         if os.getpid() != parent:    # (not when it runs here, fork having failed)
             os.environ["NAMEDSCHEMA_TRACKING"] = "compare"
-        record = incremental.save_encoded(enc, plan, path, progress)
+        record = incremental.save_encoded(enc, plan, path, progress, compression)
         incremental.wait(path)   # its sync thread: the child ends after it
         with open(real, "rb", buffering=0) as f:
             st = os.fstat(f.fileno())
-            return record, (read_header(f, path, st.st_size).description.checkpoint_id, st)
+            done = (read_header(f, path, st.st_size).description.checkpoint_id, st)
+        if compression is not None:   # the chunks' checksums, the parent's next baseline
+            from . import squeezed
+            return record, (*done, squeezed.report(path))
+        return record, done
 
-    def on_done(written: tuple[str, os.stat_result] | None) -> None:
+    def on_done(written: tuple[Any, ...] | None) -> None:
+        if compression is not None:
+            from . import squeezed
+            squeezed.adopt(path, None if written is None else written[2], known)
+            return
         now = os.stat(real) if os.path.exists(real) else None
         if armed and written and now and \
                 baselines.identity(now) == baselines.identity(written[1]):
@@ -464,13 +472,13 @@ def save_in_background(enc: Any, plan: Any, path: str, progress: bool, in_place:
       the writer thread writes them (``incremental.begin_background``).
     * Otherwise a snapshot child, shared memory copied aside first.
 
-    ``compression`` (full saves only) is passed to the writer as it is.
+    ``compression`` is passed to the writer as it is.
     """
     if plan.data_bytes <= SMALL_STATE:
         copy = replace(plan, sources=_copied(plan.sources))
         if in_place:
-            return start_thread(path, lambda: incremental.save_encoded(enc, copy, path,
-                                                                       progress), began)
+            return start_thread(path, lambda: incremental.save_encoded(
+                enc, copy, path, progress, compression), began)
 
         def write_copy() -> None:
             writer.write(enc, copy, path, writer.PLAIN, progress=progress,
@@ -478,10 +486,10 @@ def save_in_background(enc: Any, plan: Any, path: str, progress: bool, in_place:
         return start_thread(path, write_copy, began)
     frozen = replace(plan, sources=freeze_shared(plan.sources))
     if in_place:
-        rest = incremental.begin_background(enc, frozen, path, progress)
+        rest = incremental.begin_background(enc, frozen, path, progress, compression)
         if rest is not None:       # the changes are copied aside: the thread writes them
             return start_thread(path, rest, began)
-        job, on_done = incremental_job(enc, frozen, path, progress)
+        job, on_done = incremental_job(enc, frozen, path, progress, compression)
         return start(path, job, began, on_done)
 
     def job_full() -> tuple[None, None]:

@@ -9,6 +9,10 @@ sum against the block's tensor, which lies inside the file. A table that
 passes cannot make a load allocate more than ``MAX_RATIO`` times the file's
 size, nor read outside its tensor.
 
+A table may also place its chunks (``offsets``, written by incremental compressed
+saves): each chunk's position in the tensor, which then also holds free space;
+placed chunks must lie inside the tensor and not overlap.
+
 ChunkTable    codec, raw bytes per chunk, ``(stored size, CRC-32)`` per chunk
 first_fields  the first field of each block, named in messages about blocks
 """
@@ -28,20 +32,40 @@ _CRC_TEXT = re.compile(r"[0-9a-f]{8}", re.ASCII)
 class ChunkTable:
     """How a compressed block is stored: chunks of ``chunk`` raw bytes (the last may be
     shorter), each ``(stored size, CRC-32 of the stored bytes)``; a chunk stored at its
-    raw size is raw, a smaller one is one frame of ``codec``."""
+    raw size is raw, a smaller one is one frame of ``codec``. Chunks follow each other
+    in the tensor, or, with ``offsets``, each lies at its offset in it."""
 
     codec: str
     chunk: int
     chunks: tuple[tuple[int, int], ...]
-    stored: int                         # the stored sizes' sum: the block's bytes in the file
+    stored: int                         # the block's bytes in the file: its tensor's size
+    offsets: tuple[int, ...] | None = None   # each chunk's place in the tensor, if placed
 
     def raw_size(self, k: int, nbytes: int) -> int:
         """Raw bytes of chunk ``k`` of a block of ``nbytes``."""
         return min(self.chunk, nbytes - k * self.chunk)
 
+    def starts(self) -> list[int]:
+        """Where each chunk's stored bytes start in the block's tensor."""
+        if self.offsets is not None:
+            return list(self.offsets)
+        out, at = [], 0
+        for size, _crc in self.chunks:
+            out.append(at)
+            at += size
+        return out
+
+    @property
+    def live(self) -> int:
+        """Bytes of the chunks themselves (``stored`` less any free space)."""
+        return sum(size for size, _crc in self.chunks)
+
     def to_json(self) -> dict:
-        return {"codec": self.codec, "chunk": self.chunk,
-                "chunks": [[size, f"{crc:08x}"] for size, crc in self.chunks]}
+        out: dict[str, Any] = {"codec": self.codec, "chunk": self.chunk,
+                               "chunks": [[size, f"{crc:08x}"] for size, crc in self.chunks]}
+        if self.offsets is not None:
+            out["offsets"] = list(self.offsets)
+        return out
 
     @classmethod
     def from_json(cls, raw: dict, nbytes: int, declared: str, stored_total: int) -> ChunkTable:
@@ -88,10 +112,30 @@ class ChunkTable:
                 raise ValueError(f"its chunks hold more stored bytes than its tensor "
                                  f"({stored_total})")
             chunks.append((size, int(entry[1], 16)))
-        if total != stored_total:
-            raise ValueError(f"its chunks hold {total} stored bytes, its tensor "
-                             f"{stored_total}")
-        return cls(codec, chunk, tuple(chunks), total)
+        placed = raw.get("offsets")
+        if placed is None:
+            if total != stored_total:
+                raise ValueError(f"its chunks hold {total} stored bytes, its tensor "
+                                 f"{stored_total}")
+            return cls(codec, chunk, tuple(chunks), total)
+        return cls(codec, chunk, tuple(chunks), stored_total,
+                   _offsets(placed, chunks, stored_total))
+
+
+def _offsets(placed: Any, chunks: list[tuple[int, int]], stored_total: int) -> tuple[int, ...]:
+    """The ``offsets`` of a table checked: one per chunk, inside the tensor, no overlaps."""
+    if not isinstance(placed, list) or len(placed) != len(chunks):
+        got = len(placed) if isinstance(placed, list) else type(placed).__name__
+        raise ValueError(f"the chunk table has {got} offsets for {len(chunks)} chunks")
+    for k, at in enumerate(placed):
+        if type(at) is not int or not 0 <= at <= stored_total - chunks[k][0]:
+            raise ValueError(f"chunk {k} is placed at {at!r:.40}, outside its tensor of "
+                             f"{stored_total} bytes")
+    order = sorted(range(len(placed)), key=placed.__getitem__)
+    for a, b in zip(order, order[1:], strict=False):
+        if placed[a] + chunks[a][0] > placed[b]:
+            raise ValueError(f"chunks {a} and {b} overlap in the file")
+    return tuple(placed)
 
 
 def first_fields(raw_arrays: list) -> dict[int, str]:

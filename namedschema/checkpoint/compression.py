@@ -20,6 +20,7 @@ are read straight into it.
 Compression       a parsed ``compression=`` argument: codec, level, chunk size
 compression_argument  ``None``, ``"zstd"`` or ``("zstd", level)`` checked
 write_block       write one block compressed, returning its chunk table
+compress_chunk    one chunk compressed (or kept raw), with its checksums
 read_block        a compressed block read and decompressed into new memory
 verify_block      a compressed block checked from a map of the file
 """
@@ -45,7 +46,7 @@ from .crc import crc_concat
 from .header import Header, fail
 
 __all__ = ["Compression", "compression_argument", "write_block", "read_block",
-           "verify_block", "CHUNK", "FEATURE"]
+           "verify_block", "compress_chunk", "chunk_pieces", "workers", "CHUNK", "FEATURE"]
 
 #: Raw bytes per chunk (the last chunk of a block may be shorter). Read when
 #: ``save`` checks its argument: tests set it (and MIN_BLOCK) lower to cross
@@ -130,7 +131,7 @@ def workers() -> int:
 # Writing
 # --------------------------------------------------------------------------
 
-def _pieces(source: Source, chunk: int) -> Iterator[tuple[Any, bool]]:
+def chunk_pieces(source: Source, chunk: int) -> Iterator[tuple[Any, bool]]:
     """``source`` cut into raw pieces of ``chunk`` bytes: ``(buffer, live)``.
 
     ``live`` marks views of the caller's memory, which another thread may be
@@ -190,8 +191,10 @@ def _incompressible(data: Any, compressor: Any) -> bool:
     return len(compressor.compress(sample)) > PROBE_RATIO * len(sample)
 
 
-def _compress(piece: Any, live: bool, level: int) -> tuple[Any, int, int]:
-    """``(stored bytes, their CRC-32, raw CRC-32)`` of one chunk (in a worker)."""
+def compress_chunk(piece: Any, live: bool, level: int) -> tuple[Any, int, int]:
+    """``(stored bytes, their CRC-32, raw CRC-32)`` of one chunk (in a worker): a zstd
+    frame, or the raw bytes when compressing does not make them smaller. ``live``: copy
+    ``piece`` first (another thread may be writing it)."""
     data = bytes(piece) if live else piece   # one snapshot: the CRC and the frame agree
     raw_crc = zlib.crc32(data)
     compressor = _compressor(level)
@@ -203,18 +206,18 @@ def _compress(piece: Any, live: bool, level: int) -> tuple[Any, int, int]:
 
 
 def write_block(fd: int, source: Source, nbytes: int, compression: Compression,
-                progress: Progress, pool: ThreadPoolExecutor,
-                in_flight_limit: int) -> tuple[ChunkTable, int]:
+                progress: Progress, pool: ThreadPoolExecutor, in_flight_limit: int,
+                raw_crcs: list[int] | None = None) -> tuple[ChunkTable, int]:
     """Write ``source`` (``nbytes`` raw) compressed at the file position, then its padding;
     return its chunk table and raw CRC-32.
 
     Chunks are compressed by ``pool``, at most ``in_flight_limit`` at a time, and
-    written in order.
+    written in order. ``raw_crcs`` (if given) receives each chunk's raw CRC-32.
     """
     in_flight: collections.deque[tuple[Future, int]] = collections.deque()
     limit = max(1, in_flight_limit)
     chunks: list[tuple[int, int]] = []
-    raw_crcs: list[int] = []
+    raw_crcs = [] if raw_crcs is None else raw_crcs
     stored = 0
 
     def drain(keep: int) -> None:
@@ -229,10 +232,10 @@ def write_block(fd: int, source: Source, nbytes: int, compression: Compression,
             progress.advance(raw)
 
     seen = 0
-    for piece, live in _pieces(source, compression.chunk):
+    for piece, live in chunk_pieces(source, compression.chunk):
         size = memoryview(piece).nbytes
         seen += size
-        in_flight.append((submit_or_run(pool, _compress, piece, live, compression.level), size))
+        in_flight.append((submit_or_run(pool, compress_chunk, piece, live, compression.level), size))
         drain(limit)
     drain(0)
     if seen != nbytes:  # pragma: no cover - the layout and its sources agree
@@ -327,12 +330,10 @@ def _run(header: Header, index: int, check: bool, progress: Progress | None,
     with ThreadPoolExecutor(workers(), thread_name_prefix="namedschema-zstd") as pool:
         in_flight: collections.deque[tuple[int, Future]] = collections.deque()
         limit = 2 * workers()
-        stored_at = 0
-        for k, (stored, _crc) in enumerate(table.chunks):
+        for k, stored_at in enumerate(table.starts()):
             raw_at = k * table.chunk
             raw_len = table.raw_size(k, block.nbytes)
             in_flight.append((k, job(k, stored_at, raw_at, raw_len, pool)))
-            stored_at += stored
             while len(in_flight) > limit:
                 done, future = in_flight.popleft()
                 crcs[done] = future.result()

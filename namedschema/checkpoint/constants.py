@@ -14,9 +14,12 @@ FORMAT_VERSION = "1.0"
 READ_MAJOR = 1                              # readers accept any 1.x file ...
 # ... that lists only these features ("numpy-defaults": a schema default is a
 # numpy scalar or array, held in a "numpy" node; "zstd-chunks": blocks stored
-# as chunks, compressed with zstd or raw, listed in a chunk table)
+# as chunks, compressed with zstd or raw, listed in a chunk table; "zstd-chunk-offsets":
+# chunk tables that place their chunks, written by incremental compressed saves)
 COMPRESSED_FEATURE = "zstd-chunks"
-KNOWN_FEATURES: frozenset[str] = frozenset({"numpy-defaults", COMPRESSED_FEATURE})
+PLACED_FEATURE = "zstd-chunk-offsets"
+KNOWN_FEATURES: frozenset[str] = frozenset({"numpy-defaults", COMPRESSED_FEATURE,
+                                            PLACED_FEATURE})
 
 ALIGN = 64                  # every block starts at a multiple of this in the file
 CHUNK = 16 * 2**20          # bytes per write, read and checksum step

@@ -50,6 +50,7 @@ from .constants import (
     MAX_INDEX,
     MAX_NBYTES,
     MAX_NDIM,
+    PLACED_FEATURE,
     READ_MAJOR,
     ST_ITEMSIZE,
     TORCH_DTYPES,
@@ -493,6 +494,10 @@ def read_header(f: BinaryIO, name: str, file_size: int) -> Header:
     if any(b.table for b in blocks) and COMPRESSED_FEATURE not in desc.get("features", []):
         fail(name, f"has compressed blocks but does not list the feature "
              f"{COMPRESSED_FEATURE!r}")
+    if any(b.table and b.table.offsets is not None for b in blocks) and \
+            PLACED_FEATURE not in desc.get("features", []):
+        fail(name, f"has chunk tables with offsets but does not list the feature "
+             f"{PLACED_FEATURE!r}")
     arrays = tuple(ArrayEntry.from_json(name, i, a, tuple(blocks))
                    for i, a in enumerate(raw_arrays))
     # Truncation is reported per field, naming the first array in the block.

@@ -43,6 +43,7 @@ from ..errors import FormatError
 from . import baselines, journal, layout, relayout, tracking, writer
 from .atomic import check_target, final_target, fsync_dir
 from .blocks import MemorySpan, Progress
+from .compression import Compression
 from .graph import EncodedGraph, encode_graph
 from .header import Header, SaveRecord, TensorEntry, read_header
 
@@ -316,16 +317,24 @@ def save(obj: Any, path: str | os.PathLike[str], *, allow_pickle: bool = False,
 
 
 def save_encoded(enc: EncodedGraph, plan: layout.Layout, path: str,
-                 progress: bool) -> SaveRecord:
-    """``save`` of a graph already encoded and laid out (background saves encode first)."""
+                 progress: bool, compression: Compression | None = None) -> SaveRecord:
+    """``save`` of a graph already encoded and laid out (background saves encode first).
+
+    With ``compression``, a compressed file is updated chunk by chunk (``squeezed``).
+    """
     wait(path)
     real = os.path.realpath(path)
     _note(real, None)
+
+    def full_save_() -> SaveRecord:
+        if compression is None:
+            return full_save(enc, plan, path, progress)
+        return _squeezed().full_save(enc, plan, path, progress, compression)
     try:
         fd = os.open(path, os.O_RDWR | getattr(os, "O_CLOEXEC", 0))
     except OSError:
         _note(real, None)
-        return _logged(path, full_save(enc, plan, path, progress))
+        return _logged(path, full_save_())
     handed_over = False
     try:
         _lock(fd, fcntl.LOCK_EX)
@@ -336,15 +345,15 @@ def save_encoded(enc: EncodedGraph, plan: layout.Layout, path: str,
             now = None
         if now is None or (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino):
             _note(real, "the file was replaced while the save waited for it")
-            return _logged(path, full_save(enc, plan, path, progress))
+            return _logged(path, full_save_())
         _recover_locked(path, fd)
         try:
-            record = _incremental(enc, plan, path, real, fd, progress)
+            record = _incremental(enc, plan, path, real, fd, progress, compression)
         except BaseException:
             baselines.forget(real)  # tracking was re-armed for a save that did not happen
             raise
         if record is None:
-            return _logged(path, full_save(enc, plan, path, progress))
+            return _logged(path, full_save_())
         _note(real, None)
         handed_over = True
         return _logged(path, record)
@@ -353,11 +362,25 @@ def save_encoded(enc: EncodedGraph, plan: layout.Layout, path: str,
             _close(fd)
 
 
+def _squeezed() -> Any:
+    """The module of compressed updates, imported only by saves that ask for them."""
+    from . import squeezed
+    return squeezed
+
+
 def _incremental(enc: EncodedGraph, plan: layout.Layout, path: str, real: str, fd: int,
-                 progress: bool) -> SaveRecord | None:
-    found = _scan(enc, plan, path, real, fd, defer=False)
-    saved = None if found is None else _write_changes(enc, plan, path, real, fd, *found,
-                                                      progress=progress)
+                 progress: bool, compression: Compression | None = None
+                 ) -> SaveRecord | None:
+    saved: SaveRecord | None
+    if compression is not None:
+        result = _squeezed().update(enc, plan, path, real, fd, progress, compression)
+        saved = None if isinstance(result, str) else result
+        if isinstance(result, str):
+            _note(real, result)
+    else:
+        found = _scan(enc, plan, path, real, fd, defer=False)
+        saved = None if found is None else _write_changes(enc, plan, path, real, fd, *found,
+                                                          progress=progress)
     if saved is not None:
         _finish_later(path, fd, journal.journal_path(path))
     return saved
@@ -531,7 +554,8 @@ _outgrown: set[str] = set()      # real paths whose header outgrew its room in t
 
 
 def begin_background(enc: EncodedGraph, plan: layout.Layout, path: str,
-                     progress: bool) -> Callable[[], SaveRecord] | None:
+                     progress: bool, compression: Compression | None = None
+                     ) -> Callable[[], SaveRecord] | None:
     """The caller's half of a background incremental save: lock, scan, copy the changes aside.
 
     Only with write protection (other tracking reads all memory: a fork is
@@ -548,7 +572,7 @@ def begin_background(enc: EncodedGraph, plan: layout.Layout, path: str,
         fd = os.open(path, os.O_RDWR | getattr(os, "O_CLOEXEC", 0))
     except OSError:
         return None
-    found = None
+    write: Callable[[], SaveRecord | None] | None = None
     try:
         _lock(fd, fcntl.LOCK_EX)
         if (os.stat(path).st_ino, os.stat(path).st_dev) != (os.fstat(fd).st_ino,
@@ -557,26 +581,49 @@ def begin_background(enc: EncodedGraph, plan: layout.Layout, path: str,
         _recover_locked(path, fd)
         if journal.is_file(journal.journal_path(path)) is not False:  # junk: a full save
             try:
-                found = _scan(enc, plan, path, real, fd, defer=True)
+                write = _begin(enc, plan, path, real, fd, progress, compression)
             except BaseException:
                 baselines.forget(real)
                 raise
     finally:
-        if found is None:
+        if write is None:
             _close(fd)
-    return None if found is None else functools.partial(
-        _finish_background, enc, plan, path, real, fd, found, progress)
+    return None if write is None else functools.partial(
+        _finish_background, path, real, fd, write)
 
 
-def _finish_background(enc: EncodedGraph, plan: layout.Layout, path: str, real: str, fd: int,
-                       found: _Found, progress: bool) -> SaveRecord:
+def _begin(enc: EncodedGraph, plan: layout.Layout, path: str, real: str, fd: int,
+           progress: bool, compression: Compression | None
+           ) -> Callable[[], SaveRecord | None] | None:
+    """The scan of a background save, copies aside; the write for the writer thread."""
+    if compression is None:
+        found = _scan(enc, plan, path, real, fd, defer=True)
+        return None if found is None else functools.partial(
+            _write_changes, enc, plan, path, real, fd, *found, progress=progress)
+    rest = _squeezed().begin(enc, plan, path, real, fd, progress, compression)
+    if isinstance(rest, str):
+        _note(real, rest)
+        return None
+
+    def write() -> SaveRecord | None:
+        result = rest()
+        if isinstance(result, str):
+            _note(real, result)
+            return None
+        return result
+    return write
+
+
+def _finish_background(path: str, real: str, fd: int,
+                       write: Callable[[], SaveRecord | None]) -> SaveRecord:
     jpath = journal.journal_path(path)
     try:
-        saved = _write_changes(enc, plan, path, real, fd, *found, progress=progress)
+        saved = write()
         if saved is None:
             _outgrown.add(real)
-            raise OSError(f"{path!r}: the incremental save did not fit the file's header room; "
-                          "nothing was written, the next save of it writes a full checkpoint")
+            raise OSError(f"{path!r}: the incremental save was not made "
+                          f"({_fallbacks.get(real, 'its header outgrew its room')}); nothing "
+                          "was written, the next save of it writes a full checkpoint")
         os.fdatasync(fd) if hasattr(os, "fdatasync") else os.fsync(fd)
         os.unlink(jpath)
         fsync_dir(os.path.dirname(jpath))

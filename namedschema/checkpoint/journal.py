@@ -335,14 +335,19 @@ def growth_problem(journal: Journal, fd: int, size: int) -> str | None:
         return "the header it writes is not its new checkpoint's"
     covered = sorted((o, o + n) for o, n, _c in journal.ranges if n)
     for b in header.description.blocks:
-        lo = max(header.data_start + b.start, size)
-        hi = header.data_start + b.start + b.nbytes
-        for a, c in covered:
-            if a <= lo < c:
-                lo = c
-        if lo < hi:
-            return (f"its ranges do not write bytes {lo}..{hi} of block {b.tensor!r}, "
-                    "past the file's end")
+        at = header.data_start + b.start
+        # a compressed block's bytes are its chunks (what else its tensor holds is free)
+        spans = [(at, at + b.nbytes)] if b.table is None else [
+            (at + s, at + s + n) for s, (n, _crc) in zip(b.table.starts(), b.table.chunks,
+                                                         strict=True)]
+        for lo, hi in spans:
+            lo = max(lo, size)
+            for a, c in covered:
+                if a <= lo < c:
+                    lo = c
+            if lo < hi:
+                return (f"its ranges do not write bytes {lo}..{hi} of block {b.tensor!r}, "
+                        "past the file's end")
     return None
 
 

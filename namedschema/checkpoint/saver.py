@@ -105,8 +105,8 @@ def save(obj: Any, path: str | os.PathLike[str] | io.RawIOBase | io.BufferedIOBa
             frames take a small fraction of their size, random data its own
             size. Such files load fully (not with ``mmap_mode``) and need
             the ``zstandard`` package (``namedschema[zstd]``); see
-            :doc:`/format`, "Compressed blocks". Not with ``incremental``
-            (yet): that raises ValueError.
+            :doc:`/format`, "Compressed blocks". With ``incremental``, a
+            save rewrites only the chunks that changed (:doc:`/incremental`).
 
     Raises:
         NotDataError: (a TypeError) ``obj`` holds a value that is not data and
@@ -140,10 +140,6 @@ def save(obj: Any, path: str | os.PathLike[str] | io.RawIOBase | io.BufferedIOBa
     target = _target(obj, path, incremental or background)
     meta = check_metadata_argument(metadata)
     codec = compression_argument(compression)
-    if codec is not None and incremental:
-        raise ValueError("save: compression is not supported with incremental=True yet "
-                         "(incremental saves update raw blocks in place); pass "
-                         "compression=None, or incremental=False for a compressed file")
     if not isinstance(target, str):
         _save_to_file_object(obj, target, allow_pickle, progress, meta, codec)
         return None
@@ -153,7 +149,7 @@ def save(obj: Any, path: str | os.PathLike[str] | io.RawIOBase | io.BufferedIOBa
         plan = layout.plan(graph.encoder.arrays.entries, graph.pickle_bytes)
         if not background:
             if incremental:
-                _incremental.save_encoded(graph, plan, target, progress)
+                _incremental.save_encoded(graph, plan, target, progress, codec)
             else:
                 writer.write(graph, plan, target, writer.PLAIN, progress=progress,
                              compression=codec)

@@ -2,7 +2,7 @@
 
 Round trips over dtypes, shapes, views and chunk boundaries (with a small chunk
 size), incompressible data, corrupted and hostile chunk tables, the refusals
-(mmap_mode, incremental saves, a missing zstandard), inspect and verify, and
+(mmap_mode, a missing zstandard), inspect and verify, and
 files without compression staying byte-identical.
 """
 
@@ -462,15 +462,11 @@ def test_mmap_mode_refuses_compressed_arrays(tmp_path, mode):
         namedschema.load(path, mmap_mode=mode)
 
 
-def test_incremental_refuses_compression_and_updates_compressed_files_in_full(tmp_path):
+def test_uncompressed_incremental_save_updates_compressed_files_in_full(tmp_path):
+    """An incremental save without compression over a compressed file writes a full,
+    raw file (compressed incremental saves: test_compressed_incremental.py)."""
     path = str(tmp_path / "i.nsb")
     obs = frames(100)
-    with pytest.raises(ValueError, match="compression is not supported with incremental"):
-        namedschema.save({"obs": obs}, path, incremental=True, compression="zstd")
-    with pytest.raises(ValueError, match="compression is not supported with incremental"):
-        namedschema.save({"obs": obs}, path, incremental=True, background=True,
-                         compression="zstd")
-    assert not os.path.exists(path)
     namedschema.save({"obs": obs}, path, compression="zstd")
     obs[3] = 1
     namedschema.save({"obs": obs}, path, incremental=True)   # a full, raw rewrite
