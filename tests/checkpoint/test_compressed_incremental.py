@@ -111,6 +111,25 @@ def test_pages_written_with_the_same_values_write_nothing_but_the_header(tmp_pat
     assert table_of(path)["chunks"] == before["chunks"]
 
 
+@pytest.mark.parametrize("where", ["first", "last", "both"])
+def test_writes_to_the_partial_pages_at_the_ends_are_saved(tmp_path, where):
+    """Write protection covers whole pages only: the first and last bytes of a block
+    (pages it shares with other memory) are checked by their own checksums."""
+    path = str(tmp_path / "e.nsb")
+    backing = np.zeros(400 * 84 * 84 + 8192, np.uint8)
+    obs = backing[100:100 + 400 * 84 * 84].reshape(400, 84, 84)   # ends mid-page
+    obs[:] = frames(400)
+    obj = {"obs": obs}
+    with small_chunks(65536):
+        save(obj, path)
+        if where in ("first", "both"):
+            obs.reshape(-1)[5] = 1
+        if where in ("last", "both"):
+            obs.reshape(-1)[-3] = 2
+        assert save(obj, path).kind == "incremental"
+    assert equal(namedschema.load(path, verify=True), obj)
+
+
 def test_checksum_tracking_finds_the_same_chunks(tmp_path, monkeypatch):
     monkeypatch.setenv("NAMEDSCHEMA_TRACKING", "checksums")
     assert tracking.mode() == "checksums"
@@ -168,10 +187,47 @@ def test_a_block_that_outgrows_its_tensor_moves(tmp_path):
         record = save(obj, path)
     assert record.kind == "incremental", incremental.fallback_reason(path)
     assert os.path.getsize(path) > size
-    moved = _tensors(path)[desc_of(path)["blocks"][0]["tensor"]]["data_offsets"][0]
+    tensors = _tensors(path)
+    moved = tensors[desc_of(path)["blocks"][0]["tensor"]]["data_offsets"][0]
     assert moved > start
+    # its old place is padding now, and zeros, as padding is
+    pads = [t["data_offsets"] for k, t in tensors.items() if k.startswith("__pad__.")]
+    old = next(p for p in pads if p[0] <= start < p[1])
+    with open(path, "rb") as f:
+        length = int.from_bytes(f.read(8), "little")
+        f.seek(8 + length + old[0])
+        assert not any(f.read(old[1] - old[0]))
     assert equal(namedschema.load(path, verify=True), obj)
     verify(path)
+
+
+class _Crash(BaseException):
+    pass
+
+
+def test_a_commit_that_moves_a_block_past_the_end_is_finished_by_load(tmp_path, monkeypatch):
+    """Killed between the journal's commit and growing the file (simulated: the save
+    stops there), the next load grows the file and writes the moved block."""
+    from namedschema.checkpoint import journal
+    path = str(tmp_path / "g.nsb")
+    obj = {"a": np.zeros(1_000_000, np.uint8), "b": np.zeros(100_000, np.uint8)}
+    real = journal.write
+
+    def write(*args):
+        real(*args)
+        raise _Crash
+
+    with small_chunks(16384):
+        save(obj, path)
+        size = os.path.getsize(path)
+        obj["a"][:40_000] = np.random.default_rng(0).integers(0, 255, 40_000, np.uint8)
+        monkeypatch.setattr(journal, "write", write)
+        with pytest.raises(_Crash):
+            namedschema.save(obj, path, incremental=True, compression="zstd")
+        monkeypatch.setattr(journal, "write", real)
+    assert os.path.getsize(path) == size and os.path.exists(journal.journal_path(path))
+    assert equal(namedschema.load(path, verify=True), obj)
+    assert os.path.getsize(path) > size and not os.path.exists(journal.journal_path(path))
 
 
 def _tensors(path: str) -> dict:
