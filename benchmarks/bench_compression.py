@@ -18,8 +18,20 @@ then loads each file (from the page cache: it was just written). It keeps the
 best time of each and prints the ratios of compressed to uncompressed: file
 size, save time, load time (**lower is better**), plus the throughputs.
 
+With ``--incremental`` (the default; ``--no-incremental`` skips it) it then measures
+on the frames, at zstd level 1, in the same run:
+
+* ``incremental``: a full compressed save against incremental compressed saves
+  (``incremental=True``) after 1% of the rows changed, as a ring buffer writes them
+  (one contiguous segment at a moving cursor) and at random rows; ratios are the
+  incremental save's time over the best plain full compressed save
+  (``save(..., compression="zstd")``) of the same run (target: at most 1/10);
+* ``background``: the stall of ``save(..., incremental=True, background=True,
+  compression="zstd")`` (the time until it returns): the first, full save (target
+  250 ms) and the 1% saves after it (target 50 ms), each waited for before the next.
+
     python benchmarks/bench_compression.py [--mib 256] [--rounds 3] [--levels 1 3]
-        [--source auto|pong|synthetic] [--dir DIR] [--json FILE]
+        [--source auto|pong|synthetic] [--dir DIR] [--json FILE] [--no-incremental]
 """
 
 from __future__ import annotations
@@ -152,6 +164,75 @@ def measure(name: str, data: np.ndarray, levels: list[int], rounds: int,
     return rows
 
 
+def _change(data: np.ndarray, rows: np.ndarray, step: int) -> None:
+    """Write other frames (of the same kind) into ``rows``: a step of the game later."""
+    data[rows] = data[(rows + 1000 + step) % len(data)]
+
+
+def incremental(data: np.ndarray, rounds: int, directory: str) -> dict:
+    """Full against incremental compressed saves, and background stalls (module docstring)."""
+    import namedschema
+    from namedschema.checkpoint import incremental as inc
+    data = data.copy()
+    n = len(data)
+    k = max(1, n // 100)
+    rng = np.random.default_rng(0)
+    path = os.path.join(directory, "inc.nsb")
+    plain = os.path.join(directory, "plain.nsb")
+    full, ring, rand, kinds = [], [], [], []
+    cursor = 0
+    for r in range(rounds):
+        began = time.perf_counter()
+        namedschema.save({"obs": data}, plain, compression="zstd")
+        full.append(time.perf_counter() - began)
+        if r == 0:
+            namedschema.save({"obs": data}, path, incremental=True, compression="zstd")
+            inc.wait(path)
+        for case, times in (("ring", ring), ("random", rand)):
+            rows = (np.arange(cursor, cursor + k) % n if case == "ring"
+                    else rng.choice(n, k, replace=False))
+            cursor += k
+            _change(data, rows, r)
+            began = time.perf_counter()
+            namedschema.save({"obs": data}, path, incremental=True, compression="zstd")
+            times.append(time.perf_counter() - began)
+            inc.wait(path)
+            kinds.append((case, namedschema.inspect(path).last_save.kind,
+                          inc.fallback_reason(path)))
+    if not np.array_equal(namedschema.load(path, verify=True)["obs"], data):
+        raise SystemExit("incremental round trip failed")
+    # background stalls, on a path of their own
+    bpath = os.path.join(directory, "bg.nsb")
+    stalls = {"first": [], "ring": [], "random": []}
+    handle = namedschema.save({"obs": data}, bpath, incremental=True, background=True,
+                              compression="zstd")
+    stalls["first"].append(handle.stall)
+    handle.wait()
+    for r in range(rounds):
+        for case in ("ring", "random"):
+            rows = (np.arange(cursor, cursor + k) % n if case == "ring"
+                    else rng.choice(n, k, replace=False))
+            cursor += k
+            _change(data, rows, r)
+            handle = namedschema.save({"obs": data}, bpath, incremental=True,
+                                      background=True, compression="zstd")
+            stalls[case].append(handle.stall)
+            handle.wait()
+            kinds.append((f"background {case}", namedschema.inspect(bpath).last_save.kind,
+                          inc.fallback_reason(bpath)))
+    if not np.array_equal(namedschema.load(bpath, verify=True)["obs"], data):
+        raise SystemExit("background round trip failed")
+    for p in (path, plain, bpath):
+        os.unlink(p)
+    best_full = min(full)
+    return {"rows_changed": k, "full_s": best_full,
+            "ring_s": min(ring), "ring_ratio": min(ring) / best_full,
+            "random_s": min(rand), "random_ratio": min(rand) / best_full,
+            "stall_first_ms": 1000 * max(stalls["first"]),
+            "stall_ring_ms": 1000 * max(stalls["ring"]),
+            "stall_random_ms": 1000 * max(stalls["random"]), "kinds": kinds}
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--mib", type=int, default=256)
@@ -161,6 +242,7 @@ def main(argv=None) -> int:
     parser.add_argument("--pong-frames", type=int, default=6000)
     parser.add_argument("--dir", default=None, help="where the files go (default: a temp dir)")
     parser.add_argument("--json", default=None)
+    parser.add_argument("--no-incremental", dest="incremental", action="store_false")
     args = parser.parse_args(argv)
     directory = args.dir or tempfile.mkdtemp(prefix="namedschema-bench-compression-")
     os.makedirs(directory, exist_ok=True)
@@ -186,6 +268,18 @@ def main(argv=None) -> int:
                   f"{r['load_s']:>8.3f}s{r['load_ratio']:>7.2f}x{r['save_gbps']:>11.2f}"
                   f"{r['load_gbps']:>11.2f}")
         sys.stdout.flush()
+    if args.incremental:
+        inc = incremental(obs, args.rounds, directory)
+        result["incremental"] = inc
+        print(f"incremental (frames, zstd 1, {inc['rows_changed']} rows = 1%): full "
+              f"compressed save {inc['full_s']:.3f}s; 1% ring {inc['ring_s']:.3f}s "
+              f"({inc['ring_ratio']:.3f}x, target <= 0.1x); 1% random rows "
+              f"{inc['random_s']:.3f}s ({inc['random_ratio']:.3f}x)")
+        print(f"background stall: first (full) {inc['stall_first_ms']:.1f} ms (target 250), "
+              f"1% ring {inc['stall_ring_ms']:.1f} ms, 1% random "
+              f"{inc['stall_random_ms']:.1f} ms (target 50; worst of {args.rounds})")
+        print("kinds: " + "; ".join(f"{c} {k}" + (f" ({why})" if why else "")
+                                    for c, k, why in inc["kinds"]))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(result, f, indent=1)

@@ -374,17 +374,18 @@ def _find(enc: EncodedGraph, plan: layout.Layout, path: str, real: str, fd: int,
                 found.raw_blocks[i] = data
             continue
         known = base.blocks[i] if i < len(base.blocks) else None
-        chosen = _chunks_of(source, nbytes, known, compression.chunk, found, i)
+        chosen = _chunks_of(source, nbytes, known, compression.chunk, found, i,
+                            budget - spent)
         spent += sum(len(v) for v in chosen.values())
-        if spent > budget:
-            raise _Stop("more changed than an incremental save is worth")
         found.chunks[i] = chosen
     return found
 
 
 def _chunks_of(source: Source, nbytes: int, known: _Block | None, chunk: int,
-               found: _Candidates, i: int) -> dict[int, bytes]:
-    """The candidate chunks of one block, copied (sets its next token and edges)."""
+               found: _Candidates, i: int, budget: int) -> dict[int, bytes]:
+    """The candidate chunks of one block, copied (sets its next token and edges); _Stop
+    when they pass ``budget`` bytes (before copying them, where the kernel lists them)."""
+    too_much = _Stop("more changed than an incremental save is worth")
     lo = source.lo if isinstance(source, MemorySpan) and not source.lead else None
     n = -(-nbytes // chunk)
     same = known is not None and known.nbytes == nbytes and known.crcs.size == n
@@ -405,6 +406,8 @@ def _chunks_of(source: Source, nbytes: int, known: _Block | None, chunk: int,
                 picked.add(0)
             if edges[1] != known.edges[1]:
                 picked.add(n - 1)
+            if sum(min(chunk, nbytes - k * chunk) for k in picked) > budget:
+                raise too_much
             mem = _memory(lo, nbytes)
             return {k: bytes(mem[k * chunk:(k + 1) * chunk]) for k in sorted(picked)}
     # No protection to ask: every chunk's raw CRC against the baseline's (armed first, so
@@ -418,6 +421,9 @@ def _chunks_of(source: Source, nbytes: int, known: _Block | None, chunk: int,
         data = bytes(piece)
         if not same or known is None or zlib.crc32(data) != int(known.crcs[k]):
             out[k] = data
+            budget -= len(data)
+            if budget < 0:
+                raise too_much
     return out
 
 
