@@ -185,7 +185,7 @@ the table has exactly ``ceil(n / c)`` entries, no more than the stored
 bytes; every ``s_i`` is between 1 and its chunk's raw size, and the raw size
 is at most 32,768 times ``s_i`` (no zstd frame expands more: a file cannot
 make a load allocate more than that times its size); the ``s_i`` add up to
-the tensor's size; the file lists the feature ``"zstd-chunks"``. Loading
+the tensor's size (without ``offsets``, below); the file lists the feature ``"zstd-chunks"``. Loading
 decompresses each chunk into the block's memory (raw chunks are read into
 it); a frame that declares or yields another size than its chunk's is a
 ``FormatError`` naming the block's first field. Every load checks the
@@ -194,8 +194,28 @@ also check the raw chunks' CRC-32 and the CRC-32 of the decompressed block. Such
 useful sense: safetensors readers see the compressed blocks as ``U8``
 tensors of zstd frames, not as the arrays, and readers before the feature
 refuse it. A compressed block cannot be memory-mapped (``load`` with
-``mmap_mode`` refuses the file, naming the field), and an incremental save
-over such a file writes a new full file instead of updating it in place.
+``mmap_mode`` refuses the file, naming the field).
+
+Placed chunks (``save(..., incremental=True, compression="zstd")``). A chunk
+table may have one more key, ``"offsets": [o0, o1, ...]``: chunk ``i`` is then
+stored at ``o_i`` bytes into the block's tensor, and the tensor also holds free
+space (the stored sizes add up to at most its size). A reader checks that there
+is one integer offset per chunk, that every chunk lies inside the tensor, that no
+two overlap, and that the file lists the feature ``"zstd-chunk-offsets"``
+(readers before it refuse such a file). Incremental compressed saves write every
+block of at least 4 KiB, and the pickle block, this way, each tensor with room for
+its chunks to grow (a quarter of their size, and at least two chunks' raw size or
+an eighth of the block, whichever is less), and the header with room to grow as
+in other incremental-mode files. A later save rewrites only the chunks whose data
+changed, through the journal: where the chunk was if its new stored size fits
+there, else in free space of the tensor, else the block's chunks are packed again,
+else the block moves (to free padding or the end of the file, with half as much
+again as it needs) and its old place is zeroed and becomes ``__pad__.K``. It
+updates the chunk's entry and offset, and the block's ``crc32`` (the CRC-32 of its
+raw bytes, combined from the chunks'); a save that would leave more padding than
+half of the blocks' tensors (plus 8 MiB) is a full save instead, which packs the
+file. Files written without ``incremental`` (and all uncompressed files) have no
+``offsets`` and are exactly as before.
 
 Incremental saves (``save(..., incremental=True)``) write files of this same
 format, with two layout choices any 1.x reader accepts: blocks of at least
