@@ -96,6 +96,8 @@ def test_a_ring_segment_rewrites_only_its_chunks(tmp_path):
     assert record.bytes_written < 0.02 * os.path.getsize(path) + 4096 + 1000
     assert equal(namedschema.load(path, verify=True), obj)
     verify(path)
+    info = namedschema.inspect(path)
+    assert info.fields[0].codec == "zstd" and info.fields[0].ratio > 10
 
 
 def test_pages_written_with_the_same_values_write_nothing_but_the_header(tmp_path):
@@ -248,8 +250,8 @@ def _tensors(path: str) -> dict:
        steps=st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 8),
                                 st.sampled_from(["noise", "flat", "same"])),
                       min_size=1, max_size=6),
-       seed=st.integers(0, 2**16))
-def test_round_trips_over_random_changes(chunk, rows, width, dtype, steps, seed):
+       seed=st.integers(0, 2**16), background=st.booleans())
+def test_round_trips_over_random_changes(chunk, rows, width, dtype, steps, seed, background):
     rng = np.random.default_rng(seed)
     obj = {"x": np.zeros((rows, width), dtype),
            "noise": rng.integers(0, 255, 3 * chunk + 5, np.uint8),
@@ -266,7 +268,11 @@ def test_round_trips_over_random_changes(chunk, rows, width, dtype, steps, seed)
                 part[...] = 7
             obj["noise"][row % obj["noise"].size] ^= 1
             obj["small"][row % 3] += 1
-            save(obj, path)
+            if background:
+                namedschema.save(obj, path, incremental=True, compression="zstd",
+                                 background=True).wait()
+            else:
+                save(obj, path)
             back = namedschema.load(path, verify=True)
             assert equal({k: back[k] for k in ("x", "noise", "small")},
                          {k: obj[k] for k in ("x", "noise", "small")})
