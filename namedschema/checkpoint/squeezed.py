@@ -46,6 +46,7 @@ report, adopt  a snapshot child's baseline, handed to its parent
 
 from __future__ import annotations
 
+import bisect
 import ctypes
 import os
 import struct
@@ -432,37 +433,43 @@ def _chunks_of(source: Source, nbytes: int, known: _Block | None, chunk: int,
 # --------------------------------------------------------------------------
 
 class _Space:
-    """Free stretches of one range, first fit."""
+    """Free stretches of one range (sorted, disjoint)."""
 
     def __init__(self, lo: int, hi: int, used: list[tuple[int, int]]) -> None:
-        self.gaps: list[list[int]] = []
+        self.starts: list[int] = []
+        self.ends: list[int] = []
         at = lo
         for a, b in sorted(used):
             if a > at:
-                self.gaps.append([at, a])
+                self.starts.append(at)
+                self.ends.append(a)
             at = max(at, b)
         if hi > at:
-            self.gaps.append([at, hi])
+            self.starts.append(at)
+            self.ends.append(hi)
 
     def take_at(self, at: int, size: int) -> bool:
-        for g in self.gaps:
-            if g[0] <= at and at + size <= g[1]:
-                self._cut(g, at, size)
-                return True
+        """Take ``[at, at + size)`` if it is free."""
+        k = bisect.bisect_right(self.starts, at) - 1
+        if k >= 0 and at + size <= self.ends[k]:
+            self._cut(k, at, size)
+            return True
         return False
 
     def take(self, size: int, align: int = 1) -> int | None:
-        for g in self.gaps:
-            at = g[0] + (-g[0] % align)
-            if at + size <= g[1]:
-                self._cut(g, at, size)
+        """Take ``size`` bytes (at a multiple of ``align``): the last stretch first (the
+        room at the end of a tensor, where it fits in one step), then the first that fits."""
+        for k in [len(self.starts) - 1, *range(len(self.starts) - 1)] if self.starts else []:
+            at = self.starts[k] + (-self.starts[k] % align)
+            if at + size <= self.ends[k]:
+                self._cut(k, at, size)
                 return at
         return None
 
-    def _cut(self, g: list[int], at: int, size: int) -> None:
-        k = self.gaps.index(g)
-        parts = [p for p in ([g[0], at], [at + size, g[1]]) if p[1] > p[0]]
-        self.gaps[k:k + 1] = parts
+    def _cut(self, k: int, at: int, size: int) -> None:
+        parts = [p for p in ((self.starts[k], at), (at + size, self.ends[k])) if p[1] > p[0]]
+        self.starts[k:k + 1] = [p[0] for p in parts]
+        self.ends[k:k + 1] = [p[1] for p in parts]
 
 
 @dataclass
