@@ -27,6 +27,7 @@ INTERNAL = {
     "namedschema.state.plain.NotDataValue",
     "namedschema.state.env._Unknown",
     "namedschema.checkpoint.journal.Unusable",
+    "namedschema.checkpoint.squeezed._Stop",
 }
 # The adapter imports nothing of namedschema: the twin tests load it from its file in runs
 # of rlpyt alone (namedschema never imported), so its error is a plain ImportError.
