@@ -453,3 +453,30 @@ def test_plain_compressed_files_place_no_chunks(tmp_path):
     namedschema.save({"obs": frames(100)}, path, compression="zstd")
     assert "offsets" not in table_of(path)
     assert "zstd-chunk-offsets" not in desc_of(path)["features"]
+
+
+@settings(max_examples=60, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(offsets=st.lists(st.integers(-5, 3000), min_size=0, max_size=12),
+       order=st.none() | st.permutations(range(8)))
+def test_any_offsets_load_exactly_or_are_refused(tmp_path, offsets, order):
+    """Forged offsets (valid or not): a verified load gives the saved bytes or a
+    FormatError, never anything else."""
+    path = str(tmp_path / "placed.nsb")
+    if not os.path.exists(path):
+        with small_chunks(128, min_block=1):
+            save({"obs": frames(1)[0, :8].reshape(-1).repeat(2)[:1024]}, path)
+    want = namedschema.load(path)["obs"]
+    with open(path, "rb") as f:
+        header, desc, body = split(f.read())
+    placed = desc["blocks"][0]["offsets"]
+    assert len(placed) == 8
+    desc["blocks"][0]["offsets"] = offsets if order is None else [placed[k] for k in order]
+    bad = str(tmp_path / "forged.nsb")
+    with open(bad, "wb") as f:
+        f.write(join(header, desc, body))
+    try:
+        back = namedschema.load(bad, verify=True)
+    except FormatError:
+        return
+    assert np.array_equal(back["obs"], want)
