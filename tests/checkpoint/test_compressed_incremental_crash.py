@@ -6,7 +6,8 @@ that makes chunks grow and blocks move, flat rows that make them shrink), and ki
 itself inside one save: while finding the candidates, while placing the chunks,
 half-way through the journal, after its commit, half-way through the in-place
 writes, half-way through the header, before the journal is removed, or after a
-random delay. The parent checks, with every chunk's checksum verified, that the file
+random delay; three phases with background saves large enough to copy their candidate
+chunks aside and write them in the writer thread. The parent checks, with every chunk's checksum verified, that the file
 holds the last completed or the interrupted state, never a mix, and that saving
 again works.
 """
@@ -32,8 +33,9 @@ pytestmark = [pytest.mark.skipif(os.name != "posix", reason="needs SIGKILL"),
               pytest.mark.subprocess]
 
 PHASES = ("find", "place", "journal_torn", "journal_done", "apply_mid", "header_mid",
-          "finish", "random")
-SEEDS = range(4)   # 8 phases x 4 = 32 kills
+          "finish", "random", "bg_journal_done", "bg_apply_mid", "bg_random")
+SEEDS = range(4)   # 11 phases x 4 = 44 kills ("bg_": background saves of 9 MiB, which
+                   # copy the candidate chunks and write them in the writer thread)
 
 CHILD = r"""
 import hashlib, os, signal, sys, threading
@@ -43,9 +45,11 @@ from namedschema.checkpoint import compression, incremental, journal, squeezed
 
 compression.CHUNK, compression.MIN_BLOCK = 8192, 256
 phase, seed, path, log = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+bg = phase.startswith("bg_")
+phase = phase.removeprefix("bg_")
 rng = np.random.default_rng(seed)
-obj = {"obs": np.full((600, 32, 32), 87, np.uint8), "step": np.zeros(600, np.int64),
-       "t": 0}
+N = 9000 if bg else 600   # past SMALL_STATE: the route that copies changes aside
+obj = {"obs": np.full((N, 32, 32), 87, np.uint8), "step": np.zeros(N, np.int64), "t": 0}
 
 def digest(o):
     h = hashlib.sha256()
@@ -64,7 +68,11 @@ def note(line):
         os.fsync(f.fileno())
 
 def save():
-    namedschema.save(obj, path, incremental=True, compression="zstd")
+    if bg:
+        namedschema.save(obj, path, incremental=True, compression="zstd",
+                         background=True).wait()
+    else:
+        namedschema.save(obj, path, incremental=True, compression="zstd")
     incremental.wait(path)
 
 note("state " + digest(obj))
@@ -123,7 +131,7 @@ def arm():
         threading.Timer(float(rng.uniform(0, 0.02)), die).start()
 
 for i in range(1, 11):
-    rows = rng.integers(0, 600, int(rng.integers(4, 14)))
+    rows = rng.integers(0, N, int(rng.integers(4, 14)))
     if i % 3:
         obj["obs"][rows] = rng.integers(0, 255, (len(rows), 32, 32), dtype=np.uint8)
     else:
