@@ -17,8 +17,9 @@ chunks whatever the block's size. Loading reads each chunk's stored bytes and
 a worker decompresses them into the block's destination memory; raw chunks
 are read straight into it.
 
-Compression       a parsed ``compression=`` argument: codec, level, chunk size
-compression_argument  ``None``, ``"zstd"`` or ``("zstd", level)`` checked
+Compression       a parsed ``compression=`` argument: codec, level, chunk size, dtypes
+compression_argument  ``None``, ``"zstd"``, ``("zstd", level)`` or ``"auto"`` checked
+compressed_blocks which blocks of a layout a save with a ``Compression`` compresses
 write_block       write one block compressed, returning its chunk table
 compress_chunk    one chunk compressed (or kept raw), with its checksums
 read_block        a compressed block read and decompressed into new memory
@@ -28,10 +29,11 @@ verify_block      a compressed block checked from a map of the file
 from __future__ import annotations
 
 import collections
+import logging
 import os
 import threading
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, BinaryIO
@@ -43,10 +45,11 @@ from .blocks import MemorySpan, Progress, Source, submit_or_run, write_all
 from .chunktable import ChunkTable
 from .constants import ALIGN, CODECS, COMPRESSED_FEATURE, MAX_CHUNK, MIN_CHUNK
 from .crc import crc_concat
-from .header import Header, fail
+from .header import ArrayEntry, BlockEntry, Header, fail
 
-__all__ = ["Compression", "compression_argument", "write_block", "read_block",
-           "verify_block", "compress_chunk", "chunk_pieces", "workers", "CHUNK", "FEATURE"]
+__all__ = ["Compression", "compression_argument", "compressed_blocks", "write_block",
+           "read_block", "verify_block", "compress_chunk", "chunk_pieces", "workers", "CHUNK",
+           "FEATURE", "AUTO", "AUTO_DTYPES"]
 
 #: Raw bytes per chunk (the last chunk of a block may be shorter). Read when
 #: ``save`` checks its argument: tests set it (and MIN_BLOCK) lower to cross
@@ -66,6 +69,17 @@ FEATURE = COMPRESSED_FEATURE
 MAX_WORKERS = 8
 #: The package that provides zstd.
 PACKAGE = "zstandard"
+#: The policy value of ``compression=``: compress blocks of one-byte data only, and
+#: only where ``zstandard`` is installed (else write raw, said once on the log).
+AUTO = "auto"
+#: The numpy dtypes ``compression="auto"`` compresses (a block is compressed when
+#: all its arrays have one): uint8, int8 and bool, what frames, masks and done
+#: flags are stored as. Float arrays (weights, optimizer moments, rewards) shrink
+#: little (a few percent to a third) for the time compressing them costs.
+AUTO_DTYPES = frozenset({"|u1", "|i1", "|b1"})
+
+_log = logging.getLogger("namedschema")
+_said_missing = False
 
 
 @dataclass(frozen=True)
@@ -77,31 +91,66 @@ class Compression:
     level: int = DEFAULT_LEVEL
     chunk: int = CHUNK
     min_block: int = MIN_BLOCK
+    #: compress only blocks whose arrays all have one of these numpy dtypes
+    #: (``"auto"``); None: every block of at least ``min_block`` bytes
+    dtypes: frozenset[str] | None = None
 
 
-def compression_argument(value: Any, chunk: int | None = None) -> Compression | None:
-    """``compression=`` checked: None, ``"zstd"`` or ``("zstd", level)``.
+def compression_argument(value: Any, chunk: int | None = None,
+                         caller: str = "save") -> Compression | None:
+    """``compression=`` checked: None, ``"zstd"``, ``("zstd", level)`` or ``"auto"``.
 
-    ``chunk`` (raw bytes per chunk, a multiple of 64 within the format's
-    bounds; ``CHUNK`` by default) exists for tests.
+    ``"auto"`` compresses one-byte blocks (``AUTO_DTYPES``) at the default
+    level, and is None (one INFO line on the ``namedschema`` logger, once per
+    process) where ``zstandard`` cannot be imported. ``caller`` begins the
+    messages (``"RunCheckpoint"``). ``chunk`` (raw bytes per chunk, a multiple
+    of 64 within the format's bounds; ``CHUNK`` by default) exists for tests.
     """
+    global _said_missing
     if value is None:
         return None
     chunk = CHUNK if chunk is None else chunk
-    level = DEFAULT_LEVEL
+    level, dtypes = DEFAULT_LEVEL, None
     if isinstance(value, tuple) and len(value) == 2:
         value, level = value
         if type(level) is not int or not MIN_LEVEL <= level <= MAX_LEVEL:
-            raise ValueError(f"save: compression level must be an int from {MIN_LEVEL} to "
-                             f"{MAX_LEVEL}, got {level!r}")
+            raise ValueError(f"{caller}: compression level must be an int from {MIN_LEVEL} "
+                             f"to {MAX_LEVEL}, got {level!r}")
+    elif isinstance(value, str) and value == AUTO:
+        value, dtypes = "zstd", AUTO_DTYPES
     if not isinstance(value, str) or value not in CODECS:
-        raise ValueError(f"save: compression must be None, 'zstd' or ('zstd', level), got "
-                         f"{value!r}")
+        raise ValueError(f"{caller}: compression must be None, 'zstd', ('zstd', level) or "
+                         f"'auto', got {value!r}")
     if type(chunk) is not int or not MIN_CHUNK <= chunk <= MAX_CHUNK or chunk % ALIGN:
-        raise ValueError(f"save: chunk size {chunk!r} is not a multiple of {ALIGN} from "
+        raise ValueError(f"{caller}: chunk size {chunk!r} is not a multiple of {ALIGN} from "
                          f"{MIN_CHUNK} to {MAX_CHUNK}")
-    zstd_module()   # refuse now, before anything is written, if zstd is missing
-    return Compression(value, level, chunk, MIN_BLOCK)
+    try:
+        zstd_module()   # refuse now, before anything is written, if zstd is missing
+    except ModuleNotFoundError as exc:
+        if dtypes is None:
+            raise
+        if not _said_missing:
+            _said_missing = True
+            _log.info("namedschema: compression='auto' writes checkpoints uncompressed "
+                      "here: %s", exc)
+        return None
+    return Compression(value, level, chunk, MIN_BLOCK, dtypes)
+
+
+def compressed_blocks(blocks: Sequence[BlockEntry], arrays: Sequence[ArrayEntry],
+             compression: Compression) -> list[bool]:
+    """Which of ``blocks`` (a layout's, with its ``arrays``) ``compression`` compresses:
+    those of at least ``min_block`` bytes whose arrays all have one of its
+    ``dtypes`` (the pickle block, holding none, only when ``dtypes`` is None)."""
+    out = [b.nbytes >= max(compression.min_block, 1) for b in blocks]
+    if compression.dtypes is None:
+        return out
+    kinds: list[set[str]] = [set() for _ in blocks]
+    for a in arrays:
+        if a.block is not None:
+            kinds[a.block].add(a.dtype)
+    return [ok and bool(k) and k <= compression.dtypes
+            for ok, k in zip(out, kinds, strict=True)]
 
 
 def zstd_module(field: str | None = None) -> Any:

@@ -19,7 +19,7 @@ from . import incremental as _incremental
 from . import layout, writer
 from .atomic import check_target, final_target
 from .background import BackgroundSave
-from .compression import Compression, compression_argument
+from .compression import Compression, compressed_blocks, compression_argument
 from .graph import encode_graph
 from .metadata import check_metadata_argument
 
@@ -107,6 +107,10 @@ def save(obj: Any, path: str | os.PathLike[str] | io.RawIOBase | io.BufferedIOBa
             the ``zstandard`` package (``namedschema[zstd]``); see
             :doc:`/format`, "Compressed blocks". With ``incremental``, a
             save rewrites only the chunks that changed (:doc:`/incremental`).
+            ``"auto"`` compresses only blocks of uint8, int8 and bool arrays
+            (frames, masks, flags) and writes raw where ``zstandard`` is
+            missing; a save with nothing to compress writes the uncompressed
+            file (incrementally, if asked).
 
     Raises:
         NotDataError: (a TypeError) ``obj`` holds a value that is not data and
@@ -124,6 +128,7 @@ def save(obj: Any, path: str | os.PathLike[str] | io.RawIOBase | io.BufferedIOBa
         BackgroundSaveError: (an OSError) the previous background save of
             ``path`` failed and its error was not raised yet (by ``wait()``),
             or its writer process died.
+        ValueError: ``compression`` is not one of the values above.
         ModuleNotFoundError: ``compression`` needs the ``zstandard`` package
             (``pip install 'namedschema[zstd]'``); nothing was written.
 
@@ -147,6 +152,7 @@ def save(obj: Any, path: str | os.PathLike[str] | io.RawIOBase | io.BufferedIOBa
     with _background.serialized(target):
         graph = encode_graph(obj, target, allow_pickle, meta)
         plan = layout.plan(graph.encoder.arrays.entries, graph.pickle_bytes)
+        codec = _nothing_to_compress(codec, plan)
         if not background:
             if incremental:
                 _incremental.save_encoded(graph, plan, target, progress, codec)
@@ -201,5 +207,15 @@ def _write(obj: Any, path: str, shown: str, allow_pickle: bool, progress: bool,
     """A full save of ``obj`` to the file ``path`` (``shown`` names it in messages)."""
     graph = encode_graph(obj, shown, allow_pickle, metadata)
     plan = layout.plan(graph.encoder.arrays.entries, graph.pickle_bytes)
+    codec = _nothing_to_compress(codec, plan)
     writer.write(graph, plan, path, writer.PLAIN, shown=shown, progress=progress,
                  compression=codec)
+
+
+def _nothing_to_compress(codec: Compression | None, plan: layout.Layout) -> Compression | None:
+    """None when ``codec`` is a policy (``"auto"``) that compresses no block of ``plan``
+    (a state of floats): the file is then the uncompressed one, incremental if asked."""
+    if codec is not None and codec.dtypes is not None and \
+            not any(compressed_blocks(plan.blocks, plan.arrays, codec)):
+        return None
+    return codec

@@ -5,7 +5,8 @@
 Nothing else imports this module: plain saves and loads never load it.
 
 Layout (``full_save``). As a compressed save (``compression.write_block``), with:
-every block of at least ``min_block`` bytes, and the pickle block whatever its size,
+every block ``compression.compressed_blocks`` selects (at least ``min_block`` bytes; with
+``"auto"``, of one-byte dtypes only), and the pickle block whatever its size,
 stored as a chunk table that places its chunks (``offsets``, the feature
 ``"zstd-chunk-offsets"``) in a tensor with room to spare (``capacity``: a quarter
 of its chunks, at least ``ROOM_CHUNKS`` chunks' raw size or an eighth of the block,
@@ -64,7 +65,14 @@ from .atomic import AtomicFile
 from .baselines import identity
 from .blocks import MemorySpan, Progress, Source, write_all, write_blocks
 from .chunktable import ChunkTable
-from .compression import Compression, chunk_pieces, compress_chunk, workers, write_block
+from .compression import (
+    Compression,
+    chunk_pieces,
+    compress_chunk,
+    compressed_blocks,
+    workers,
+    write_block,
+)
 from .constants import ALIGN, COMPRESSED_FEATURE, PLACED_FEATURE
 from .crc import crc_concat
 from .graph import EncodedGraph
@@ -142,10 +150,11 @@ os.register_at_fork(after_in_child=_clear_in_child)
 # --------------------------------------------------------------------------
 
 def _chunked(plan: layout.Layout, enc: EncodedGraph, compression: Compression) -> list[bool]:
-    """Which blocks are stored as chunk tables: the large ones, and the pickle."""
+    """Which blocks are stored as chunk tables: those ``compression`` compresses (the
+    large ones; with ``"auto"``, of one-byte dtypes only), and the pickle."""
     last = len(plan.blocks) - 1 if enc.pickle_bytes is not None else -1
-    return [i == last or b.nbytes >= max(compression.min_block, 1)
-            for i, b in enumerate(plan.blocks)]
+    chosen = compressed_blocks(plan.blocks, plan.arrays, compression)
+    return [i == last or c for i, c in enumerate(chosen)]
 
 
 def _capacity(live: int, nbytes: int, chunk: int) -> int:

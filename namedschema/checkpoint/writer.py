@@ -13,8 +13,8 @@ PAGE_ALIGNED  what later in-place updates need: large blocks at the page offset 
 Both leave aligned all-zero stretches of the data as holes (``blocks.HOLE``): the
 file's content is the same, an empty buffer takes no disk space.
 
-With ``compression`` (``PLAIN`` only) blocks of at least ``compression.min_block``
-bytes are written as chunk tables (``compression.write_block``); their stored sizes
+With ``compression`` (``PLAIN`` only) the blocks it selects (``compression.compressed_blocks``:
+at least ``compression.min_block`` bytes, of its dtypes) are written as chunk tables (``compression.write_block``); their stored sizes
 are known only once written, so the header's room is that of the largest header
 they could need (every chunk at its raw size, padding after every block), and the
 header written is padded with spaces to it.
@@ -253,7 +253,7 @@ def _write_compressed(graph: EncodedGraph, plan: layout.Layout, path: str,
                       compression: Compression, shown: str, progress: bool) -> Written:
     """``write`` with large blocks compressed (see the module docstring)."""
     chunk = compression.chunk
-    squeeze = [b.nbytes >= max(compression.min_block, 1) for b in plan.blocks]
+    squeeze = _compression.compressed_blocks(plan.blocks, plan.arrays, compression)
     # The largest table each block can have: every chunk stored raw.
     worst_tables = [ChunkTable(compression.codec, chunk, tuple(
         (min(chunk, b.nbytes - at), 0) for at in range(0, b.nbytes, chunk)), b.nbytes)

@@ -496,25 +496,9 @@ def test_incremental_save_over_raw_chunks_is_full(tmp_path, change):
     assert all(same(back[key], value) for key, value in obj.items())
 
 
-def test_other_writers_do_not_take_compression(tmp_path):
-    """Writers that cannot compress yet refuse the argument instead of ignoring it."""
-    import inspect
-
-    from namedschema.sb3 import resumable as sb3_resumable
-    from namedschema.training.run_checkpoint import RunCheckpoint
-    with pytest.raises(TypeError, match="compression"):
-        RunCheckpoint(str(tmp_path / "run.nsc"), every_steps=10,
-                      compression="zstd")  # type: ignore[call-arg]
-    for fn in (sb3_resumable, RunCheckpoint.save):
-        assert "compression" not in inspect.signature(fn).parameters
-    from namedschema.ray import sharded
-    assert "compression" not in inspect.signature(sharded.ShardedReplay.checkpoint).parameters
-    from namedschema.rlpyt.resume import runner
-    assert "compression" not in inspect.signature(runner.resumable).parameters
-
-
 @pytest.mark.parametrize("value, message", [
-    ("lz4", "compression must be None, 'zstd' or \\('zstd', level\\)"),
+    ("lz4", "save: compression must be None, 'zstd', \\('zstd', level\\) or 'auto'"),
+    (("auto", 3), "compression must be None"),
     (("zstd", 99), "compression level must be an int from -7 to 22"),
     (("zstd", "3"), "compression level must be an int"),
     (True, "compression must be None"),
@@ -543,6 +527,77 @@ def test_missing_zstandard_is_named(tmp_path, monkeypatch):
     namedschema.save({"x": np.zeros(10)}, new)   # uncompressed saves need nothing
     assert namedschema.load(new)["x"].sum() == 0
     assert namedschema.inspect(path).fields[0].codec == "zstd"   # the header alone
+
+
+# --------------------------------------------------------------------------
+# compression="auto"
+# --------------------------------------------------------------------------
+
+def _mlp_adam_like(seed: int = 0) -> dict:
+    rng = np.random.default_rng(seed)
+    return {"w1": rng.standard_normal((256, 256), np.float32),
+            "m1": rng.standard_normal((256, 256), np.float32) * 1e-3,
+            "steps": np.arange(1000, dtype=np.int64)}
+
+
+def test_auto_compresses_one_byte_blocks_only(tmp_path):
+    obs = frames(200)
+    done = np.zeros(200_000, bool)
+    obj = {"obs": obs, "done": done, "signed": obs.view(np.int8)[:100],
+           "reward": np.random.default_rng(0).standard_normal(200_000).astype(np.float32),
+           **_mlp_adam_like()}
+    path = str(tmp_path / "auto.nsb")
+    namedschema.save(obj, path, compression="auto")
+    codecs = {f.path: f.codec for f in namedschema.inspect(path).fields}
+    assert codecs["obs"] == codecs["done"] == codecs["signed"] == "zstd"
+    assert codecs["reward"] is codecs["w1"] is codecs["m1"] is codecs["steps"] is None
+    back = namedschema.load(path, verify=True)
+    assert all(same(back[k], v) for k, v in obj.items())
+
+
+def test_auto_block_with_a_float_view_stays_raw(tmp_path):
+    """A block is compressed only when every array in it is one-byte data."""
+    raw = np.zeros(64_000, np.uint8)
+    obj = {"bytes": raw, "floats": raw.view(np.float32)}
+    path = str(tmp_path / "mixed.nsb")
+    namedschema.save(obj, path, compression="auto")
+    assert all(f.codec is None for f in namedschema.inspect(path).fields)
+
+
+@pytest.mark.parametrize("incremental", [False, True])
+def test_auto_with_nothing_to_compress_writes_the_raw_file(tmp_path, incremental):
+    """Float state under "auto": the same bytes as compression=None (incremental saves
+    stay incremental)."""
+    obj = _mlp_adam_like()
+    a, b = str(tmp_path / "a.nsb"), str(tmp_path / "b.nsb")
+    namedschema.save(obj, a, compression="auto", incremental=incremental)
+    namedschema.save(obj, b, incremental=incremental)
+    with open(a, "rb") as fa, open(b, "rb") as fb:
+        ha, da, body_a = split(fa.read())
+        hb, db, body_b = split(fb.read())
+    da.pop("checkpoint_id"), db.pop("checkpoint_id")
+    assert da == db and body_a == body_b
+    if incremental:
+        obj["w1"][3] = 0
+        namedschema.save(obj, a, compression="auto", incremental=True)
+        assert namedschema.inspect(a).last_save.kind == "incremental"
+
+
+def test_auto_without_zstandard_writes_raw_and_says_so_once(tmp_path, monkeypatch, caplog):
+    monkeypatch.setitem(sys.modules, "zstandard", None)   # import zstandard fails
+    monkeypatch.setattr(compression, "_said_missing", False)
+    obs = frames(100)
+    path = str(tmp_path / "auto.nsb")
+    with caplog.at_level("INFO", logger="namedschema"):
+        namedschema.save({"obs": obs}, path, compression="auto")
+        namedschema.save({"obs": obs}, path, compression="auto", incremental=True)
+    said = [r for r in caplog.records if "compression='auto' writes checkpoints uncompressed"
+            in r.getMessage()]
+    assert len(said) == 1 and "pip install 'namedschema[zstd]'" in said[0].getMessage()
+    assert namedschema.inspect(path).fields[0].codec is None
+    assert same(namedschema.load(path, verify=True)["obs"], obs)
+    with pytest.raises(ModuleNotFoundError, match="namedschema\\[zstd\\]"):
+        namedschema.save({"obs": obs}, path, compression="zstd")   # asked for: an error
 
 
 # --------------------------------------------------------------------------
