@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from typing import Literal
 
 import numpy as np
 
@@ -222,6 +223,17 @@ def inspect(path: str | os.PathLike[str]) -> CheckpointInfo:
     written(name)   # this process's background save of it, if one is running
     with file_errors(name):
         return _inspect(name)
+
+
+def mappable(path: str | os.PathLike[str],
+             mode: Literal["r", "r+", "c"] = "r") -> Literal["r", "r+", "c"] | None:
+    """``mode``, or None when the checkpoint at ``path`` has compressed blocks.
+
+    For the readers of whole checkpoints (resume, restore) that map a file to
+    copy out of it: a compressed file cannot be mapped, so it is read (and
+    decompressed) instead. ``FormatError`` if the header is not valid.
+    """
+    return None if inspect(path).compressed else mode
 
 
 def _inspect(name: str) -> CheckpointInfo:

@@ -191,9 +191,11 @@ class ReplayShard:
         self._frozen, self._cut = True, None
         return dict(self.applied)
 
-    def snapshot(self, cut: dict[int, int], path: str, give_up: bool = False) -> dict | None:
+    def snapshot(self, cut: dict[int, int], path: str, give_up: bool = False,
+                 compression: Any = None) -> dict | None:
         """Bring this shard to ``cut``; ``None`` while calls within it are on their way
-        (unless ``give_up``); else save to ``path`` and take calls again."""
+        (unless ``give_up``); else save to ``path`` (with ``compression``) and take
+        calls again."""
         if not self._frozen:
             raise RuntimeError(f"replay shard {self.index}: snapshot without freeze")
         self._cut = cut
@@ -205,7 +207,8 @@ class ReplayShard:
         try:
             started = time.perf_counter()
             from ..checkpoint import save
-            self._saving = save(self.state(), path, incremental=True, background=True)
+            self._saving = save(self.state(), path, incremental=True, background=True,
+                                compression=compression)
             return {"shard": self.index, "rows": len(self.buffer), "path": path,
                     "held": time.perf_counter() - started, "missing_writers": missing}
         finally:

@@ -116,9 +116,11 @@ def check_shard_files(directory: str, m: Manifest) -> Any:
     every shard file agrees with the manifest ``m``; FormatError otherwise.
 
     The files are memory-mapped, so this reads headers and scalars only, and
-    allocates nothing in proportion to what the manifest claims.
+    allocates nothing in proportion to what the manifest claims (compressed
+    files, which cannot be mapped, are read and checked whole).
     """
     from ..checkpoint import load
+    from ..checkpoint.inspector import mappable
     n = m.num_shards
     layout = example = None
     for i, name in enumerate(m.files):
@@ -134,7 +136,7 @@ def check_shard_files(directory: str, m: Manifest) -> Any:
         except FileNotFoundError:
             raise FormatError(f"{where}: the manifest names a shard file that is "
                               "missing") from None
-        saved = load(path, mmap_mode="r")
+        saved = load(path, mmap_mode=mappable(path))
         buffer = check_loaded_shard(saved, expected_shard(m, i), where, size)
         shape = _layout(buffer["storage"])
         if layout is None:

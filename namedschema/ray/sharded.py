@@ -283,7 +283,8 @@ class ShardedReplay(Generic[BatchT, SampleT]):
 
     # -- checkpoints -----------------------------------------------------------------
 
-    def checkpoint(self, path: str | os.PathLike[str]) -> CheckpointInfo:
+    def checkpoint(self, path: str | os.PathLike[str], *,
+                   compression: str | tuple[str, int] | None = None) -> CheckpointInfo:
         """Save every shard at one consistent cut into the directory ``path``.
 
         Writes are held only while each shard reaches the cut and takes its
@@ -291,12 +292,15 @@ class ShardedReplay(Generic[BatchT, SampleT]):
         shards write and sync in the background, this call waits for them and
         replaces the manifest last, so a kill of any shard or of this process at
         any moment leaves the previous generation loadable. Returns what it
-        wrote.
+        wrote. ``compression`` is :func:`namedschema.save`'s, for every shard
+        file (checked before anything is held).
         """
         if not self._owner:
             raise ShardedReplayError("ShardedReplay.checkpoint: only the handle that made "
                                      "or restored the replay can checkpoint it (this is a "
                                      "copy sent to another process)")
+        from ..checkpoint.compression import compression_argument
+        compression_argument(compression, caller="ShardedReplay.checkpoint")
         started = time.perf_counter()
         directory = os.fspath(path)
         os.makedirs(directory, exist_ok=True)
@@ -316,7 +320,7 @@ class ShardedReplay(Generic[BatchT, SampleT]):
                 cut[writer] = max(seq, cut.get(writer, -1))
         paths = [os.path.join(directory, f) for f in files]
         try:
-            infos = self._snapshot(cut, paths)
+            infos = self._snapshot(cut, paths, compression)
         except BaseException:
             ray = _ray()
             for s in self._shards:   # a shard that is alive takes writes again
@@ -343,7 +347,8 @@ class ShardedReplay(Generic[BatchT, SampleT]):
                               time.perf_counter() - started,
                               max(float(i["held"]) for i in infos))
 
-    def _snapshot(self, cut: dict[int, int], paths: list[str]) -> list[dict]:
+    def _snapshot(self, cut: dict[int, int], paths: list[str],
+                  compression: Any = None) -> list[dict]:
         """Ask every shard to save at ``cut`` until all have (see namedschema.ray.shard)."""
         infos: dict[int, dict] = {}
         deadline = time.monotonic() + CUT_WAIT_SECONDS
@@ -351,7 +356,8 @@ class ShardedReplay(Generic[BatchT, SampleT]):
         while len(infos) < len(self._shards):
             give_up = time.monotonic() > deadline
             todo = [i for i in range(len(self._shards)) if i not in infos]
-            got = self._get([self._shards[i].snapshot.remote(cut, paths[i], give_up)
+            got = self._get([self._shards[i].snapshot.remote(cut, paths[i], give_up,
+                                                             compression)
                              for i in todo], "checkpoint")
             infos.update((i, info) for i, info in zip(todo, got, strict=True) if info)
             if len(infos) < len(self._shards):
@@ -423,12 +429,13 @@ class ShardedReplay(Generic[BatchT, SampleT]):
 
     def _reshard(self, files: list[str], m: _manifest.Manifest, example: Any) -> None:
         from ..checkpoint import load
+        from ..checkpoint.inspector import mappable
         from ..training.sum_tree import tree_problem
         states = []
         for f, capacity, size in zip(files, m.capacities, m.rows, strict=True):
             # verified (checksums); rows go in through extend and update_priorities,
             # which check them again; the trees the priorities come from hold together
-            state = load(f, mmap_mode="r", verify=True)["buffer"]
+            state = load(f, mmap_mode=mappable(f), verify=True)["buffer"]
             cursor = state.get("cursor")
             if isinstance(cursor, bool) or not isinstance(cursor, int | np.integer) or not (
                     0 <= cursor < capacity and (size == capacity or cursor == size)):

@@ -28,6 +28,7 @@ import weakref
 from collections.abc import Iterable
 from typing import Any, Literal
 
+from ..checkpoint.compression import compression_argument
 from ..errors import RunCheckpointError, RunCheckpointWarning
 from ..training.run_checkpoint import RunCheckpoint
 from . import algorithm_state
@@ -113,8 +114,9 @@ class _Run:
     """The checkpointing of one wrapped model (its learn, its save points)."""
 
     def __init__(self, model: Any, path: str, every_steps: int,
-                 accept: tuple[str, ...] | Literal[True]):
+                 accept: tuple[str, ...] | Literal[True], compression: Any = None):
         self.model, self.path, self.every_steps, self.accept = model, path, every_steps, accept
+        self.compression = compression
         self.learn_original = model.learn
         self.collect_original = model.collect_rollouts
         self.excluded_original = model._excluded_save_params
@@ -137,7 +139,7 @@ class _Run:
                       if any(c.__module__.startswith("torch.optim")
                              and c.__name__ == "Optimizer" for c in type(obj).__mro__)]
         ckpt = _Checkpoint(self.path, accept_changes=_settings_accepted(self.accept, optimizers),
-                           quiet=True)
+                           quiet=True, compression=self.compression)
         if getattr(model, "replay_buffer", None) is not None:
             parts["replay_buffer"] = model.replay_buffer
         parts["env"] = model.env
@@ -207,7 +209,8 @@ class _Run:
 
 
 def resumable(model: Any, path: str | os.PathLike[str], *, every_steps: int,
-              accept_changes: Literal[True] | str | Iterable[str] = ()) -> Any:
+              accept_changes: Literal[True] | str | Iterable[str] = (),
+              compression: str | tuple[str, int] | None = None) -> Any:
     """Make ``model.learn(total_timesteps=N)`` resume the run checkpointed at ``path``.
 
     Args:
@@ -232,6 +235,8 @@ def resumable(model: Any, path: str | os.PathLike[str], *, every_steps: int,
             the saved state (``buffer_size``, ``n_envs``, ``policy_class``, the
             replay buffer's class and arguments, ``optimize_memory_usage``) are
             always refused.
+        compression: as in :func:`namedschema.save` (``"auto"``: frames compressed,
+            float arrays raw); checked here.
 
     Returns the model itself; ``N`` is the run's total, so rerunning the same
     script after a kill finishes the same run, as if it had never stopped.
@@ -243,7 +248,8 @@ def resumable(model: Any, path: str | os.PathLike[str], *, every_steps: int,
         raise ValueError(f"resumable: every_steps must be a positive int, got {every_steps!r}")
     if model in _wrapped:
         raise ValueError("resumable: this model is wrapped already")
-    run = _Run(model, os.fspath(path), every_steps, _accepted(accept_changes))
+    compression_argument(compression, caller="resumable")
+    run = _Run(model, os.fspath(path), every_steps, _accepted(accept_changes), compression)
     _wrapped[model] = True
     model.learn = run.learn
     model.collect_rollouts = run.collect_rollouts

@@ -33,7 +33,9 @@ from typing import Any, Literal
 
 from ..checkpoint import load, save
 from ..checkpoint.background import written
+from ..checkpoint.compression import compression_argument
 from ..checkpoint.destination import free_bytes, state_bytes
+from ..checkpoint.inspector import mappable
 from ..errors import FormatError, RunCheckpointError, RunCheckpointWarning, UnexpectedKindError
 from ..state import plain as _plain_state
 from ..state import rng as _rng_state
@@ -96,6 +98,10 @@ class RunCheckpoint:
         quiet: :meth:`restore` says that it resumed on a logging INFO record of
             the ``"namedschema"`` logger, and also on one line of stderr unless
             ``quiet``.
+        compression: as in :func:`namedschema.save`: None (raw), ``"zstd"``,
+            ``("zstd", level)``, or ``"auto"`` (uint8/int8/bool arrays such as
+            frames compressed, float arrays raw; raw where ``zstandard`` is
+            missing). Checked here. See :doc:`/checkpoints`, "Compression".
 
     The folder of ``path`` must exist and be writable when the checkpoint is
     made (a :class:`~namedschema.errors.RunCheckpointError` names it otherwise), and the first save
@@ -120,8 +126,11 @@ class RunCheckpoint:
                  incremental: bool = True, background: bool = True,
                  allow_pickle: bool = False, verify: bool = True,
                  accept_changes: Literal[True] | str | Iterable[str] = (),
-                 quiet: bool = False):
+                 quiet: bool = False,
+                 compression: str | tuple[str, int] | None = None):
         self.path = os.fspath(path)
+        compression_argument(compression, caller="RunCheckpoint")   # refused now, not later
+        self.compression = compression
         _check_target(self.path)
         if every_steps is not None and (not isinstance(every_steps, int) or every_steps < 1):
             raise ValueError(f"RunCheckpoint: every_steps must be a positive int, got "
@@ -200,7 +209,8 @@ class RunCheckpoint:
         ``ckpt.loop``.
         """
         kwargs: dict[str, Any] = {"incremental": self.incremental,
-                                  "metadata": {"kind": FORMAT, "version": str(VERSION)}}
+                                  "metadata": {"kind": FORMAT, "version": str(VERSION)},
+                                  "compression": self.compression}
         if self.allow_pickle:
             kwargs["allow_pickle"] = True
         state = self.state(step, **loop)
@@ -293,7 +303,7 @@ class RunCheckpoint:
             return False
         try:  # with allow_pickle, only a file whose header says it is ours is unpickled
             data = load(
-                self.path, mmap_mode="r", allow_pickle=self.allow_pickle, verify=self.verify,
+                self.path, mmap_mode=mappable(self.path), allow_pickle=self.allow_pickle, verify=self.verify,
                 expect_metadata={"kind": FORMAT} if self.allow_pickle else None)
         except UnexpectedKindError as exc:
             raise RunCheckpointError(

@@ -3,8 +3,9 @@
     python -m tests.checkpoint.background_kill_child PATH MODE HOOK NTH WHEN MARKER
 
 MODE is ``full``, ``incremental`` (written by a thread from the changes
-copied aside) or ``incremental_fork`` (page-checksum tracking: written by a
-snapshot child). In the background writer only (the child process, or the
+copied aside), ``incremental_fork`` (page-checksum tracking: written by a
+snapshot child) or ``compressed`` (``incremental=True, compression="zstd"``:
+a full compressed file, written by a snapshot child whose threads compress). In the background writer only (the child process, or the
 thread), the NTH call
 of ``os.HOOK`` (``write``, ``fsync``, ``replace``...) writes its name, its pid and its
 parent's to MARKER and blocks the writer there for good, ``before`` or ``after`` the
@@ -47,12 +48,13 @@ def main() -> None:
     path, mode, hook, nth, when, marker = sys.argv[1:7]
     nth_call = int(nth)
     main_pid = os.getpid()
-    incremental = mode.startswith("incremental")
+    incremental = mode.startswith("incremental") or mode == "compressed"
+    extra = {"compression": "zstd"} if mode == "compressed" else {}
     if mode == "incremental_fork":
         os.environ["NAMEDSCHEMA_TRACKING"] = "checksums"
     obj = state("A")
-    namedschema.save(obj, path, incremental=incremental)
-    namedschema.save(obj, path, incremental=incremental)   # incremental layout, settled
+    namedschema.save(obj, path, incremental=incremental, **extra)
+    namedschema.save(obj, path, incremental=incremental, **extra)   # layout settled
     real = getattr(os, hook)
     calls = 0
 
@@ -73,7 +75,7 @@ def main() -> None:
     setattr(os, hook, stopping)
     obj["buffer"][ROWS // 3:ROWS // 3 + ROWS // 100] = -1.0   # what state("B") is
     obj["step"] = 2
-    namedschema.save(obj, path, incremental=incremental, background=True)
+    namedschema.save(obj, path, incremental=incremental, background=True, **extra)
     obj["buffer"][:] = 12345.0        # after the snapshot: never reaches the file
     print("waiting", flush=True)
     time.sleep(120)

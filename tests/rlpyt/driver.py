@@ -496,6 +496,7 @@ def main(argv=None):
                         help="SIGKILL inside the first loss computation of iteration ITR")
     parser.add_argument("--kill-in-save")
     parser.add_argument("--sync-full-saves", action="store_true")
+    parser.add_argument("--compression", help="resumable's compression= ('zstd', 'auto')")
     parser.add_argument("--unpicklable-env", action="store_true",
                         help="envs hold a lambda, so their state cannot be saved")
     parser.add_argument("--disable-handler", action="append", default=[],
@@ -553,7 +554,9 @@ def main(argv=None):
     resume = None
     if args.ckpt:
         from namedschema.rlpyt import resumable
-        mode = {"incremental": False, "background": False} if args.sync_full_saves else {}
+        mode: dict = {"incremental": False, "background": False} if args.sync_full_saves else {}
+        if args.compression:
+            mode["compression"] = args.compression
         resumable(runner, args.ckpt, every_itrs=args.every, **mode)
         resume = runner._namedschema_resume
     startup = runner.startup

@@ -66,6 +66,37 @@ def test_pong_serial_sampler_resumes_equal_to_rlpyt_alone(tmp_path, tmp_path_fac
     assert resumed["final"]["views"] == [True, True]
 
 
+@pytest.mark.parametrize("compression", ["zstd", "auto"])
+def test_pong_with_compressed_checkpoints_resumes_equal_to_rlpyt_alone(
+        tmp_path, tmp_path_factory, compression):
+    """rlpyt's example_5 shape (AtariEnv, SerialSampler, DQN, prioritized frame buffer,
+    MinibatchRl) with compressed checkpoints: killed at 130, resumed at 100, it equals
+    rlpyt alone; the file's frames are stored compressed (with "auto", its float
+    arrays raw); no warning says that the checkpoints were full."""
+    pytest.importorskip("zstandard")
+    import namedschema
+    options = ("--every", 50, "--no-patch", "--compression", compression)
+    reference = alone(tmp_path_factory, "pong")
+    ckpt = tmp_path / "run.nsc"
+    drive(tmp_path, "killed", "pong", "--ckpt", ckpt, "--kill-at-itr", 130, *options,
+          expect_kill=True)
+    info = namedschema.inspect(ckpt)
+    codecs = {(f.dtype, f.codec) for f in info.fields if f.nbytes >= 4096}
+    assert ("uint8", "zstd") in codecs, codecs
+    if compression == "auto":
+        one_byte = ("uint8", "torch.uint8", "int8", "bool", "torch.bool")
+        assert ("torch.float32", None) in codecs, codecs
+        assert all((codec == "zstd") == (dtype in one_byte) for dtype, codec in codecs), codecs
+    else:
+        assert ("torch.float32", "zstd") in codecs, codecs
+    assert info.stored_bytes < info.data_bytes / 3
+    resumed = drive(tmp_path, "resumed", "pong", "--ckpt", ckpt, *options)
+    assert resumed["notes"] == []
+    assert_same_from(reference, resumed, 100)
+    assert [h["reason"] for h in resumed["history"]] == \
+        ["compressed checkpoints are written in full"] * len(resumed["history"])
+
+
 def test_pong_with_the_patch_equals_rlpyt_alone(tmp_path, tmp_path_factory):
     """With patch_rlpyt() as well (the old two calls), the run is still rlpyt's own."""
     run = drive(tmp_path, "patched", "pong", "--ckpt", tmp_path / "run.nsc", "--every", 100)

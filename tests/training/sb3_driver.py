@@ -223,6 +223,7 @@ def main(argv=None) -> int:
     parser.add_argument("--kill-at", type=int)
     parser.add_argument("--kill-in-save", type=int)
     parser.add_argument("--sb3-save")
+    parser.add_argument("--compression", help="resumable's compression= ('zstd', 'auto')")
     args = parser.parse_args(argv)
 
     from stable_baselines3.common.callbacks import BaseCallback
@@ -239,7 +240,8 @@ def main(argv=None) -> int:
         from namedschema.sb3 import resumable
         if args.kill_in_save is not None:
             hook_save_kill(args.kill_in_save)
-        resumable(model, args.checkpoint, every_steps=args.every)
+        resumable(model, args.checkpoint, every_steps=args.every,
+                  compression=args.compression)
         model.learn(total_timesteps=total, callback=KillAt())
     elif args.sb3_save:
         model = run_with_sb3_save(model, args, total, KillAt())

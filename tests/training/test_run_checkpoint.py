@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import random
 import threading
 import warnings
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -76,8 +78,23 @@ def fingerprint(run, obs):
             float(torch.rand(1, generator=run["gen"])))
 
 
-@pytest.mark.parametrize("prioritized", [False, True])
-def test_resumed_in_a_fresh_build_equals_the_uninterrupted_run(tmp_path, prioritized):
+@pytest.mark.parametrize("prioritized, compression", [
+    (False, None), (True, None), (False, "zstd"), (True, ("zstd", 3))])
+def test_resumed_in_a_fresh_build_equals_the_uninterrupted_run(tmp_path, prioritized,
+                                                               compression):
+    """With compression, every block of 64 bytes or more is stored as 128-byte zstd
+    chunks (this run's arrays are small): saves and the resume read compressed files."""
+    if compression is not None:
+        pytest.importorskip("zstandard")
+        from namedschema.checkpoint import compression as codec
+        patch = mock.patch.multiple(codec, CHUNK=128, MIN_BLOCK=64)
+    else:
+        patch = contextlib.nullcontext()
+    with patch:
+        _resume_twin(tmp_path, prioritized, compression)
+
+
+def _resume_twin(tmp_path, prioritized, compression):
     def start(ckpt, run):
         random.seed(1)
         np.random.seed(1)
@@ -91,13 +108,17 @@ def test_resumed_in_a_fresh_build_equals_the_uninterrupted_run(tmp_path, priorit
         obs = step_loop(run, obs, step)
     twin = fingerprint(run, obs)
 
-    ckpt, run = build(tmp_path / "run.nsc", prioritized, every_steps=10)
+    ckpt, run = build(tmp_path / "run.nsc", prioritized, every_steps=10,
+                      compression=compression)
     obs = start(ckpt, run)
     assert not ckpt.restore()
     for step in range(27):                       # saves at 10 and 20; "killed" at 27
         obs = step_loop(run, obs, step)
         ckpt.maybe_save(step, obs=obs)
-    ckpt, run = build(tmp_path / "run.nsc", prioritized, every_steps=10)
+    ckpt.wait()
+    assert namedschema.inspect(tmp_path / "run.nsc").compressed == (compression is not None)
+    ckpt, run = build(tmp_path / "run.nsc", prioritized, every_steps=10,
+                      compression=compression)
     obs = start(ckpt, run)                       # the fresh run draws, restore undoes it
     assert ckpt.restore() and ckpt.step == 20
     obs = ckpt.loop["obs"]

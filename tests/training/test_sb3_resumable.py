@@ -118,6 +118,30 @@ def test_killed_during_a_background_write_and_rerun_equals_sb3_alone(case, tmp_p
     assert differing(read(tmp_path / "final.json"), expected) == []
 
 
+@pytest.mark.parametrize("kill", ["between checkpoints", "in a background write"])
+def test_compressed_checkpoints_killed_and_rerun_equal_sb3_alone(kill, tmp_path,
+                                                                 tmp_path_factory):
+    """DQN on real Pong frames with compression="auto": the checkpoint stores the frame
+    buffer compressed and the networks raw; SIGKILLed between checkpoints, or at the
+    first write of the third (compressed, background) checkpoint, the rerun equals SB3
+    alone."""
+    pytest.importorskip("zstandard")
+    import namedschema
+    expected = twin("dqn_pong", tmp_path_factory)
+    every, at = CASES["dqn_pong"]
+    path = tmp_path / "c.nsc"
+    ckpt = ["--checkpoint", str(path), "--every", str(every), "--compression", "auto"]
+    how = ["--kill-at", str(at)] if kill == "between checkpoints" else ["--kill-in-save", "3"]
+    killed = drive("dqn_pong", tmp_path / "killed.json", *ckpt, *how, check=False)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    codecs = {(f.dtype, f.codec) for f in namedschema.inspect(path).fields if f.nbytes >= 4096}
+    assert ("uint8", "zstd") in codecs and ("torch.float32", None) in codecs, codecs
+    assert not any(c for d, c in codecs if d != "uint8"), codecs
+    final = drive("dqn_pong", tmp_path / "final.json", *ckpt)
+    assert len(resumed_at(final)) == 1
+    assert differing(read(tmp_path / "final.json"), expected) == []
+
+
 def test_sb3_own_save_and_load_route_is_told_apart(tmp_path, tmp_path_factory):
     """SB3's save + save_replay_buffer / load + load_replay_buffer, killed and rerun,
     does not end where SB3 alone does: the exploration rate restarts, the last

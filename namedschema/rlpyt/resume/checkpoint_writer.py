@@ -35,6 +35,9 @@ _log = logging.getLogger("namedschema.rlpyt")
 #: This many full saves in a row (after the first checkpoint) give a warning.
 FULL_STREAK = 2
 _CHEAPER_FULL = "more changed than an incremental save is worth"
+#: An incremental-mode save that left a plain file: a compressed one (in this
+#: version compressed checkpoints are written whole: see checkpoint/saver.py).
+_COMPRESSED_FULL = "compressed checkpoints are written in full"
 
 
 @dataclass(frozen=True)
@@ -79,8 +82,8 @@ class CheckpointWriter:
     """Saves resume checkpoints to one path; keeps the background save in flight."""
 
     def __init__(self, path: str, metadata: dict[str, str], *, incremental: bool = True,
-                 background: bool = True):
-        self.path, self.metadata = path, metadata
+                 background: bool = True, compression: Any = None):
+        self.path, self.metadata, self.compression = path, metadata, compression
         self.incremental, self.background = bool(incremental), bool(background)
         self.pending: Any = None      # the BackgroundSave in flight, if any
         self.history: list[CheckpointStat] = []
@@ -98,7 +101,8 @@ class CheckpointWriter:
         self.pending = checkpoint.save(obj, self.path, allow_pickle=True,
                                        metadata=self.metadata,
                                        incremental=self.incremental,
-                                       background=self.background)
+                                       background=self.background,
+                                       compression=self.compression)
         if self.pending is None:
             self._record(None)
         if self.audit is not None:
@@ -119,7 +123,8 @@ class CheckpointWriter:
         except (OSError, FormatError):
             return   # replaced or removed meanwhile: nothing to say about it
         if saved is None:   # a plain save: the whole file
-            stat = CheckpointStat("full", size, size, size)
+            stat = CheckpointStat("full", size, size, size,
+                                  _COMPRESSED_FULL if self.incremental else None)
         else:
             reason = _incremental.fallback_reason(self.path) if saved.kind == "full" else None
             if saved.kind == "full" and reason is None and not self.history:
@@ -137,7 +142,8 @@ class CheckpointWriter:
         if not self.incremental or len(self.history) < 2:
             return
         # A full save because most of the state changed is the cheaper save, not a miss.
-        costlier = stat.reason is not None and stat.reason.startswith(_CHEAPER_FULL)
+        costlier = stat.reason is not None and stat.reason.startswith(
+            (_CHEAPER_FULL, _COMPRESSED_FULL))
         self._streak = self._streak + 1 if stat.kind == "full" and not costlier else 0
         why = stat.reason or "unknown (the save ran in a snapshot process)"
         if self._streak >= FULL_STREAK and self._warned != why:

@@ -40,6 +40,8 @@ from collections.abc import Iterable
 from typing import Literal, TypeVar
 
 from ... import checkpoint as _checkpoint
+from ...checkpoint.compression import compression_argument
+from ...checkpoint.inspector import mappable
 from ...errors import ResumeError, ResumeWarning, UnexpectedKindError
 from . import announce as _announce
 from . import arguments as _arguments
@@ -126,7 +128,7 @@ class _Gates:
 def _load_checkpoint(path):
     """The resume state in ``path``, unpickled only once its header says it is one."""
     try:
-        data = _checkpoint.load(path, allow_pickle=True, mmap_mode="r",
+        data = _checkpoint.load(path, allow_pickle=True, mmap_mode=mappable(path),
                                 expect_metadata=_MARKER)
     except UnexpectedKindError as exc:
         if exc.metadata.get("kind") == CHECKPOINT_KIND:
@@ -508,7 +510,8 @@ def _started(runner) -> str | None:
 
 def resumable(runner: _Runner, path: str | os.PathLike[str], *, every_itrs: int | None = None,
               every_steps: int | None = None, accept_changes: Literal[True] | str | Iterable[str] = (),
-              incremental: bool = True, background: bool = True) -> _Runner:
+              incremental: bool = True, background: bool = True,
+              compression: str | tuple[str, int] | None = None) -> _Runner:
     """Make an rlpyt runner resume from ``path``, and checkpoint to it as it trains.
 
     Call it on a runner that is built but not started, then call
@@ -560,6 +563,8 @@ def resumable(runner: _Runner, path: str | os.PathLike[str], *, every_itrs: int 
             as a ResumeWarning. Arguments that shape the saved state
             (``replay_size``, model arguments, classes) are always refused.
         incremental, background: as in :func:`namedschema.save`; False, False: as before.
+        compression: as in :func:`namedschema.save` (``"auto"``: frames compressed,
+            float arrays raw); checked here.
 
     Returns:
         ``runner`` itself, ready for ``train()``.
@@ -584,6 +589,7 @@ def resumable(runner: _Runner, path: str | os.PathLike[str], *, every_itrs: int 
     if started:
         raise ResumeError(f"resumable: {type(runner).__name__} must not be started yet "
                           f"({started}); call resumable() before train()")
+    compression_argument(compression, caller="resumable")
     accept = _arguments.accepted(accept_changes)
     if accept is None:
         raise ResumeError("resumable: accept_changes must be True or names of arguments "
@@ -592,6 +598,7 @@ def resumable(runner: _Runner, path: str | os.PathLike[str], *, every_itrs: int 
     checkpoint = _load_checkpoint(path) if os.path.lexists(path) else None
     cls = _AsyncResume if kind == "async" else _Resume
     cls(runner, path, every_itrs, every_steps, checkpoint, accept, CheckpointWriter(
-        os.fspath(path), _MARKER, incremental=incremental, background=background)).install()
+        os.fspath(path), _MARKER, incremental=incremental, background=background,
+        compression=compression)).install()
     return runner
 
