@@ -241,6 +241,7 @@ def resumable(model: Any, path: str | os.PathLike[str], *, every_steps: int,
     Returns the model itself; ``N`` is the run's total, so rerunning the same
     script after a kill finishes the same run, as if it had never stopped.
     """
+    compression_argument(compression, caller="resumable")
     if not algorithm_state.is_algorithm(model):
         raise TypeError(f"resumable: expected a Stable-Baselines3 algorithm, got a "
                         f"{type(model).__qualname__}")
@@ -248,7 +249,6 @@ def resumable(model: Any, path: str | os.PathLike[str], *, every_steps: int,
         raise ValueError(f"resumable: every_steps must be a positive int, got {every_steps!r}")
     if model in _wrapped:
         raise ValueError("resumable: this model is wrapped already")
-    compression_argument(compression, caller="resumable")
     run = _Run(model, os.fspath(path), every_steps, _accepted(accept_changes), compression)
     _wrapped[model] = True
     model.learn = run.learn

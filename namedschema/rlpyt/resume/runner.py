@@ -578,6 +578,7 @@ def resumable(runner: _Runner, path: str | os.PathLike[str], *, every_itrs: int 
         namedschema.FormatError: ``path`` exists but is not a readable
             checkpoint (it is never replaced silently).
     """
+    compression_argument(compression, caller="resumable")
     kind = _kind(runner)
     every_itrs = _interval(every_itrs, "every_itrs")
     every_steps = _interval(every_steps, "every_steps")
@@ -589,7 +590,6 @@ def resumable(runner: _Runner, path: str | os.PathLike[str], *, every_itrs: int 
     if started:
         raise ResumeError(f"resumable: {type(runner).__name__} must not be started yet "
                           f"({started}); call resumable() before train()")
-    compression_argument(compression, caller="resumable")
     accept = _arguments.accepted(accept_changes)
     if accept is None:
         raise ResumeError("resumable: accept_changes must be True or names of arguments "
