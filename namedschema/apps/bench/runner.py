@@ -27,7 +27,8 @@ from .topic import PROGRESS_PREFIX
 __all__ = ["TOPICS", "run_topics", "plot_results", "check_outputs", "QUICK_NOTE", "run_bench"]
 
 # Topics run in this order (each is a module of this package).
-TOPICS = ("core", "pickling", "buffer", "checkpoint", "incremental", "background", "replay")
+TOPICS = ("core", "pickling", "buffer", "checkpoint", "incremental", "background", "compression",
+          "replay")
 #: The package the topic modules live in (``python -m PACKAGE.<topic>``).
 PACKAGE = __name__.rpartition(".")[0]
 #: Seconds without a progress line from a topic after which the runner says it still runs.
