@@ -15,10 +15,11 @@ Cases (``--size-mib`` of data each: 1024, or 32 with ``--quick``):
 * ``policy``: what ``compression=None``, ``"auto"`` and ``"zstd"`` cost on two
   training states: ``mlp_adam`` (an MLP's float32 weights and Adam's moments
   after a few steps) and ``dqn`` (a frame buffer with its float32 rewards,
-  int64 actions and bool dones, a Nature-DQN network and Adam): save time,
-  file size and load time, each against ``None``; and ``resave_1pct``, the
-  next save after 1% of the buffer's rows changed (incremental for ``None``;
-  in this version a compressed save is a full one). The measurement behind
+  int64 actions and bool dones, a Nature-DQN network and Adam): a full save's
+  time, the file's size and the load time, each against ``None``; and
+  ``resave_1pct``, a save with ``incremental=True`` (the writers' mode) after 1%
+  of the buffer's rows changed (in place for ``None``; in this version a
+  compressed save is a full one). The measurement behind
   the writers' default (docs/checkpoints.rst, "Compression").
 
 Every save writes a temporary file, fsyncs it and renames it; loads read
@@ -241,10 +242,14 @@ def _policy_rows(args: Any, directory: str) -> list:
     policies: dict[str, Any] = {"none": None, "auto": "auto", "zstd": "zstd"}
     for name, (state, buffer) in states.items():
         paths = {p: os.path.join(directory, f"{name}-{p}.nsb") for p in policies}
-        def save(p: str, state: dict = state, paths: dict = paths) -> None:
-            checkpoint.save(state, paths[p], incremental=True, compression=policies[p])
 
-        saves = _turns({p: functools.partial(save, p) for p in policies}, args.rounds)
+        def save(p: str, state: dict = state, paths: dict = paths,
+                 incremental: bool = True) -> None:
+            checkpoint.save(state, paths[p], incremental=incremental,
+                            compression=policies[p])
+
+        saves = _turns({p: functools.partial(save, p, incremental=False) for p in policies},
+                       args.rounds)
         loads = _turns({p: functools.partial(checkpoint.load, paths[p]) for p in policies},
                        args.rounds)
         resaves: dict[str, float] = {}
@@ -252,6 +257,7 @@ def _policy_rows(args: Any, directory: str) -> list:
             rows = len(buffer["reward"])
             n = max(1, rows // 100)
             for p in policies:
+                save(p)   # the layout of incremental saves (None), not timed
                 for k in range(args.rounds):
                     at = (k * n + np.arange(n)) % rows
                     buffer["observation"][at] = buffer["observation"][(at + 7) % rows]
