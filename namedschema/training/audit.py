@@ -187,7 +187,8 @@ class Recorder:
                 self.event("save-end", step)
                 if previous is not None:
                     previous.join()
-                data = load(path, mmap_mode="r", allow_pickle=allow_pickle)
+                from ..checkpoint.inspector import mappable
+                data = load(path, mmap_mode=mappable(path), allow_pickle=allow_pickle)
                 if saved_step(data) != step:
                     self.event("save-failed", step)
                     return

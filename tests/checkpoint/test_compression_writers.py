@@ -109,3 +109,22 @@ def test_mappable_says_whether_a_file_can_be_mapped(tmp_path):
     assert mappable(raw) == "r" and mappable(raw, "c") == "c"
     assert mappable(packed) is None
     assert compression.AUTO_DTYPES == {"|u1", "|i1", "|b1"}
+
+
+def test_check_resume_audit_reads_compressed_checkpoints(tmp_path):
+    """check-resume's recorder reads each checkpoint back: a compressed one too (it cannot
+    be mapped), recording its content rather than an audit error."""
+    pytest.importorskip("zstandard")
+    import json
+
+    from namedschema.training.audit import Recorder
+    path = str(tmp_path / "run.nsc")
+    namedschema.save({"step": 7, "frames": np.zeros((64, 84, 84), np.uint8)}, path,
+                     compression="zstd")
+    recorder = Recorder(str(tmp_path / "events.jsonl"))
+    recorder.record_file(7, path, lambda data: {"frames": data["frames"]},
+                         lambda data: int(data["step"]))
+    recorder.flush()
+    with open(tmp_path / "events.jsonl") as f:
+        kinds = [json.loads(line)["event"] for line in f]
+    assert kinds == ["start", "save-end", "checkpoint"], kinds
