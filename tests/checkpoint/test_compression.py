@@ -123,6 +123,31 @@ def test_round_trip_is_bit_exact(tmp_path_factory, values, chunk, level, share):
     verify(path)
 
 
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(values=st.lists(arrays(), min_size=1, max_size=4), share=st.booleans(),
+       incremental=st.booleans())
+def test_auto_round_trip_compresses_one_byte_blocks_only(tmp_path_factory, values, share,
+                                                        incremental):
+    """compression="auto": bit-exact round trips; a field is stored compressed exactly when
+    every array of its block is one-byte data (raw where nothing is: the raw file)."""
+    obj: dict = {f"a{i}": v for i, v in enumerate(values)}
+    if share and values[0].ndim and values[0].shape[0] > 1:
+        obj["view"] = values[0][1:]
+    path = str(tmp_path_factory.mktemp("auto") / "c.nsb")
+    with small_chunks(128):
+        namedschema.save(obj, path, compression="auto", incremental=incremental)
+    back = namedschema.load(path, verify=True)
+    for key, value in obj.items():
+        assert same(back[key], value), key
+    fields = namedschema.inspect(path).fields
+    by_block: dict = {}
+    for f in fields:
+        by_block.setdefault(f.block, set()).add(np.dtype(f.dtype).str)
+    for f in fields:
+        if f.block is not None:
+            assert (f.codec == "zstd") == (by_block[f.block] <= compression.AUTO_DTYPES), f
+
+
 def test_frames_compress_and_round_trip_across_chunks(tmp_path):
     """Default chunking: frames across several 4 MiB chunks, with small and raw neighbours."""
     obs = frames(1500)                                   # 10 MiB: 3 chunks, the last short
