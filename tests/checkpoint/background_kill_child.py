@@ -4,8 +4,9 @@
 
 MODE is ``full``, ``incremental`` (written by a thread from the changes
 copied aside), ``incremental_fork`` (page-checksum tracking: written by a
-snapshot child) or ``compressed`` (``incremental=True, compression="zstd"``:
-a full compressed file, written by a snapshot child whose threads compress). In the background writer only (the child process, or the
+snapshot child) or ``compressed_full`` (``compression="zstd"``, not incremental: a
+full compressed file, written by a snapshot child whose threads compress; incremental
+compressed saves: tests/checkpoint/test_compressed_incremental_crash.py). In the background writer only (the child process, or the
 thread), the NTH call
 of ``os.HOOK`` (``write``, ``fsync``, ``replace``...) writes its name, its pid and its
 parent's to MARKER and blocks the writer there for good, ``before`` or ``after`` the
@@ -48,8 +49,8 @@ def main() -> None:
     path, mode, hook, nth, when, marker = sys.argv[1:7]
     nth_call = int(nth)
     main_pid = os.getpid()
-    incremental = mode.startswith("incremental") or mode == "compressed"
-    extra = {"compression": "zstd"} if mode == "compressed" else {}
+    incremental = mode.startswith("incremental")
+    extra = {"compression": "zstd"} if mode == "compressed_full" else {}
     if mode == "incremental_fork":
         os.environ["NAMEDSCHEMA_TRACKING"] = "checksums"
     obj = state("A")

@@ -47,13 +47,14 @@ PHASES = [
     ("incremental_fork", "writev", 1, "before", "A"),
     ("incremental_fork", "pwrite", 1, "before", "B"),
     ("incremental_fork", "unlink", 1, "before", "B"),
-    # compressed (incremental=True, compression="zstd"): a full compressed file written
-    # by a snapshot child, its chunks compressed by the child's threads
-    ("compressed", "open", 1, "before", "A"),
-    ("compressed", "write", 3, "before", "A"),
-    ("compressed", "fsync", 1, "before", "A"),
-    ("compressed", "replace", 1, "before", "A"),
-    ("compressed", "replace", 1, "after", "B"),
+    # compressed, full (compression="zstd"): written by a snapshot child, its chunks
+    # compressed by the child's threads (incremental compressed saves:
+    # test_compressed_incremental_crash.py)
+    ("compressed_full", "open", 1, "before", "A"),
+    ("compressed_full", "write", 3, "before", "A"),
+    ("compressed_full", "fsync", 1, "before", "A"),
+    ("compressed_full", "replace", 1, "before", "A"),
+    ("compressed_full", "replace", 1, "after", "B"),
 ]
 
 
@@ -68,7 +69,7 @@ def _alive(pid: int) -> bool:
 @pytest.mark.parametrize("mode,hook,nth,when,expected", PHASES,
                          ids=[f"{m}-{h}{n}-{w}" for m, h, n, w, _e in PHASES])
 def test_sigkill_at_a_phase_leaves_old_or_new_state(tmp_path, mode, hook, nth, when, expected):
-    if mode == "compressed":
+    if mode == "compressed_full":
         pytest.importorskip("zstandard")
     path = tmp_path / "ckpt.nsb"
     marker = tmp_path / "marker"
@@ -103,8 +104,8 @@ def test_sigkill_at_a_phase_leaves_old_or_new_state(tmp_path, mode, hook, nth, w
             pass
         proc.wait()
     back = namedschema.load(path, verify=True)
-    extra = {"compression": "zstd"} if mode == "compressed" else {}
-    if mode == "compressed":   # both states are stored compressed (about 1/10)
+    extra = {"compression": "zstd"} if mode == "compressed_full" else {}
+    if mode == "compressed_full":   # both states are stored compressed (about 1/10)
         info = namedschema.inspect(path)
         assert info.compressed and info.stored_bytes < info.data_bytes / 4
     want = state(expected)
@@ -112,7 +113,7 @@ def test_sigkill_at_a_phase_leaves_old_or_new_state(tmp_path, mode, hook, nth, w
     np.testing.assert_array_equal(back["buffer"], want["buffer"])
     # The next save works and leaves nothing behind (temp files, journal).
     back["buffer"][0] = 5.0
-    namedschema.save(back, path, incremental=mode != "full", background=True,
+    namedschema.save(back, path, incremental=not mode.endswith("full"), background=True,
                      **extra).wait()
     np.testing.assert_array_equal(namedschema.load(path, verify=True)["buffer"],
                                   back["buffer"])

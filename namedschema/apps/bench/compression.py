@@ -18,9 +18,9 @@ Cases (``--size-mib`` of data each: 1024, or 32 with ``--quick``):
   int64 actions and bool dones, a Nature-DQN network and Adam): a full save's
   time, the file's size and the load time, each against ``None``; and
   ``resave_1pct``, a save with ``incremental=True`` (the writers' mode) after 1%
-  of the buffer's rows changed (in place for ``None``; in this version a
-  compressed save is a full one). The measurement behind
-  the writers' default (docs/checkpoints.rst, "Compression").
+  of the buffer's rows changed as a ring segment (in place, changed chunks only
+  when compressed). The measurement behind the writers' default
+  (docs/checkpoints.rst, "Compressed checkpoints of a run").
 
 Every save writes a temporary file, fsyncs it and renames it; loads read
 files just written (page cache). Contenders take turns, best of ``--rounds``.

@@ -35,9 +35,6 @@ _log = logging.getLogger("namedschema.rlpyt")
 #: This many full saves in a row (after the first checkpoint) give a warning.
 FULL_STREAK = 2
 _CHEAPER_FULL = "more changed than an incremental save is worth"
-#: An incremental-mode save that left a plain file: a compressed one (in this
-#: version compressed checkpoints are written whole: see checkpoint/saver.py).
-_COMPRESSED_FULL = "compressed checkpoints are written in full"
 
 
 @dataclass(frozen=True)
@@ -123,8 +120,7 @@ class CheckpointWriter:
         except (OSError, FormatError):
             return   # replaced or removed meanwhile: nothing to say about it
         if saved is None:   # a plain save: the whole file
-            stat = CheckpointStat("full", size, size, size,
-                                  _COMPRESSED_FULL if self.incremental else None)
+            stat = CheckpointStat("full", size, size, size)
         else:
             reason = _incremental.fallback_reason(self.path) if saved.kind == "full" else None
             if saved.kind == "full" and reason is None and not self.history:
@@ -142,8 +138,7 @@ class CheckpointWriter:
         if not self.incremental or len(self.history) < 2:
             return
         # A full save because most of the state changed is the cheaper save, not a miss.
-        costlier = stat.reason is not None and stat.reason.startswith(
-            (_CHEAPER_FULL, _COMPRESSED_FULL))
+        costlier = stat.reason is not None and stat.reason.startswith(_CHEAPER_FULL)
         self._streak = self._streak + 1 if stat.kind == "full" and not costlier else 0
         why = stat.reason or "unknown (the save ran in a snapshot process)"
         if self._streak >= FULL_STREAK and self._warned != why:
