@@ -608,6 +608,33 @@ def test_auto_with_nothing_to_compress_writes_the_raw_file(tmp_path, incremental
         assert namedschema.inspect(a).last_save.kind == "incremental"
 
 
+@pytest.mark.parametrize("pickled", [False, True])
+def test_auto_incremental_saves_rewrite_changed_chunks_and_keep_floats_raw(tmp_path,
+                                                                          pickled):
+    """compression="auto" with incremental=True (the writers' mode): frames in placed
+    chunk tables updated in place, float arrays raw, a pickle block (rlpyt's resumable
+    pickles) chunked; every save loads back exactly."""
+    obs = frames(400)
+    obj = {"obs": obs, **_mlp_adam_like()}
+    if pickled:
+        obj["objects"] = {"a set": {1, 2, 3}}
+    path = str(tmp_path / "auto.nsb")
+    with small_chunks(64 * 1024, 4096):
+        for k in range(3):
+            obs[k * 4:k * 4 + 4] = obs[200 + k]      # a ring segment of the frames
+            obj["w1"][k] += 1.0
+            namedschema.save(obj, path, compression="auto", incremental=True,
+                             allow_pickle=pickled)
+            info = namedschema.inspect(path)
+            assert info.last_save.kind == ("full" if k == 0 else "incremental")
+            codecs = {f.path: f.codec for f in info.fields}
+            assert codecs["obs"] == "zstd" and codecs["w1"] is codecs["m1"] is None
+            back = namedschema.load(path, verify=True, allow_pickle=pickled)
+            assert all(same(back[key], obj[key]) for key in ("obs", "w1", "m1", "steps"))
+            if pickled:
+                assert back["objects"] == obj["objects"]
+
+
 def test_auto_without_zstandard_writes_raw_and_says_so_once(tmp_path, monkeypatch, caplog):
     monkeypatch.setitem(sys.modules, "zstandard", None)   # import zstandard fails
     monkeypatch.setattr(compression, "_said_missing", False)
