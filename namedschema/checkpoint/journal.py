@@ -49,6 +49,8 @@ growth_problem why a journal would not grow the file into a consistent one
 
 from __future__ import annotations
 
+import bisect
+import errno
 import hashlib
 import io
 import json
@@ -359,8 +361,54 @@ def reserve(fd: int, pieces: Any, end: int) -> None:
     disk fail the save with the old checkpoint intact, and lets a replay of a
     committed journal finish on a full disk.
     """
+    holes = _holes(fd, end)
+    if not holes:
+        return
+    starts = [lo for lo, _hi in holes]
     for offset, data, _crc in pieces:
         stop = min(offset + memoryview(data).nbytes, end)
-        if stop > offset:
+        k = bisect.bisect_right(starts, offset) - 1   # the last hole starting at or before
+        if stop > offset and (k >= 0 and holes[k][1] > offset
+                              or k + 1 < len(holes) and starts[k + 1] < stop):
             os.posix_fallocate(fd, offset, stop - offset)
+
+
+#: Above this many holes, ``reserve`` allocates under every piece instead of listing them.
+_MAX_HOLES = 4096
+
+
+def _holes(fd: int, end: int) -> list[tuple[int, int]]:
+    """The holes of the file in ``[0, end)``, sorted; ``[(0, end)]`` when not known.
+
+    One ``lseek(SEEK_HOLE)`` when the file has none (the usual case after the
+    first incremental save: a per-piece ``posix_fallocate`` cost 1.5 us a range,
+    4 ms for a random 1% of 1 GiB). A file system that cannot tell holes from
+    data (it reports none) is trusted only when the file's blocks cover its size.
+    """
+    everything = [(0, end)]
+    seek_hole, seek_data = getattr(os, "SEEK_HOLE", None), getattr(os, "SEEK_DATA", None)
+    if seek_hole is None or seek_data is None or end <= 0:
+        return everything if end > 0 else []
+    try:
+        first = os.lseek(fd, 0, seek_hole)
+        if first >= end:
+            st = os.fstat(fd)
+            return [] if st.st_blocks * 512 >= st.st_size else everything
+        holes, at = [], first
+        while at < end:
+            if len(holes) >= _MAX_HOLES:
+                return everything
+            try:
+                data = os.lseek(fd, at, seek_data)
+            except OSError as exc:   # ENXIO: a hole up to the end of the file
+                if exc.errno != errno.ENXIO:
+                    raise
+                data = end
+            holes.append((at, min(data, end)))
+            if data >= end:
+                break
+            at = os.lseek(fd, data, seek_hole)
+        return holes
+    except OSError:
+        return everything
 
