@@ -67,7 +67,7 @@ _PIECE = 4 * 2**20          # bytes compared, read or journalled at a time
 RANGE_COST = 64 * 1024
 #: Differing runs closer than this are written as one range.
 MERGE_GAP = 512
-#: Bytes are compared with the file in grains of this many (a multiple of 8).
+#: Bytes are compared with the file in grains of this many (eight 64-bit words).
 GRAIN = 64
 #: A background save's snapshot buffer is kept for the next one up to this size.
 SPARE_LIMIT = 512 * 2**20
@@ -171,8 +171,10 @@ def _byte_runs(new: np.ndarray, old: np.ndarray) -> list[tuple[int, int]]:
     closer than MERGE_GAP joined. Compared as 64-bit words (both start 8-aligned)."""
     n = new.size
     whole = n // GRAIN * GRAIN
-    grains = np.not_equal(new[:whole].view(np.uint64), old[:whole].view(np.uint64)).reshape(
-        -1, GRAIN // 8).any(axis=1)
+    words = np.not_equal(new[:whole].view(np.uint64), old[:whole].view(np.uint64))
+    # a grain's 8 word flags are 8 bytes: one uint64 each (``.any(axis=1)`` over rows of
+    # 8 took 6 ms a 4 MiB piece, this 0.2 ms)
+    grains = words.view(np.uint64) != 0
     if whole < n:
         grains = np.append(grains, bool(np.not_equal(new[whole:], old[whole:]).any()))
     if not grains.any():
