@@ -116,12 +116,13 @@ class TooMuch(Exception):
     """More changed than an incremental save is worth."""
 
 
-@dataclass
+@dataclass(slots=True)
 class Change:
     block: int
     start: int                  # offset in the block
     data: np.ndarray            # a private copy of the new bytes (uint8)
     old_crc: int                # CRC-32 of the bytes they replace in the file
+    new_crc: int                # CRC-32 of ``data``
 
 
 def others_map(maps: list[pages.Mapping], dev: int, ino: int, spans: list[tuple[int, int]],
@@ -230,6 +231,7 @@ class Scan:
         self.blocks: list[baselines.Block | None] = [None] * len(old.blocks)
         self._old = np.empty(_PIECE, np.uint8)
         self._new = np.empty(_PIECE, np.uint8)
+        self._old_mv, self._new_mv = memoryview(self._old), memoryview(self._new)
 
     def _add(self, change: Change) -> None:
         self.changed += change.data.nbytes
@@ -386,30 +388,47 @@ class Scan:
         ``phase`` is the page offset of block byte 0 in memory; ``digests`` (if
         given) receive the CRC-32 of each memory page the ranges cover.
         """
+        # (memoryview slices: a scattered change costs its bytes and ~3 us, not ~10 us of
+        # numpy calls; random 1% of 1 GiB is 1,500 ranges and 2,700 changes)
         file_start = self.old.block_file_start(index)
+        new_mv, old_mv, src = self._new_mv, self._old_mv, memoryview(source).cast("B")
         bounds = [0]
+        lo = 0
         for s, e, at in ranges:
-            lo, n = bounds[-1], e - s
-            np.copyto(self._new[lo:lo + n], source[at:at + n])
-            if os.preadv(self.fd, [self._old[lo:lo + n].data], file_start + s) != n:
+            n = e - s
+            new_mv[lo:lo + n] = src[at:at + n]
+            if os.preadv(self.fd, [old_mv[lo:lo + n]], file_start + s) != n:
                 raise FormatError(f"{self.old.name!r}: file shrank during an incremental save")
             if digests is not None:
                 first = (phase + s) // PAGE
                 crcs = baselines.page_crcs(self._new[lo:lo + n], (phase + s) % PAGE)
                 digests[first:first + crcs.size] = crcs
-            bounds.append(lo + n)
-        new, old = self._new[:bounds[-1]], self._old[:bounds[-1]]
+            lo += n
+            bounds.append(lo)
+        found = []      # (where in new, its end, block offset), split where the ranges meet
         i = 0
-        for a, b in _byte_runs(new, old):
+        for a, b in _byte_runs(self._new[:lo], self._old[:lo]):
             while bounds[i + 1] <= a:
                 i += 1
-            while a < b:  # split where the ranges meet (a run may span several)
+            while a < b:
                 end = min(b, bounds[i + 1])
-                start = ranges[i][0] + a - bounds[i]
-                self._add(Change(index, start, new[a:end].copy(), zlib.crc32(old[a:end].data)))
+                found.append((a, end, ranges[i][0] + a - bounds[i]))
                 a = end
                 if a < b:
                     i += 1
+        if not found:
+            return
+        # one private copy for all of them; both CRCs while the bytes are in cache
+        kept = np.empty(sum(end - a for a, end, _start in found), np.uint8)
+        kept_mv = memoryview(kept)
+        at = 0
+        for a, end, start in found:
+            n = end - a
+            piece = kept_mv[at:at + n]
+            piece[:] = new_mv[a:end]
+            self._add(Change(index, start, kept[at:at + n], zlib.crc32(old_mv[a:end]),
+                             zlib.crc32(piece)))
+            at += n
 
     def compare_deferred(self) -> None:
         """Compare the copies a deferring scan kept with the file; fills ``changes``.
@@ -537,17 +556,16 @@ def _groups(runs: np.ndarray, phase: int, nbytes: int, packed: bool
 def crc_updates(old: Header, changes: list[Change]) -> tuple[dict[int, int], list]:
     """New CRC-32 per changed data block, and the journal pieces (file offset, bytes, crc).
 
-    Each change carries the CRC-32 of the bytes it replaces (read by the scan),
-    so nothing is read here.
+    Each change carries the CRC-32s of the bytes it replaces (read by the scan)
+    and of its own, so nothing is read or hashed here.
     """
     by_block: dict[int, list[tuple[int, int]]] = {}
     pieces = []
     starts = [old.block_file_start(i) for i in range(len(old.blocks))]
     for c in changes:
         data = c.data.data
-        new_crc = zlib.crc32(data)
-        by_block.setdefault(c.block, []).append((c.start + data.nbytes, c.old_crc ^ new_crc))
-        pieces.append((starts[c.block] + c.start, data, new_crc))
+        by_block.setdefault(c.block, []).append((c.start + data.nbytes, c.old_crc ^ c.new_crc))
+        pieces.append((starts[c.block] + c.start, data, c.new_crc))
     crcs = {i: updated_crc(old.blocks[i].crc32, old.blocks[i].nbytes, sorted(ch))
             for i, ch in by_block.items()}
     return crcs, pieces
