@@ -8,6 +8,8 @@ have.
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from tests.helpers import run_fresh
@@ -111,3 +113,59 @@ def test_a_multiprocessing_worker_finishes_its_last_save_before_it_ends(tmp_path
     out = proc.stdout.decode()
     assert proc.returncode == 0, proc.stderr.decode()[-3000:]
     assert "journal left: False" in out and "loaded: 7.0" in out, out
+
+
+def test_in_place_writes_are_the_finishing_threads_and_readers_wait_for_them(tmp_path,
+                                                                              monkeypatch):
+    """A save returns once its journal is committed; the changed ranges are written in
+    place by the finishing thread (issue 33: ~20 us a scattered range in the kernel), and
+    a load that comes meanwhile waits for them: it reads the new state, whole."""
+    import fcntl
+    import threading
+
+    import numpy as np
+
+    import namedschema
+    from namedschema.checkpoint import incremental, journal, tracking
+
+    path = str(tmp_path / "c.nsb")
+    a = np.arange(1 << 18, dtype=np.float64)
+    namedschema.save({"a": a}, path, incremental=True)
+    incremental.wait(path)
+    a[::4096] = -1.0                       # scattered changes: many ranges
+    release, writers = threading.Event(), []
+    real = tracking.write_in_place
+
+    def held(fd, size, pieces):
+        writers.append((threading.current_thread(), release.wait(60)))
+        real(fd, size, pieces)
+    monkeypatch.setattr(tracking, "write_in_place", held)
+    namedschema.save({"a": a}, path, incremental=True)
+    assert namedschema.inspect(path).last_save.kind == "incremental"
+    assert os.path.exists(journal.journal_path(path))          # committed, not finished
+
+    reached, got = threading.Event(), []
+    real_flock, real_wait = fcntl.flock, incremental.wait
+
+    def flock(fd, how):
+        if threading.current_thread() is loader:
+            reached.set()   # about to wait for the finishing thread's lock (another process)
+        return real_flock(fd, how)
+
+    def wait(p):
+        if threading.current_thread() is loader:
+            reached.set()   # about to wait for the finishing thread (this process)
+        return real_wait(p)
+    monkeypatch.setattr(fcntl, "flock", flock)
+    monkeypatch.setattr(incremental, "wait", wait)
+    loader = threading.Thread(target=lambda: got.append(
+        namedschema.load(path, verify=True)["a"].copy()))
+    loader.start()
+    assert reached.wait(60)
+    release.set()
+    loader.join(60)
+    incremental.wait(path)
+    assert len(writers) == 1
+    assert writers[0] == (writers[0][0], True) and writers[0][0] is not threading.main_thread()
+    assert len(got) == 1 and np.array_equal(got[0], a)
+    assert not os.path.exists(journal.journal_path(path))
