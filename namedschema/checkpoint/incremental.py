@@ -669,12 +669,15 @@ def _finish_later(path: str, real: str, fd: int, jpath: str,
             os.fdatasync(fd) if hasattr(os, "fdatasync") else os.fsync(fd)
             os.unlink(jpath)
             fsync_dir(os.path.dirname(jpath))
-        except BaseException as exc:  # the journal stays; the next open applies it again
+        except Exception as exc:  # the journal stays; the next open applies it again
             baselines.forget(real)
             if os.path.lexists(jpath):
                 _log.warning("%s: finishing an incremental save failed (%r); its committed "
                              "journal %s is applied by the next save or load", path, exc,
                              jpath)
+        except BaseException:     # (run inline: no thread could be started)
+            baselines.forget(real)
+            raise
         finally:
             try:
                 _close(fd)
