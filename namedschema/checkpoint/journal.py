@@ -394,7 +394,8 @@ def _holes(fd: int, end: int) -> list[tuple[int, int]]:
         if first >= end:
             st = os.fstat(fd)
             return [] if st.st_blocks * 512 >= st.st_size else everything
-        holes, at = [], first
+        holes: list[tuple[int, int]] = []
+        at = first
         while at < end:
             if len(holes) >= _MAX_HOLES:
                 return everything
