@@ -10,7 +10,8 @@ of the rows at random (``random 1%``), each timed whole and by phase
 (wrappers around the scan, the comparison with the file, the journal's write and its
 fsyncs, the CRC updates, the in-place writes, the start of the finishing thread; phases
 that run in the finishing thread, as the in-place writes since issue 33, are listed but
-are not part of the save's time), and the finishing thread's remaining time after it.
+are not part of the save's time), the CPU time of the caller's thread (steadier than
+the wall clock on a loaded machine), and the finishing thread's remaining time after it.
 ``--tree NAME=SRC`` (repeatable) runs the rounds with the ``namedschema`` package found
 in ``SRC`` (e.g. ``git archive HEAD~1 namedschema | tar -x -C /tmp/old``), alternating
 the trees round by round, so that before and after share the machine's moods.
@@ -97,18 +98,19 @@ for case, n in (("floor", 1), ("ring 1%", rows // 100), ("random 1%", rows // 10
         T.clear()
         prof = cProfile.Profile() if profile == "1" and case != "floor" and r == saves - 1 \
             else None
-        t = time.perf_counter()
+        t, cpu = time.perf_counter(), time.thread_time()
         if prof:
             prof.enable()
         checkpoint.save(obj, path, incremental=True)
         if prof:
             prof.disable()
-        took = time.perf_counter() - t
+        took, cpu = time.perf_counter() - t, time.thread_time() - cpu
         incremental.wait(path)          # the finishing thread: in-place writes (new), sync
         finishing = time.perf_counter() - t - took
         record = checkpoint.inspect(path).last_save
         assert record.kind == "incremental", incremental.fallback_reason(path)
-        out[case].append({"seconds": took, "finishing": finishing, "phases": dict(T),
+        out[case].append({"seconds": took, "cpu": cpu, "finishing": finishing,
+                          "phases": dict(T),
                           "written": record.bytes_written,
                           "ranges": record.ranges})
         if prof:
@@ -158,7 +160,9 @@ def main(argv=None) -> int:
             best = min(s["seconds"] for s in saves)
             print(f"  {case:8s} median {med * 1e3:6.1f} ms, best {best * 1e3:6.1f} ms, "
                   f"{saves[0]['written'] / 2**20:.2f} MiB in {saves[0]['ranges']} ranges; "
-                  f"median/full {med / full:.3f}x, best/full {best / full:.3f}x; then "
+                  f"median/full {med / full:.3f}x, best/full {best / full:.3f}x; the "
+                  f"caller's CPU {statistics.median(s['cpu'] for s in saves) * 1e3:.1f} ms; "
+                  "then "
                   f"the finishing thread {statistics.median(s['finishing'] for s in saves) * 1e3:.0f} ms")
             labels = sorted({k for s in saves for k in s["phases"]},
                             key=lambda k: -statistics.median(
