@@ -19,9 +19,13 @@ Usage (full size needs ~20 GiB of memory: run it alone):
 ``namedschema bench --topics background`` runs the same.
 """
 
+import os
 import sys
 
-from namedschema.apps.bench.background import main
+# benchmarks.suite lives in this checkout, whose root is above this folder.
+sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from benchmarks.suite.background import main  # noqa: E402
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -17,9 +17,13 @@ Usage:
     python benchmarks/bench_buffer.py [--quick] [--json FILE] [--cases alloc_fill,handoff]
 """
 
+import os
 import sys
 
-from namedschema.apps.bench.buffer import main
+# benchmarks.suite lives in this checkout, whose root is above this folder.
+sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from benchmarks.suite.buffer import main  # noqa: E402
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -18,9 +18,13 @@ Usage:
 Contenders whose package is not installed (joblib) are skipped with a note.
 """
 
+import os
 import sys
 
-from namedschema.apps.bench.checkpoint import main
+# benchmarks.suite lives in this checkout, whose root is above this folder.
+sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from benchmarks.suite.checkpoint import main  # noqa: E402
 
 if __name__ == "__main__":
     sys.exit(main())

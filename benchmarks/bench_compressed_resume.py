@@ -3,7 +3,7 @@
 
 A ``ReplayBuffer`` of ``--mib`` MiB of uint8 84x84 frames (real Pong frames when
 ale-py and OpenCV are installed, else synthetic ones; see
-``namedschema.apps.bench.compression``) is checkpointed by ``RunCheckpoint`` with
+``benchmarks/suite/compression.py``) is checkpointed by ``RunCheckpoint`` with
 ``compression=None`` and ``"auto"``; then, each in a fresh process, a run builds the
 same buffer and restores it. Printed per policy and round: the restore time and the
 peak anonymous memory (``RssAnon``, sampled every 2 ms by a thread) beyond what the
@@ -30,7 +30,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def _run(mode: str, path: str, policy: str, mib: int) -> None:
     import namedschema
-    from namedschema.apps.bench.compression import _frames
+    from benchmarks.suite.compression import _frames
     rows = mib * 2**20 // (84 * 84)
     Step = namedschema.NamedArrayTupleSchema("ResumeStep", "obs reward")
     rb = namedschema.ReplayBuffer(Step(np.zeros((84, 84), np.uint8), np.float32(0)), rows)

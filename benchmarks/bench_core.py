@@ -15,9 +15,13 @@ rlpyt rows need ``RLPYT_SRC`` pointing at an rlpyt source tree. Usage:
     RLPYT_SRC=path/to/rlpyt python benchmarks/bench_core.py [--quick] [--json FILE]
 """
 
+import os
 import sys
 
-from namedschema.apps.bench.core import main
+# benchmarks.suite lives in this checkout, whose root is above this folder.
+sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from benchmarks.suite.core import main  # noqa: E402
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -18,9 +18,13 @@ Usage:
 ``namedschema bench --topics incremental`` runs the same.
 """
 
+import os
 import sys
 
-from namedschema.apps.bench.incremental import main
+# benchmarks.suite lives in this checkout, whose root is above this folder.
+sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from benchmarks.suite.incremental import main  # noqa: E402
 
 if __name__ == "__main__":
     sys.exit(main())

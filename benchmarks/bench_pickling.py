@@ -10,9 +10,13 @@ load time of one instance. rlpyt's class-per-type ``namedarraytuple`` and its
     python benchmarks/bench_pickling.py [--quick] [--json FILE] [--cases NAME,...]
 """
 
+import os
 import sys
 
-from namedschema.apps.bench.pickling import main
+# benchmarks.suite lives in this checkout, whose root is above this folder.
+sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from benchmarks.suite.pickling import main  # noqa: E402
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -14,9 +14,13 @@ Usage:
     python benchmarks/bench_replay.py [--quick] [--capacity N] [--json FILE] [--cases ...]
 """
 
+import os
 import sys
 
-from namedschema.apps.bench.replay import main
+# benchmarks.suite lives in this checkout, whose root is above this folder.
+sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from benchmarks.suite.replay import main  # noqa: E402
 
 if __name__ == "__main__":
     sys.exit(main())

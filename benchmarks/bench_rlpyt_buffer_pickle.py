@@ -33,6 +33,9 @@ import sys
 
 import numpy as np
 
+# benchmarks.suite lives in this checkout, whose root is above this folder.
+sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
 
 def _setup_rlpyt():
     root = os.environ.get("RLPYT_SRC")
@@ -117,7 +120,7 @@ def _contenders(kind, buf, samples):
 
 
 def main(argv=None) -> int:
-    from namedschema.apps.bench import best_of, best_times, compare, finish, topic_parser
+    from benchmarks.suite import best_of, best_times, compare, finish, topic_parser
     parser = topic_parser("rlpyt_buffer_pickle", __doc__.split("\n\n")[0],
                           ("frame", "sequence"))
     args = parser.parse_args(argv)

@@ -48,7 +48,10 @@ import sys
 import tempfile
 import textwrap
 
-from namedschema.apps.bench.harness import rotated
+# benchmarks.suite lives in this checkout, whose root is above this folder.
+sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from benchmarks.suite.common import rotated  # noqa: E402
 
 CHILD = r"""
 import json, os, sys, time
@@ -59,7 +62,7 @@ namedschema.patch_rlpyt()
 from rlpyt.replays.non_sequence.frame import PrioritizedReplayFrameBuffer
 from rlpyt.utils.collections import namedarraytuple
 from namedschema.rlpyt.resume import state
-from namedschema.apps.bench.harness import peak_rss
+from namedschema.apps.harness import peak_rss
 
 steps, envs, directory, mode, rounds = (int(sys.argv[1]), int(sys.argv[2]), sys.argv[3],
                                         sys.argv[4], int(sys.argv[5]))

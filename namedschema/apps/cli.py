@@ -4,6 +4,10 @@ Also run as ``python -m namedschema``. User mistakes (a missing file, a file
 that is not a namedschema checkpoint, a bad option) print one line on stderr
 and exit with status 2, never a traceback.
 
+``bench`` is a thin entry point: it runs ``benchmarks/suite`` of the source checkout
+the package sits in (``benchmarks/`` next to ``namedschema/``) with its arguments, and
+where there is none (an installed package) says in one line to run it from a clone.
+
 build_parser   the argparse parser with every subcommand
 parse_size     ``"64MB"`` / ``"1GiB"`` / ``"500000"`` -> a number of bytes
 main           the console-script entry point
@@ -21,6 +25,9 @@ from .._version import __version__
 __all__ = ["build_parser", "parse_size", "main"]
 
 EXIT_USAGE = 2
+#: What ``namedschema bench`` says where the package has no source checkout around it.
+NO_BENCHMARKS = ("the benchmarks are not part of the installed package: clone the "
+                 "namedschema repository and run 'python -m namedschema bench' from its root")
 
 _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
           "k": 2**10, "kib": 2**10, "m": 2**20, "mib": 2**20, "g": 2**30, "gib": 2**30,
@@ -54,11 +61,6 @@ def parse_size(text: str) -> int:
     if size <= 0:
         raise argparse.ArgumentTypeError(f"invalid size {text!r}: must be positive")
     return size
-
-
-def _topic_list(text: str) -> tuple:
-    from .bench import TOPICS, choice_list
-    return choice_list(TOPICS, "topic")(text)
 
 
 def _fail(prog: str, message: str) -> int:
@@ -138,27 +140,40 @@ def _run_verify(args) -> int:
     return 0
 
 
-def _run_bench(args) -> int:
-    from .bench import check_outputs, run_bench
-    try:
-        check_outputs(args)       # before anything runs (run_bench checks again: cheap)
-        return run_bench(args)
-    except ImportError as exc:  # --plot without matplotlib (checked before the run)
-        return _fail("namedschema bench", str(exc))
-    except OSError as exc:  # an output path that cannot be written (checked before the run)
-        return _fail("namedschema bench", printable(str(exc)))
-    except ValueError as exc:  # a --plot format matplotlib cannot write (checked first)
-        if not str(exc).startswith("--plot "):
-            raise
-        return _fail("namedschema bench", printable(str(exc)))
+def _benchmarks_parent() -> str | None:
+    """The source checkout around this namedschema package, if it has ``benchmarks/suite``."""
+    import os
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    suite = os.path.join(root, "benchmarks", "suite", "runner.py")
+    return root if os.path.isfile(suite) else None
+
+
+def _run_bench(argv: list[str]) -> int:
+    """``namedschema bench ARGS``: ``benchmarks.suite.runner.main(ARGS)`` of the checkout.
+
+    The benchmarks are not part of the installed package: they run from a source
+    checkout, whose ``benchmarks`` folder sits next to the ``namedschema`` folder.
+    """
+    import importlib
+    import os
+    root = _benchmarks_parent()
+    if root is None:
+        return _fail("namedschema bench", NO_BENCHMARKS)
+    if root not in sys.path:
+        sys.path.insert(0, root)
+    runner = importlib.import_module("benchmarks.suite.runner")
+    if not os.path.abspath(runner.__file__).startswith(os.path.join(root, "benchmarks", "")):
+        return _fail("namedschema bench", f"'benchmarks' is imported from {runner.__file__}, "
+                                          f"not from {root}; run from {root}")
+    return runner.main(argv)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The parser of the ``namedschema`` command, with its four subcommands.
+    """The parser of the ``namedschema`` command, with its subcommands.
 
-    Each subcommand's parser stores its handler in ``func``.
+    Each subcommand's parser stores its handler in ``func``, except ``bench``'s: its
+    arguments are parsed by the benchmarks themselves (see :func:`main`).
     """
-    from .bench import TOPICS
     raw = argparse.RawDescriptionHelpFormatter
     parser = argparse.ArgumentParser(
         prog="namedschema", formatter_class=raw,
@@ -234,28 +249,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="no progress bar (none is shown when stderr is not a terminal)")
     verify.set_defaults(func=_run_verify)
 
-    bench = sub.add_parser(
-        "bench", formatter_class=raw, help="run the benchmarks and print ratio tables",
-        description=f"Run every benchmark topic ({', '.join(TOPICS)}; each in "
-                    "its own subprocess) and print tables of ratios against references "
-                    "measured in the same run: stdlib namedtuple, pickle, np.save, joblib, "
-                    "raw writes, and rlpyt's own types when RLPYT_SRC points at an rlpyt "
-                    "source tree. Exit status 1 if a topic failed to run.",
-        epilog="examples:\n"
-               "  namedschema bench --quick\n"
-               "  RLPYT_SRC=~/src/rlpyt namedschema bench --json bench.json --plot bench.png\n"
-               "  namedschema bench --topics core,pickling")
-    bench.add_argument("--quick", action="store_true",
-                       help="tiny sizes and few repeats (what CI runs)")
-    bench.add_argument("--json", metavar="FILE", help="write all results to FILE as JSON")
-    bench.add_argument("--plot", metavar="FILE.png",
-                       help="draw the ratios as bar charts (needs matplotlib: "
-                            "the plot extra)")
-    bench.add_argument("--topics", metavar="NAME,...", type=_topic_list,
-                       help=f"run only these topics (of {', '.join(TOPICS)})")
-    bench.add_argument("-v", "--verbose", action="store_true",
-                       help="also show each topic's own output as it finishes")
-    bench.set_defaults(func=_run_bench)
+    # Listed here; main() hands its arguments to the benchmarks of a source checkout,
+    # whose parser ('namedschema bench --help') takes them.
+    sub.add_parser("bench", add_help=False,
+                   help="run the benchmarks and print ratio tables (from a source checkout)")
 
     from .check_resume import add_parser as add_check_resume
     add_check_resume(sub)
@@ -272,18 +269,23 @@ def main(argv=None) -> int:
         The exit status: 0 on success, 1 when a check or benchmark failed,
         2 for usage errors and unreadable files.
     """
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["bench"]:
+        command, run = "bench", lambda: _run_bench(argv[1:])
+    else:
+        parser = build_parser()
+        try:
+            args = parser.parse_args(argv)
+        except SystemExit as exc:  # argparse exits for --help, --version and usage errors
+            return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+        if args.command is None:
+            parser.print_help(sys.stderr)
+            return EXIT_USAGE
+        command, run = args.command, lambda: args.func(args)
     try:
-        args = parser.parse_args(argv)
-    except SystemExit as exc:  # argparse exits for --help, --version and usage errors
-        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
-    if args.command is None:
-        parser.print_help(sys.stderr)
-        return EXIT_USAGE
-    try:
-        return args.func(args)
+        return run()
     except KeyboardInterrupt:
-        print(f"namedschema {args.command}: interrupted", file=sys.stderr)
+        print(f"namedschema {command}: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:
         # The reader (``| head``) went away; silence the flush at exit.

@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from ..buffer import buffer_from_example
-from .bench.harness import (
+from .harness import (
     ATARI_BYTES_PER_TRANSITION,
     ATARI_FIELDS,
     ATARI_FRAME,
@@ -43,7 +43,7 @@ from .bench.harness import (
 
 __all__ = ["TinyReplay", "synthetic", "run_demo"]
 
-# The Atari-like transition every benchmark uses (namedschema.apps.bench.harness).
+# The Atari-like transition every benchmark uses (namedschema.apps.harness).
 FRAME, FIELDS = ATARI_FRAME, ATARI_FIELDS
 BYTES_PER_TRANSITION = ATARI_BYTES_PER_TRANSITION
 APPEND_AFTER_RESUME = 257  # more than one batch and not a multiple of it

@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from namedschema.apps.bench import runner
+from benchmarks.suite import runner
 from tests.helpers import REPO_ROOT
 
 
@@ -98,7 +98,7 @@ def test_without_torch_replay_runs_what_it_can_and_says_what_it_skipped(tmp_path
 
 @pytest.mark.subprocess
 def test_without_torch_background_skips_its_dqn_loop_with_a_note(tmp_path):
-    proc = _run("namedschema.apps.bench.background", "--quick", "--cases", "dqn_loop",
+    proc = _run("benchmarks.suite.background", "--quick", "--cases", "dqn_loop",
                 pythonpath=_without_torch(tmp_path))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     notes = [line for line in proc.stdout.splitlines() if "skipped" in line]
@@ -127,7 +127,7 @@ class _TimedLog:
 
 _TOPIC = '''
 import json, sys, time
-from namedschema.apps.bench.topic import progress
+from benchmarks.suite.common import progress
 out = sys.argv[sys.argv.index("--json") + 1]
 progress("slow", "case a (1/2) ...")
 print("a warning that is not progress", file=sys.stderr, flush=True)
@@ -221,7 +221,7 @@ def test_a_full_run_lists_missed_targets_plainly(monkeypatch, capsys):
 
 
 def test_the_progress_marker_is_what_topics_print(capsys):
-    from namedschema.apps.bench.topic import PROGRESS_PREFIX, progress
+    from benchmarks.suite.common import PROGRESS_PREFIX, progress
     progress("core", "make (1/3) ...")
     err = capsys.readouterr().err
     assert err == "[bench] core: make (1/3) ...\n" and err.startswith(PROGRESS_PREFIX)

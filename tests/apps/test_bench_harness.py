@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from namedschema.apps import bench
-from namedschema.apps.bench import core, pickling
+from benchmarks import suite as bench
+from benchmarks.suite import core, pickling
 from tests.helpers import REPO_ROOT
 
 RESULT_KEYS = {"case", "contender", "metric", "value", "unit", "reference", "ratio", "target"}
@@ -220,11 +220,11 @@ def test_harness_child_reports_its_own_peak_rss_not_its_parents():
     (VmHWM); getrusage's ru_maxrss there would still report the parent's."""
     import numpy as np
 
-    from namedschema.apps.bench.harness import peak_rss, run_python
+    from namedschema.apps.harness import peak_rss, run_python
     big = np.ones(256 * 2**20, np.uint8)  # 256 MiB resident in this process
     assert peak_rss() >= big.nbytes
     proc = run_python(["-c", "import resource\n"
-                             "from namedschema.apps.bench.harness import peak_rss\n"
+                             "from namedschema.apps.harness import peak_rss\n"
                              "print(peak_rss(), resource.getrusage(resource.RUSAGE_SELF)"
                              ".ru_maxrss * 1024)"], timeout=120)
     assert proc.returncode == 0, proc.stderr
@@ -237,7 +237,7 @@ def test_harness_child_reports_its_own_peak_rss_not_its_parents():
 def test_harness_child_env_imports_this_namedschema(tmp_path):
     """A child started elsewhere imports the namedschema that started it."""
     import namedschema
-    from namedschema.apps.bench.harness import child_env, run_python
+    from namedschema.apps.harness import child_env, run_python
     assert child_env()["PYTHONPATH"].split(os.pathsep)[0] == os.path.dirname(
         os.path.dirname(namedschema.__file__))
     proc = run_python(["-c", "import namedschema; print(namedschema.__file__)"])
@@ -248,11 +248,10 @@ def test_harness_atari_data_is_one_definition_for_demo_and_benchmarks():
     """demo, the checkpoint and the buffer benchmarks build the same Atari-like rows."""
     import numpy as np
 
+    from benchmarks.suite import buffer as bench_buffer
+    from benchmarks.suite import checkpoint as bench_checkpoint
     from namedschema import NamedArrayTupleSchema
-    from namedschema.apps import demo
-    from namedschema.apps.bench import buffer as bench_buffer
-    from namedschema.apps.bench import checkpoint as bench_checkpoint
-    from namedschema.apps.bench import harness
+    from namedschema.apps import demo, harness
     T = NamedArrayTupleSchema("T", harness.ATARI_FIELDS)
     one = harness.atari_example(T)
     rows = harness.atari_transitions(T, 5)

@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 
 import namedschema
+from benchmarks.suite import TOPICS, write_json_atomic
 from namedschema._core import extras as _extras
 from namedschema.apps import cli
-from namedschema.apps.bench import TOPICS, write_json_atomic
 from tests.helpers import REPO_ROOT
 
 

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from namedschema.apps.bench import TOPICS, compression
+from benchmarks.suite import TOPICS, compression
 
 
 def _rows(doc):

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from namedschema.apps.bench import checkpoint
+from benchmarks.suite import checkpoint
 
 
 @pytest.mark.subprocess

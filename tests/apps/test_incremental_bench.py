@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from namedschema.apps.bench import TOPICS, incremental
+from benchmarks.suite import TOPICS, incremental
 from namedschema.checkpoint import pages
 
 pytestmark = pytest.mark.subprocess

@@ -345,7 +345,7 @@ def test_checkpoint_round_trip_in_process(tmp_path):
 def test_bench_core_times_class_syntax_against_the_factory(tmp_path):
     import json
 
-    from namedschema.apps.bench import core
+    from benchmarks.suite import core
     out = tmp_path / "core.json"
     cases = "class_construct_keyword,class_attr_access_8,class_getitem_slice"
     assert core.main(["--quick", "--cases", cases, "--json", str(out)]) == 0

@@ -38,7 +38,7 @@ namedschema.patch_rlpyt()
 
 from rlpyt.utils.collections import namedarraytuple  # noqa: E402
 
-from namedschema.apps.bench.harness import peak_rss  # noqa: E402
+from namedschema.apps.harness import peak_rss  # noqa: E402
 from namedschema.rlpyt import resumable  # noqa: E402
 from namedschema.rlpyt.resume import state  # noqa: E402
 

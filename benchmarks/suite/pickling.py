@@ -16,9 +16,15 @@ import collections
 import pickle
 import sys
 
-from .rows import compare
-from .timing import best_of, best_times
-from .topic import RLPYT_SKIP_NOTE, finish, load_rlpyt_collections, topic_parser
+from .common import (
+    RLPYT_SKIP_NOTE,
+    best_of,
+    best_times,
+    compare,
+    finish,
+    load_rlpyt_collections,
+    topic_parser,
+)
 
 __all__ = ["CASES", "main"]
 
@@ -36,7 +42,7 @@ RlpytSmall = None
 def _contenders(rl):
     """Contender name -> constructor of an instance from four values."""
     global RlpytSmall
-    from ..._core.schema import NamedTupleSchema
+    from namedschema._core.schema import NamedTupleSchema
     made = {"namedtuple": PickleSmall, "namedschema": NamedTupleSchema("PickleSmall", FIELDS)}
     if rl is not None:
         RlpytSmall = rl.namedarraytuple("RlpytSmall", FIELDS)

@@ -37,9 +37,7 @@ import sys
 import tempfile
 from typing import Any
 
-from .harness import rotated
-from .rows import result
-from .topic import finish, progress, run_in_child, topic_parser
+from .common import finish, progress, result, rotated, run_in_child, topic_parser
 
 __all__ = ["CASES", "main"]
 
@@ -93,7 +91,7 @@ def _measure(func):
 
 
 def _schema():
-    from ..._core.schema import NamedArrayTupleSchema
+    from namedschema._core.schema import NamedArrayTupleSchema
     return NamedArrayTupleSchema("Samples", "observation action reward done")
 
 
@@ -105,7 +103,7 @@ def _fill(obs):
 def _rlpyt_buffer(kind, rows):
     import numpy as np
 
-    from ...rlpyt.patch import patch_rlpyt
+    from namedschema.rlpyt.patch import patch_rlpyt
     if os.environ["RLPYT_SRC"] not in sys.path:
         sys.path.append(os.environ["RLPYT_SRC"])
     patch_rlpyt()
@@ -144,9 +142,9 @@ def _batch(cls, n, b, value):
 def _child(argv):
     import numpy as np
 
-    from ... import checkpoint
-    from ...buffer import buffer_from_example
-    from ...checkpoint import incremental
+    from namedschema import checkpoint
+    from namedschema.buffer import buffer_from_example
+    from namedschema.checkpoint import incremental
 
     spec = json.loads(argv[0])
     case, rows, directory = spec["case"], spec["rows"], spec["dir"]
@@ -270,7 +268,7 @@ def _changes(case):
 
 
 def _tracking(forced: str | None) -> str:
-    from ...checkpoint import tracking
+    from namedschema.checkpoint import tracking
     if forced:
         os.environ["NAMEDSCHEMA_TRACKING"] = forced
     return {"writeprotect": "write protection (userfaultfd + PAGEMAP_SCAN)",

@@ -37,8 +37,7 @@ import tempfile
 import time
 from typing import Any
 
-from .rows import result
-from .topic import finish, missing_extra_note, progress, run_in_child, topic_parser
+from .common import finish, missing_extra_note, progress, result, run_in_child, topic_parser
 
 __all__ = ["CASES", "main"]
 
@@ -52,8 +51,8 @@ FIRST_BUDGET_MS = 250.0
 def _buffer(rows: int) -> Any:
     import numpy as np
 
-    from ..._core.schema import NamedArrayTupleSchema
-    from ...buffer import buffer_from_example
+    from namedschema._core.schema import NamedArrayTupleSchema
+    from namedschema.buffer import buffer_from_example
     Samples = NamedArrayTupleSchema("Samples", "observation action reward done")
     example = Samples(np.zeros((84, 84), np.uint8), np.int64(0), np.float32(0), False)
     buf = buffer_from_example(example, rows)
@@ -68,7 +67,7 @@ def _buffer(rows: int) -> Any:
 def _stall_child(spec: dict) -> dict:
     import numpy as np
 
-    from ... import checkpoint
+    from namedschema import checkpoint
     rows, path = spec["rows"], os.path.join(spec["dir"], "stall.nsb")
     buf = _buffer(rows)
     obj = {"buffer": buf, "cursor": 0}
@@ -98,7 +97,7 @@ def _dqn_child(spec: dict) -> dict:
     import numpy as np
     import torch
 
-    from ...rlpyt.resume.checkpoint_writer import CheckpointWriter
+    from namedschema.rlpyt.resume.checkpoint_writer import CheckpointWriter
     torch.set_num_threads(1)
     torch.manual_seed(0)
     rows, every, window = spec["rows"], spec["every"], spec["window"]

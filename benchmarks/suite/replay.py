@@ -39,9 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from .rows import result
-from .timing import best_times
-from .topic import finish, missing_extra_note, progress, topic_parser
+from .common import best_times, finish, missing_extra_note, progress, result, topic_parser
 
 __all__ = ["CASES", "main"]
 
@@ -65,8 +63,8 @@ class _Namedschema:
     name = "namedschema"
 
     def __init__(self, capacity: int, prioritized: bool, n_envs: int):
-        from ..._core.schema import NamedArrayTupleSchema
-        from ...training.replay import PrioritizedReplayBuffer, ReplayBuffer
+        from namedschema._core.schema import NamedArrayTupleSchema
+        from namedschema.training.replay import PrioritizedReplayBuffer, ReplayBuffer
         self.Step = NamedArrayTupleSchema(
             "BenchTransition", ["obs", "next_obs", "action", "reward", "done"])
         example = self.Step(np.zeros(OBS, np.uint8), np.zeros(OBS, np.uint8), np.int64(0),

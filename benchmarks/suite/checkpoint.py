@@ -1,6 +1,6 @@
 """Checkpoint benchmarks: namedschema.save/load of a replay buffer against the usual ways.
 
-An Atari-like buffer (``harness.atari_transitions``: uint8 84x84 observations plus
+An Atari-like buffer (``namedschema.apps.harness.atari_transitions``: uint8 84x84 observations plus
 int32 action, float32 reward and bool done; 1 GiB, or 32 MiB with ``--quick``) is saved and loaded
 by each contender in a fresh subprocess; contenders alternate round by round,
 each round starting one contender later, and the best of the rounds is kept.
@@ -27,17 +27,16 @@ import os
 import sys
 import tempfile
 
-from .harness import (
+from namedschema.apps.harness import (
     ATARI_BYTES_PER_TRANSITION,
     ATARI_DTYPES,
     ATARI_FIELDS,
     ATARI_FRAME,
     atari_transitions,
     peak_rss,
-    rotated,
 )
-from .rows import result
-from .topic import finish, progress, run_in_child, topic_parser
+
+from .common import finish, progress, result, rotated, run_in_child, topic_parser
 
 __all__ = ["CASES", "main"]
 
@@ -62,7 +61,7 @@ MEMORY_LIMIT_MIB = 64
 # ---------------------------------------------------------------- child side
 
 def _buffer(rows):
-    from ..._core.schema import NamedArrayTupleSchema
+    from namedschema._core.schema import NamedArrayTupleSchema
     Samples = NamedArrayTupleSchema("Samples", ATARI_FIELDS)
     return atari_transitions(Samples, rows)  # a fixed pattern that touches every page
 
@@ -97,12 +96,12 @@ def _save(contender, samples, path):
                     while piece.nbytes:
                         piece = piece[f.write(piece):]
     elif contender == "namedschema":
-        from ... import checkpoint
+        from namedschema import checkpoint
         checkpoint.save(samples, path)
         return
     elif contender == "namedschema incremental":  # the first, full save of incremental ones
-        from ... import checkpoint
-        from ...checkpoint import incremental
+        from namedschema import checkpoint
+        from namedschema.checkpoint import incremental
         if os.path.exists(path):
             os.unlink(path)  # an earlier round's: this one must be a full save
         checkpoint.save(samples, path, incremental=True)
@@ -148,10 +147,10 @@ def _load(contender, path, rows):
                     view = view[raw_file.readinto(view):]
         return out
     if contender == "namedschema":
-        from ... import checkpoint
+        from namedschema import checkpoint
         return checkpoint.load(path)
     if contender == "namedschema mmap":
-        from ... import checkpoint
+        from namedschema import checkpoint
         return checkpoint.load(path, mmap_mode="r")
     if contender in ("pickle4", "pickle5"):
         with open(path, "rb") as f:

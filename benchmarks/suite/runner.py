@@ -1,15 +1,22 @@
 """``namedschema bench``: run every topic in its own subprocess, combine, plot.
 
+``namedschema bench ARGS`` (``namedschema.apps.cli``) finds this package next to the
+namedschema package of a source checkout and calls :func:`main` with ``ARGS``;
+``python -m benchmarks.suite.runner ARGS`` does the same.
+
 TOPICS        the registry of topic module names, in running order
 run_topics    run topics in subprocesses and collect their results
 plot_results  bar charts of the ratios (matplotlib, imported on use)
 check_outputs refuse unwritable ``--json`` / ``--plot`` paths before anything runs
 QUICK_NOTE    what ``--quick`` prints about its ratios and missed targets
-run_bench     carry out ``namedschema bench`` (the CLI parses its arguments)
+run_bench     carry out ``namedschema bench`` for parsed arguments
+build_parser  the argument parser of ``namedschema bench``
+main          parse the arguments and run; usage errors are one line and status 2
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import queue
@@ -19,18 +26,32 @@ import tempfile
 import threading
 import time
 
-from ..._core.extras import extra_hint
-from .harness import child_env
-from .rows import RATIO_NOTE, environment, format_table, target_met, write_json_atomic
-from .topic import PROGRESS_PREFIX
+from namedschema._core.extras import extra_hint
+from namedschema._core.printable import printable
 
-__all__ = ["TOPICS", "run_topics", "plot_results", "check_outputs", "QUICK_NOTE", "run_bench"]
+from .common import (
+    PACKAGE,
+    PROGRESS_PREFIX,
+    RATIO_NOTE,
+    child_env,
+    choice_list,
+    environment,
+    format_table,
+    target_met,
+    write_json_atomic,
+)
+
+__all__ = ["TOPICS", "run_topics", "plot_results", "check_outputs", "QUICK_NOTE", "run_bench",
+           "build_parser", "main"]
+
+#: What ``namedschema bench`` calls itself in its usage lines and messages.
+PROG = "namedschema bench"
+#: The exit status of a usage error (as every ``namedschema`` command).
+EXIT_USAGE = 2
 
 # Topics run in this order (each is a module of this package).
 TOPICS = ("core", "pickling", "buffer", "checkpoint", "incremental", "background", "compression",
           "replay")
-#: The package the topic modules live in (``python -m PACKAGE.<topic>``).
-PACKAGE = __name__.rpartition(".")[0]
 #: Seconds without a progress line from a topic after which the runner says it still runs.
 HEARTBEAT_S = 15.0
 
@@ -294,7 +315,7 @@ def _try_plot_format(path: str, extension: str) -> None:
 
 
 def run_bench(args) -> int:
-    """Carry out ``namedschema bench`` for parsed arguments (see ``namedschema.apps.cli``)."""
+    """Carry out ``namedschema bench`` for arguments parsed by :func:`build_parser`."""
     check_outputs(args)
     topics = args.topics or TOPICS
     documents, notes, ok = run_topics(topics, quick=args.quick, verbose=args.verbose)
@@ -329,3 +350,67 @@ def run_bench(args) -> int:
         plot_results(documents, args.plot)
         print(f"wrote {args.plot}")
     return 0 if ok else 1
+
+
+def _topic_list(text: str) -> tuple:
+    return choice_list(TOPICS, "topic")(text)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of ``namedschema bench``."""
+    parser = argparse.ArgumentParser(
+        prog=PROG, formatter_class=argparse.RawDescriptionHelpFormatter,
+        description=f"Run every benchmark topic ({', '.join(TOPICS)}; each in "
+                    "its own subprocess) and print tables of ratios against references "
+                    "measured in the same run: stdlib namedtuple, pickle, np.save, joblib, "
+                    "raw writes, and rlpyt's own types when RLPYT_SRC points at an rlpyt "
+                    "source tree. Exit status 1 if a topic failed to run.",
+        epilog="examples:\n"
+               "  namedschema bench --quick\n"
+               "  RLPYT_SRC=~/src/rlpyt namedschema bench --json bench.json --plot bench.png\n"
+               "  namedschema bench --topics core,pickling")
+    parser.add_argument("--quick", action="store_true",
+                        help="tiny sizes and few repeats (what CI runs)")
+    parser.add_argument("--json", metavar="FILE", help="write all results to FILE as JSON")
+    parser.add_argument("--plot", metavar="FILE.png",
+                        help="draw the ratios as bar charts (needs matplotlib: "
+                             "the plot extra)")
+    parser.add_argument("--topics", metavar="NAME,...", type=_topic_list,
+                        help=f"run only these topics (of {', '.join(TOPICS)})")
+    parser.add_argument("-v", "--verbose", action="store_true",
+                        help="also show each topic's own output as it finishes")
+    return parser
+
+
+def _fail(message: str) -> int:
+    print(f"{PROG}: error: {message}", file=sys.stderr)
+    return EXIT_USAGE
+
+
+def main(argv=None) -> int:
+    """Run ``namedschema bench`` with ``argv`` (default ``sys.argv[1:]``).
+
+    Returns:
+        The exit status: 0 when every topic ran, 1 when one failed, 2 for usage errors
+        (a bad option, an output path that cannot be written, ``--plot`` without
+        matplotlib or in a format it cannot write), each said in one line on stderr.
+    """
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as exc:  # argparse exits for --help and usage errors
+        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+    try:
+        check_outputs(args)       # before anything runs (run_bench checks again: cheap)
+        return run_bench(args)
+    except ImportError as exc:  # --plot without matplotlib (checked before the run)
+        return _fail(str(exc))
+    except OSError as exc:  # an output path that cannot be written (checked before the run)
+        return _fail(printable(str(exc)))
+    except ValueError as exc:  # a --plot format matplotlib cannot write (checked first)
+        if not str(exc).startswith("--plot "):
+            raise
+        return _fail(printable(str(exc)))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -41,8 +41,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .rows import result
-from .topic import finish, missing_extra_note, progress, topic_parser
+from .common import finish, missing_extra_note, progress, result, topic_parser
 
 __all__ = ["CASES", "main"]
 
@@ -138,7 +137,7 @@ def _raw_write(data: Any, path: str) -> None:
 def _frames_rows(args: Any, directory: str) -> list:
     import numpy as np
 
-    from ... import checkpoint
+    from namedschema import checkpoint
     rows = int(args.size_mib * MIB // (FRAME[0] * FRAME[1]))
     obs, what = _frames(rows, args.quick)
     args.notes.append(f"frames: {obs.nbytes / MIB:.0f} MiB of {what}")
@@ -169,7 +168,7 @@ def _frames_rows(args: Any, directory: str) -> list:
 def _random_rows(args: Any, directory: str) -> list:
     import numpy as np
 
-    from ... import checkpoint
+    from namedschema import checkpoint
     noise = np.random.default_rng(0).integers(0, 256, int(args.size_mib * MIB), np.uint8)
     plain, packed = os.path.join(directory, "r.nsb"), os.path.join(directory, "rz.nsb")
     saves = _turns({"uncompressed": lambda: checkpoint.save({"x": noise}, plain),
@@ -235,7 +234,7 @@ def _dqn(mib: float, quick: bool) -> tuple[dict, Any]:
 def _policy_rows(args: Any, directory: str) -> list:
     import numpy as np
 
-    from ... import checkpoint
+    from namedschema import checkpoint
     out: list = []
     states = {"mlp_adam": (_mlp_adam(min(args.size_mib, 256) / 4), None),
               "dqn": _dqn(args.size_mib, args.quick)}
@@ -312,7 +311,7 @@ def main(argv: list[str] | None = None) -> int:
                           "with zstd, and zstandard is not installed (pip install "
                           "'namedschema[zstd]')")
         return finish("compression", args, [], args.notes)
-    from ...checkpoint.compression import workers
+    from namedschema.checkpoint.compression import workers
     args.notes.append(f"{workers()} compression threads; load average "
                       f"{os.getloadavg()[0]:.1f} at the start")
     results: list = []

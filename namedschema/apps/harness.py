@@ -1,12 +1,12 @@
-"""What every measurement in a fresh process shares: used by ``bench/`` topics and ``demo``.
+"""Fresh interpreters, peak memory and the Atari-like transition: what ``demo`` measures with.
 
-Memory and cold-start figures need processes of their own, and comparisons need
-the same data and the same order rules everywhere, so these live in one place:
+The benchmarks of a source checkout (``benchmarks/suite``, run by ``namedschema bench``)
+use the same, so that the demo and every benchmark build the same data and measure
+memory the same way:
 
 child_env            the environment of a fresh interpreter that imports this namedschema
 run_python           run ``python <args>`` in such an interpreter
 peak_rss             this process's peak resident set size, by one method (VmHWM)
-rotated              contenders in round ``n`` order, so none always runs first
 ATARI_FIELDS, ...    the Atari-like transition: 84x84 uint8 frame, action, reward, done
 atari_example        one zero transition of a given schema (what buffers are built from)
 atari_transitions    ``n`` transitions of a schema: seeded random data, or a cheap pattern
@@ -19,13 +19,13 @@ import resource
 import subprocess
 import sys
 
-__all__ = ["child_env", "run_python", "peak_rss", "rotated", "ATARI_FIELDS", "ATARI_FRAME",
+__all__ = ["child_env", "run_python", "peak_rss", "ATARI_FIELDS", "ATARI_FRAME",
            "ATARI_DTYPES", "ATARI_BYTES_PER_TRANSITION", "atari_example",
            "atari_transitions"]
 
 # The folder holding the namedschema package this module belongs to.
-_PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__)))))
+_PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))))
 
 ATARI_FIELDS = ("observation", "action", "reward", "done")
 ATARI_FRAME = (84, 84)
@@ -73,21 +73,6 @@ def peak_rss() -> int:
         pass
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return peak if sys.platform == "darwin" else peak * 1024
-
-
-def rotated(contenders, shift: int) -> list:
-    """``contenders`` starting at position ``shift``: round ``n`` of an interleaved run.
-
-    Across rounds no contender always runs first, or always right after the
-    same other one, so drifts of the machine (page cache, CPU frequency) do
-    not favour one of them.
-
-    >>> [rotated("ABC", n) for n in range(4)]
-    [['A', 'B', 'C'], ['B', 'C', 'A'], ['C', 'A', 'B'], ['A', 'B', 'C']]
-    """
-    contenders = list(contenders)
-    shift %= len(contenders)
-    return contenders[shift:] + contenders[:shift]
 
 
 def atari_example(cls):

@@ -1,6 +1,6 @@
 """Buffer benchmarks: allocating, filling and handing on an rlpyt-style replay buffer.
 
-An Atari-like buffer (``harness.atari_transitions``: uint8 84x84 observations plus
+An Atari-like buffer (``namedschema.apps.harness.atari_transitions``: uint8 84x84 observations plus
 int32 action, float32 reward and bool done, leading dims ``(T, 16)``; 1 GiB, or 16 MiB with
 ``--quick``) is measured by each contender in a fresh subprocess; contenders
 alternate round by round and the best round is kept.
@@ -27,9 +27,14 @@ from __future__ import annotations
 import json
 import sys
 
-from .harness import ATARI_BYTES_PER_TRANSITION, ATARI_FIELDS, atari_example, peak_rss
-from .rows import result
-from .topic import finish, run_in_child, topic_parser
+from namedschema.apps.harness import (
+    ATARI_BYTES_PER_TRANSITION,
+    ATARI_FIELDS,
+    atari_example,
+    peak_rss,
+)
+
+from .common import finish, result, run_in_child, topic_parser
 
 __all__ = ["CASES", "main"]
 
@@ -47,8 +52,8 @@ HANDOFF_CONTENDERS = ("by value", "shared")
 # ---------------------------------------------------------------- child side
 
 def _example():
-    from ..._core.factories import namedtuple
-    from ...buffer import buffer_from_example  # noqa: F401 - imported before timing
+    from namedschema._core.factories import namedtuple
+    from namedschema.buffer import buffer_from_example  # noqa: F401 - imported before timing
     return atari_example(namedtuple("Step", ATARI_FIELDS))
 
 
@@ -59,7 +64,7 @@ def _alloc_fill(contender: str, steps: int) -> dict:
 
     import numpy as np
 
-    from ...buffer import buffer_from_example
+    from namedschema.buffer import buffer_from_example
     example = _example()
     before = peak_rss()
     start = time.perf_counter()
@@ -99,7 +104,7 @@ def _handoff(contender: str, steps: int) -> dict:
     import multiprocessing as mp
     import time
 
-    from ...buffer import buffer_from_example
+    from namedschema.buffer import buffer_from_example
     ctx = mp.get_context("forkserver")
     inbox, outbox = ctx.Queue(), ctx.Queue()
     worker = ctx.Process(target=_handoff_worker, args=(inbox, outbox))
