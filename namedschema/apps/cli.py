@@ -162,9 +162,10 @@ def _run_bench(argv: list[str]) -> int:
     if root not in sys.path:
         sys.path.insert(0, root)
     runner = importlib.import_module("benchmarks.suite.runner")
-    if not os.path.abspath(runner.__file__).startswith(os.path.join(root, "benchmarks", "")):
-        return _fail("namedschema bench", f"'benchmarks' is imported from {runner.__file__}, "
-                                          f"not from {root}; run from {root}")
+    where = os.path.abspath(runner.__file__ or "")
+    if not where.startswith(os.path.join(root, "benchmarks", "")):  # another 'benchmarks'
+        return _fail("namedschema bench", f"'benchmarks' is imported from {where}, not from "
+                                          f"{root}; run 'python -m namedschema bench' there")
     return runner.main(argv)
 
 

@@ -172,3 +172,40 @@ def test_cli_import_stays_light():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           env=env, timeout=60)
     assert proc.stdout.strip() == "[]", proc.stderr
+
+
+# ------------------------------------------------ bench: a thin entry point (issue 29)
+def test_bench_runs_the_benchmarks_of_the_checkout_it_sits_in():
+    """In a source checkout, ``bench`` finds ``benchmarks/suite`` next to the package."""
+    assert cli._benchmarks_parent() == REPO_ROOT
+    assert os.path.isfile(os.path.join(REPO_ROOT, "benchmarks", "suite", "runner.py"))
+
+
+@pytest.mark.parametrize("args", [["--quick"], ["--help"], []])
+def test_bench_without_the_benchmarks_says_in_one_line_what_to_do(args, capsys, monkeypatch):
+    """An installed package has no benchmarks: one line on stderr, status 2."""
+    monkeypatch.setattr(cli, "_benchmarks_parent", lambda: None)
+    assert cli.main(["bench", *args]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.count("\n") == 1
+    assert captured.err == f"namedschema bench: error: {cli.NO_BENCHMARKS}\n"
+    assert "clone" in captured.err and "python -m namedschema bench" in captured.err
+
+
+@pytest.mark.subprocess
+def test_bench_of_a_package_installed_without_its_source_tree(tmp_path):
+    """A copy of the package with no ``benchmarks`` beside it (what pip installs): the
+    command says to run it from a clone, and exits 2; the other commands still work."""
+    import shutil
+    site = tmp_path / "site-packages"
+    shutil.copytree(os.path.dirname(namedschema.__file__), site / "namedschema",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    env = dict(os.environ, PYTHONPATH=str(site))
+    run = [sys.executable, "-B", "-m", "namedschema"]
+    proc = subprocess.run([*run, "bench", "--quick"], capture_output=True, text=True,
+                          env=env, cwd=tmp_path, timeout=120)
+    assert proc.returncode == 2 and proc.stdout == "", proc.stdout + proc.stderr
+    assert proc.stderr == f"namedschema bench: error: {cli.NO_BENCHMARKS}\n"
+    proc = subprocess.run([*run, "--version"], capture_output=True, text=True, env=env,
+                          cwd=tmp_path, timeout=120)
+    assert proc.returncode == 0 and namedschema.__version__ in proc.stdout

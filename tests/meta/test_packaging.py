@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 import tarfile
+import zipfile
 
 import pytest
 
@@ -57,9 +58,35 @@ def test_sdist_holds_the_tests_docs_benchmarks_and_examples_they_need(tmp_path):
     for needed in ("conftest.py", "tests/__init__.py", "tests/helpers.py",
                    "tests/conftest.py", "tests/meta/test_docs_build.py",
                    "tests/checkpoint/data/format-1.0.nsb", "docs/conf.py",
-                   "docs/inventories/python.inv", "benchmarks", "namedschema/py.typed",
+                   "docs/inventories/python.inv", "benchmarks/suite/runner.py",
+                   "benchmarks/bench_core.py", "namedschema/py.typed",
                    "LICENSE", "README.md", "examples/dqn_pong.py",
                    "examples/train_loop.py", "examples/cleanrl_dqn.py",
                    "examples/cleanrl_dqn_atari.py", "examples/cleanrl_namedschema_buffer.py"):
         assert any(n == needed or n.startswith(needed + "/") for n in names), needed
     assert not any("__pycache__" in n or n.endswith(".pyc") for n in names)
+
+
+@pytest.mark.subprocess
+def test_the_wheel_holds_the_package_without_the_benchmarks(tmp_path):
+    """The installed package is the library, its command and the demo: the benchmark
+    harness and topics (benchmarks/suite, run by ``namedschema bench`` from a source
+    checkout) and the benchmark scripts are not in the wheel (issue 29)."""
+    proc = subprocess.run(
+        [sys.executable, "setup.py", "-q", "egg_info", "--egg-base", str(tmp_path),
+         "build", "--build-base", str(tmp_path / "build"),
+         "bdist_wheel", "--bdist-dir", str(tmp_path / "bdist"), "-d", str(tmp_path)],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    (wheel,) = tmp_path.glob("namedschema-*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        names = archive.namelist()
+    packages = {name.split("/", 1)[0] for name in names if "/" in name}
+    assert {p for p in packages if not p.endswith(".dist-info")} == {"namedschema"}
+    for needed in ("namedschema/apps/cli.py", "namedschema/apps/demo.py",
+                   "namedschema/apps/harness.py", "namedschema/__main__.py"):
+        assert needed in names, needed
+    assert not any(n.startswith("namedschema/apps/bench") for n in names)
+    topics = ("runner", "common", "core", "pickling", "checkpoint", "incremental",
+              "compression", "replay")
+    assert not any(n.endswith(f"/{t}.py") and "/apps/" in n for n in names for t in topics)
