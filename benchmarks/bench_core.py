@@ -18,8 +18,8 @@ rlpyt rows need ``RLPYT_SRC`` pointing at an rlpyt source tree. Usage:
 import os
 import sys
 
-# benchmarks.suite lives in this checkout, whose root is above this folder.
-sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# This checkout (its root is above this folder): its benchmarks.suite and namedschema.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks.suite.core import main  # noqa: E402
 

@@ -13,8 +13,8 @@ load time of one instance. rlpyt's class-per-type ``namedarraytuple`` and its
 import os
 import sys
 
-# benchmarks.suite lives in this checkout, whose root is above this folder.
-sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# This checkout (its root is above this folder): its benchmarks.suite and namedschema.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks.suite.pickling import main  # noqa: E402
 
