@@ -51,7 +51,7 @@ FIRST_BUDGET_MS = 250.0
 def _buffer(rows: int) -> Any:
     import numpy as np
 
-    from namedschema._core.schema import NamedArrayTupleSchema
+    from namedschema import NamedArrayTupleSchema
     from namedschema.buffer import buffer_from_example
     Samples = NamedArrayTupleSchema("Samples", "observation action reward done")
     example = Samples(np.zeros((84, 84), np.uint8), np.int64(0), np.float32(0), False)

@@ -52,7 +52,7 @@ HANDOFF_CONTENDERS = ("by value", "shared")
 # ---------------------------------------------------------------- child side
 
 def _example():
-    from namedschema._core.factories import namedtuple
+    from namedschema import namedtuple
     from namedschema.buffer import buffer_from_example  # noqa: F401 - imported before timing
     return atari_example(namedtuple("Step", ATARI_FIELDS))
 

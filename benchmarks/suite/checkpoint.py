@@ -61,7 +61,7 @@ MEMORY_LIMIT_MIB = 64
 # ---------------------------------------------------------------- child side
 
 def _buffer(rows):
-    from namedschema._core.schema import NamedArrayTupleSchema
+    from namedschema import NamedArrayTupleSchema
     Samples = NamedArrayTupleSchema("Samples", ATARI_FIELDS)
     return atari_transitions(Samples, rows)  # a fixed pattern that touches every page
 

@@ -51,7 +51,7 @@ FIELDS8 = ("a", "b", "c", "d", "e", "f", "g", "h")
 
 def _small_classes(fields, rl):
     """Contender name -> class (or class-like factory) with ``fields``."""
-    from namedschema._core.schema import NamedTupleSchema
+    from namedschema import NamedTupleSchema
     classes = {"namedtuple": collections.namedtuple("Small", fields),
                "namedschema": NamedTupleSchema("Small", fields)}
     if rl is not None:
@@ -108,7 +108,7 @@ def _small_cases(cases, quick, rl):
             sizes = {name: _bytes_per_instance(cls, n) for name, cls in classes.items()}
             rows += compare("instance_bytes", "memory", "B", sizes, "namedtuple",
                             {"namedschema": SMALL_TARGETS["instance_bytes"]})
-            from namedschema._core.schema import NamedTupleSchema
+            from namedschema import NamedTupleSchema
             if hasattr(NamedTupleSchema("Small", FIELDS4)(1, 2, 3, 4), "__dict__"):
                 rows[-1]["note"] = "namedschema instances have a __dict__"
     if "attr_access_8" in cases:
@@ -141,7 +141,7 @@ def _floor_setitem(arrays, loc, value):
 def _array_cases(cases, quick, rl):
     import numpy as np
 
-    from namedschema._core.schema import NamedArrayTupleSchema
+    from namedschema import NamedArrayTupleSchema
     rows = []
     repeat, min_time = (15, 0.002) if quick else (61, 0.005)
 
@@ -191,8 +191,7 @@ def _class_cases(cases, quick):
     """Class-syntax schemas against the same schemas made by the factories."""
     import numpy as np
 
-    from namedschema._core.instance import NamedArrayTuple, NamedTuple
-    from namedschema._core.schema import NamedArrayTupleSchema, NamedTupleSchema
+    from namedschema import NamedArrayTuple, NamedArrayTupleSchema, NamedTuple, NamedTupleSchema
     rows = []
     # Two contenders running the same code: many short rounds, so that the best
     # round of each escapes the other jobs on a shared machine.

@@ -91,7 +91,7 @@ def _measure(func):
 
 
 def _schema():
-    from namedschema._core.schema import NamedArrayTupleSchema
+    from namedschema import NamedArrayTupleSchema
     return NamedArrayTupleSchema("Samples", "observation action reward done")
 
 

@@ -42,7 +42,7 @@ RlpytSmall = None
 def _contenders(rl):
     """Contender name -> constructor of an instance from four values."""
     global RlpytSmall
-    from namedschema._core.schema import NamedTupleSchema
+    from namedschema import NamedTupleSchema
     made = {"namedtuple": PickleSmall, "namedschema": NamedTupleSchema("PickleSmall", FIELDS)}
     if rl is not None:
         RlpytSmall = rl.namedarraytuple("RlpytSmall", FIELDS)

@@ -63,7 +63,7 @@ class _Namedschema:
     name = "namedschema"
 
     def __init__(self, capacity: int, prioritized: bool, n_envs: int):
-        from namedschema._core.schema import NamedArrayTupleSchema
+        from namedschema import NamedArrayTupleSchema
         from namedschema.training.replay import PrioritizedReplayBuffer, ReplayBuffer
         self.Step = NamedArrayTupleSchema(
             "BenchTransition", ["obs", "next_obs", "action", "reward", "done"])
