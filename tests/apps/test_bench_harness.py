@@ -244,6 +244,17 @@ def test_harness_child_env_imports_this_namedschema(tmp_path):
     assert proc.stdout.strip() == namedschema.__file__
 
 
+def test_suite_children_import_this_namedschema_and_these_benchmarks(monkeypatch):
+    """A topic's child imports the namedschema that started it (first on PYTHONPATH) and
+    the ``benchmarks`` package of the checkout its topics belong to."""
+    import namedschema
+    from benchmarks.suite import common
+    monkeypatch.setenv("PYTHONPATH", "/elsewhere")
+    parts = common.child_env()["PYTHONPATH"].split(os.pathsep)
+    assert parts[0] == os.path.dirname(os.path.dirname(namedschema.__file__))
+    assert REPO_ROOT in parts and parts[-1] == "/elsewhere"
+
+
 def test_harness_atari_data_is_one_definition_for_demo_and_benchmarks():
     """demo, the checkpoint and the buffer benchmarks build the same Atari-like rows."""
     import numpy as np
