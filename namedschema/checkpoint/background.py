@@ -70,7 +70,7 @@ from dataclasses import replace
 from typing import Any
 
 from ..errors import BackgroundSaveError
-from . import baselines, forked, incremental, tracking, writer
+from . import baselines, forked, incremental, tracking, writelog, writer
 from .blocks import CompactCopy, MemorySpan, RawBytes
 from .header import SaveRecord, read_header
 
@@ -421,7 +421,8 @@ def incremental_job(enc: Any, plan: Any, path: str, progress: bool, compression:
     the child reports its checkpoint id and ``stat``, and ``on_done`` records
     the baseline of that file (the next save then writes only what changed
     since the snapshot). Shared memory, copied aside before the fork, is
-    compared too: it is written incrementally, not in full each time.
+    compared too: it is written incrementally, not in full each time. The
+    child's rewrites of a watched file (``writelog``) come back in its report.
     """
     real, parent = os.path.realpath(path), os.getpid()
     armed = tracking.mode() == "writeprotect"
@@ -435,16 +436,18 @@ def incremental_job(enc: Any, plan: Any, path: str, progress: bool, compression:
         incremental.wait(path)   # its sync thread: the child ends after it
         with open(real, "rb", buffering=0) as f:
             st = os.fstat(f.fileno())
-            done = (read_header(f, path, st.st_size).description.checkpoint_id, st)
+            done = (read_header(f, path, st.st_size).description.checkpoint_id, st,
+                    writelog.take(real) if writelog.watching(real) else None)
         if compression is not None:   # the chunks' checksums, the parent's next baseline
             from . import squeezed
             return record, (*done, squeezed.report(path))
         return record, done
 
     def on_done(written: tuple[Any, ...] | None) -> None:
+        writelog.add(real, None if written is None else written[2])
         if compression is not None:
             from . import squeezed
-            squeezed.adopt(path, None if written is None else written[2], known)
+            squeezed.adopt(path, None if written is None else written[3], known)
             return
         now = os.stat(real) if os.path.exists(real) else None
         if armed and written and now and \

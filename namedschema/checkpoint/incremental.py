@@ -40,7 +40,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ..errors import FormatError
-from . import baselines, journal, layout, relayout, tracking, writer
+from . import baselines, journal, layout, relayout, tracking, writelog, writer
 from .atomic import check_target, final_target, fsync_dir
 from .blocks import MemorySpan, Progress
 from .compression import Compression
@@ -539,6 +539,8 @@ def _write_changes(enc: EncodedGraph, plan: layout.Layout, path: str, real: str,
     except journal.Unusable:
         _note(real, "something that is not a journal is in the way of the journal")
         return None  # something else at the journal's path: a full save needs no journal
+    writelog.note(real, st, old.description.checkpoint_id, header.description.checkpoint_id,
+                  pieces, st.st_size if size > st.st_size else None)   # before a byte changes
     if size > st.st_size:   # committed: the file may grow now (a replay grows it too)
         os.ftruncate(fd, size)
 

@@ -8,6 +8,18 @@ tensor, array, generator state and scalar by its path inside it), a
 restore, and the end of the run. The checker compares the records of a
 killed-and-resumed run with those of the uninterrupted run.
 
+Cost. An array larger than :data:`CHUNK` is digested as the blake2b of its
+dtype, shape and the blake2b digests of its CHUNK-byte pieces (a difference
+in any byte changes its piece's digest, hence the array's). A checkpoint's
+record is made in a background thread from the file (mapped, so the bytes
+come from the page cache the save just wrote), and the digests of the pieces
+are kept, by file offset, from one save of the file to the next: an
+incremental save reports the byte ranges it rewrote (``checkpoint.writelog``),
+and only the pieces those touch are digested again. Anything else that
+changed the file (a full save's new file, another process's save, a journal
+replayed at recovery) breaks the chain of checkpoint ids the rewrites carry,
+and the whole file is digested again.
+
 Without the variable :func:`recorder` returns None and writers skip every
 hook: no file, no thread, no hashing module is imported.
 
@@ -30,6 +42,7 @@ recorder               the process's Recorder, or None when no audit is asked fo
 Recorder               appends events; digests in a background thread where the file is read back
 follow_run_checkpoint  the Recorder for one RunCheckpoint (with its end-of-run record at exit)
 digest_objects         ``{name: {"digest", "leaves": {path: [kind, digest]}}}`` of a state tree
+FileDigests            the piece digests of one checkpoint file's arrays, kept between its saves
 """
 
 from __future__ import annotations
@@ -37,6 +50,7 @@ from __future__ import annotations
 import atexit
 import json
 import os
+import queue
 import re
 import threading
 import time
@@ -46,7 +60,7 @@ from typing import Any
 from .._core.optional import torch_if_loaded
 
 __all__ = ["ENV_AUDIT", "ENV_NOTIFY", "ENV_IGNORE", "WALL_CLOCK", "WALL_CLOCK_PARTS", "recorder", "Recorder",
-           "follow_run_checkpoint", "digest_objects"]
+           "follow_run_checkpoint", "digest_objects", "FileDigests", "CHUNK"]
 
 ENV_AUDIT = "NAMEDSCHEMA_AUDIT"      # the audit file to append to
 ENV_NOTIFY = "NAMEDSCHEMA_AUDIT_NOTIFY"  # a pipe's write end: one byte after each event
@@ -55,6 +69,7 @@ PROGRESS_SUFFIX = ".progress"        # 8 bytes beside the audit file: the last s
 MAX_LEAVES = 4096                    # leaves listed per object (more: the object digest only)
 MAX_DEPTH = 64                       # nesting walked; deeper values are digested by repr
 DIGEST_SIZE = 16
+CHUNK = 64 * 1024                    # arrays larger than this: digested piece by piece
 # The checkpoint format's wire name of a dict with keys that are not all str (state.plain):
 # an optimizer's ``state`` keyed by parameter number is walked as ``state.0.exp_avg``.
 _KEYED = "namedschema.keyed"
@@ -100,7 +115,12 @@ class Recorder:
         notify = os.environ.get(ENV_NOTIFY, "")
         self._notify = int(notify) if notify.isdigit() else None
         self._write_lock = threading.Lock()
-        self._job: threading.Thread | None = None
+        # One worker thread digests the records in order (a thread per save would hold
+        # the save while it starts: milliseconds on a busy machine).
+        self._worker: threading.Thread | None = None
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self._last: threading.Event | None = None     # set when the last job has ended
+        self._files: dict[str, FileDigests] = {}   # path -> its piece digests
         self._ends: list[Callable[[], None]] = []
         self.ignore = tuple(p for p in os.environ.get(ENV_IGNORE, "").splitlines() if p)
         self.last_step: int | None = None
@@ -175,9 +195,12 @@ class Recorder:
         ``objects`` picks the named state out of the loaded file, ``saved_step``
         its step (a failed write leaves the previous checkpoint: not recorded).
         The next :meth:`save_begin` waits for the thread, so the file is read
-        before the next save changes it.
+        before the next save changes it. Only the pieces of arrays that the
+        saves since the last record rewrote are digested again (:class:`FileDigests`).
         """
-        previous = self._job
+        files = self._files.get(path)
+        if files is None:
+            files = self._files[path] = FileDigests(path)
 
         def job() -> None:
             try:
@@ -185,21 +208,33 @@ class Recorder:
                 from ..checkpoint.background import written
                 written(path)
                 self.event("save-end", step)
-                if previous is not None:
-                    previous.join()
-                from ..checkpoint.inspector import mappable
+                rewrites = files.rewrites()
+                from ..checkpoint.inspector import mappable   # compressed files: read
                 data = load(path, mmap_mode=mappable(path), allow_pickle=allow_pickle)
                 if saved_step(data) != step:
+                    files.forget()
                     self.event("save-failed", step)
                     return
-                self.event("checkpoint", step,
-                           objects=digest_objects(objects(data), self.ignore))
+                hasher = files.hasher(rewrites)
+                named = _digest_objects(objects(data), self.ignore, hasher)
+                self.event("checkpoint", step, objects=named, digested=hasher.digested)
             except Exception as exc:  # the audit never breaks the run
+                files.forget()
                 self.event("audit-error", step, error=f"{type(exc).__name__}: {exc}")
 
-        # A daemon: a thread left running never holds the interpreter's exit (atexit flushes).
-        self._job = threading.Thread(target=job, name="namedschema-audit", daemon=True)
-        self._job.start()
+        self._submit(job)
+
+    def _submit(self, job: Callable[[], None]) -> None:
+        done = threading.Event()
+        if self._worker is None or not self._worker.is_alive():
+            # A daemon: a thread left running never holds the interpreter's exit (atexit
+            # flushes).
+            self._jobs = queue.SimpleQueue()
+            self._worker = threading.Thread(target=_work, args=(self._jobs,),
+                                            name="namedschema-audit", daemon=True)
+            self._worker.start()
+        self._last = done
+        self._jobs.put((job, done))
 
     def record_end(self, step: int | None, named_state: Mapping[str, Any] | None = None) -> None:
         """The run ended normally at ``step``: its final state, digested now.
@@ -215,10 +250,10 @@ class Recorder:
         self._ends.append(end)
 
     def flush(self) -> None:
-        """Wait for the background record in flight."""
-        job = self._job
-        if job is not None and job is not threading.current_thread():
-            job.join()
+        """Wait for the background records in flight."""
+        last = self._last
+        if last is not None and self._worker is not threading.current_thread():
+            last.wait()
 
     def _at_exit(self) -> None:
         if os.getpid() != self.pid:
@@ -229,6 +264,17 @@ class Recorder:
                 end()
             except Exception as exc:
                 self.event("audit-error", self.last_step, error=f"{type(exc).__name__}: {exc}")
+
+
+def _work(jobs: queue.SimpleQueue) -> None:
+    """The audit's worker thread: run each job, then say it ended."""
+    while True:
+        job, done = jobs.get()
+        try:
+            job()
+        finally:
+            done.set()
+            del job, done
 
 
 # --------------------------------------------------------------------------
@@ -287,7 +333,11 @@ def digest_objects(named_state: Mapping[str, Any], ignore: Sequence[str] = ()
     (``envs.*.episode_start_time``, ``logger``); a part left out takes everything
     under it along.
     """
-    import hashlib
+    return _digest_objects(named_state, ignore, _Hasher())
+
+
+def _digest_objects(named_state: Mapping[str, Any], ignore: Sequence[str],
+                    hasher: _Hasher) -> dict[str, dict[str, Any]]:
     from fnmatch import translate
     matches = re.compile("|".join(translate(p) for p in (*WALL_CLOCK_PARTS, *ignore))).match
     out: dict[str, dict[str, Any]] = {}
@@ -300,8 +350,8 @@ def digest_objects(named_state: Mapping[str, Any], ignore: Sequence[str] = ()
         def skip(path: str, prefix: str = prefix) -> bool:
             return matches(prefix + path) is not None
         leaves: dict[str, list[str]] = {}
-        _walk(state, "", leaves, 0, hashlib, skip)
-        whole = hashlib.blake2b(digest_size=DIGEST_SIZE)
+        _walk(state, "", leaves, 0, hasher, skip)
+        whole = hasher.new()
         for path, (kind, digest) in leaves.items():
             whole.update(f"{path}\0{kind}\0{digest}\n".encode())
         out[name] = {"digest": whole.hexdigest(),
@@ -309,16 +359,168 @@ def digest_objects(named_state: Mapping[str, Any], ignore: Sequence[str] = ()
     return out
 
 
+# --------------------------------------------------------------------------
+# Digests of arrays, piece by piece, kept between saves of a file
+# --------------------------------------------------------------------------
+
+class _Pieces:
+    """The piece digests of one array: ``digests`` (DIGEST_SIZE bytes each), ``current``."""
+
+    __slots__ = ("digests", "current")
+
+    def __init__(self, n: int):
+        import numpy as np
+        self.digests = bytearray(n * DIGEST_SIZE)
+        self.current = np.zeros(n, np.bool_)
+
+
+class _Hasher:
+    """Digests leaves; arrays that lie in ``maps`` (of the file ``files`` follows) reuse
+    the piece digests ``files`` kept for their file range."""
+
+    def __init__(self, files: FileDigests | None = None, maps: Sequence[Any] = ()):
+        import hashlib
+        self.hashlib, self.files, self.maps = hashlib, files, maps
+        self.digested = 0          # bytes of arrays digested piece by piece (not reused)
+
+    def new(self) -> Any:
+        return self.hashlib.blake2b(digest_size=DIGEST_SIZE)
+
+    def hash(self, *parts: Any) -> str:
+        h = self.new()
+        for part in parts:
+            h.update(part)
+        return h.hexdigest()
+
+    def array(self, head: bytes, array: Any) -> str:
+        """The digest of an array's ``head`` (dtype, shape) and bytes."""
+        import numpy as np
+        flat = np.ascontiguousarray(array).reshape(-1).view(np.uint8)   # no copy if contiguous
+        if flat.nbytes <= CHUNK:
+            return self.hash(head, flat)
+        pieces = self._kept(array) if self.files is not None else None
+        if pieces is None:
+            pieces = _Pieces(-(-flat.nbytes // CHUNK))
+        digests, blake2b, data = pieces.digests, self.hashlib.blake2b, flat.data
+        for i in np.flatnonzero(~pieces.current).tolist():
+            piece = data[i * CHUNK:(i + 1) * CHUNK]
+            digests[i * DIGEST_SIZE:(i + 1) * DIGEST_SIZE] = blake2b(
+                piece, digest_size=DIGEST_SIZE).digest()
+            self.digested += piece.nbytes
+        pieces.current[:] = True
+        return self.hash(head, b"\0pieces\0", digests)
+
+    def _kept(self, array: Any) -> _Pieces | None:
+        """The kept piece digests of ``array`` if it views the file (by its file range)."""
+        assert self.files is not None
+        if not array.flags.c_contiguous:
+            return None
+        lo = array.__array_interface__["data"][0]
+        hi = lo + array.nbytes
+        for m in self.maps:
+            if m.lo <= lo and hi <= m.hi:
+                return self.files.pieces(lo + m.delta, array.nbytes)
+        return None
+
+
+class FileDigests:
+    """The piece digests of the arrays of one checkpoint file, kept from one audited
+    save of it to the next, by file range.
+
+    They hold while every change to the file since is known: the rewrites of
+    its incremental saves (``checkpoint.writelog``, watched from now on), whose
+    checkpoint ids chain from the state digested last to the state found now.
+    Otherwise (a full save's new file, another writer, a journal replayed at
+    recovery, an error) they are dropped and the file is digested whole.
+    """
+
+    def __init__(self, path: str):
+        from ..checkpoint import writelog
+        self.path, self._writelog = path, writelog
+        writelog.watch(path)
+        self.identity: tuple[int, int] | None = None
+        self.checkpoint_id: str | None = None
+        self.arrays: dict[tuple[int, int], _Pieces] = {}    # (file offset, nbytes) -> pieces
+
+    def forget(self) -> None:
+        """Drop everything kept (the next record digests the whole file)."""
+        self.arrays.clear()
+        self.identity = self.checkpoint_id = None
+
+    def rewrites(self) -> list[Any] | None:
+        """The rewrites of the file since the last call (None: not known)."""
+        return self._writelog.take(self.path)
+
+    def hasher(self, rewrites: list[Any] | None) -> _Hasher:
+        """A hasher for the file as it is now (loaded, mapped), after ``rewrites``."""
+        from ..checkpoint import pages
+        from ..checkpoint.header import read_header
+        with open(self.path, "rb", buffering=0) as f:
+            st = os.fstat(f.fileno())
+            checkpoint_id = read_header(f, self.path, st.st_size).description.checkpoint_id
+        self.settle((st.st_dev, st.st_ino), checkpoint_id, rewrites)
+        try:
+            maps = pages.file_mappings(st.st_dev, st.st_ino)
+        except OSError:                  # no /proc: nothing is kept
+            maps = []
+        return _Hasher(self, maps)
+
+    def settle(self, identity: tuple[int, int], checkpoint_id: str,
+               rewrites: list[Any] | None) -> None:
+        """Bring what is kept to the file ``identity`` at ``checkpoint_id``: pieces that
+        ``rewrites`` touched are marked stale, or all is dropped if the chain breaks."""
+        known = rewrites is not None and self.identity == identity
+        at = self.checkpoint_id
+        ranges: list[tuple[int, int]] = []
+        for r in rewrites or ():
+            if not known or r.identity != identity or r.before != at:
+                known = False
+                break
+            at = r.after
+            ranges.extend(r.ranges)
+        if not known or at != checkpoint_id:
+            self.arrays.clear()
+        elif ranges:
+            self._stale(ranges)
+        self.identity, self.checkpoint_id = identity, checkpoint_id
+
+    def _stale(self, ranges: list[tuple[int, int]]) -> None:
+        import numpy as np
+        r = np.array(ranges, np.int64).reshape(-1, 2)
+        for (lo, nbytes), pieces in self.arrays.items():
+            hi = lo + nbytes
+            hit = (r[:, 0] < hi) & (r[:, 1] > lo)
+            if not hit.any():
+                continue
+            first = (np.maximum(r[hit, 0], lo) - lo) // CHUNK
+            last = (np.minimum(r[hit, 1], hi) - 1 - lo) // CHUNK
+            edges = np.zeros(pieces.current.size + 1, np.int64)
+            np.add.at(edges, first, 1)
+            np.add.at(edges, last + 1, -1)
+            pieces.current &= np.cumsum(edges[:-1]) == 0
+
+    def pieces(self, offset: int, nbytes: int) -> _Pieces:
+        """The kept piece digests of the array at ``[offset, offset + nbytes)`` of the file."""
+        found = self.arrays.get((offset, nbytes))
+        if found is None:
+            found = self.arrays[(offset, nbytes)] = _Pieces(-(-nbytes // CHUNK))
+        return found
+
+
+# --------------------------------------------------------------------------
+# Walking a state tree
+# --------------------------------------------------------------------------
+
 def _join(path: str, key: Any) -> str:
     return f"{path}.{key}" if path else str(key)
 
 
-def _walk(value: Any, path: str, leaves: dict, depth: int, hashlib: Any,
+def _walk(value: Any, path: str, leaves: dict, depth: int, hasher: _Hasher,
           skip: Callable[[str], bool] | None = None) -> None:
     if skip is not None and path and skip(path):
         return
     if depth > MAX_DEPTH:
-        leaves[path] = ["deep", _hash(hashlib, repr(value).encode())]
+        leaves[path] = ["deep", hasher.hash(repr(value).encode())]
         return
     if isinstance(value, Mapping):
         keyed = value.get(_KEYED) if len(value) == 1 else None
@@ -326,39 +528,39 @@ def _walk(value: Any, path: str, leaves: dict, depth: int, hashlib: Any,
                                            for p in keyed):
             value = {_key_text(k): v for k, v in keyed}
         if "bit_generator" in value:        # a numpy generator's state: one leaf
-            leaves[path] = ["generator", _hash(hashlib, repr(_plain(value)).encode())]
+            leaves[path] = ["generator", hasher.hash(repr(_plain(value)).encode())]
             return
         if not value:
-            leaves[path] = ["empty", _hash(hashlib, type(value).__name__.encode())]
+            leaves[path] = ["empty", hasher.hash(type(value).__name__.encode())]
         layer = value.get("class") if "attributes" in value else None
         clock = WALL_CLOCK.get(layer) if isinstance(layer, str) else None
         for key, item in value.items():
             if clock and key == "attributes" and isinstance(item, Mapping):
                 item = {k: v for k, v in item.items() if k not in clock}
-            _walk(item, _join(path, key), leaves, depth + 1, hashlib, skip)
+            _walk(item, _join(path, key), leaves, depth + 1, hasher, skip)
         return
     fields = getattr(type(value), "_fields", None)
     if isinstance(value, (list, tuple)):
         if not value:
-            leaves[path] = ["empty", _hash(hashlib, type(value).__name__.encode())]
+            leaves[path] = ["empty", hasher.hash(type(value).__name__.encode())]
         if len(value) > 8 and all(type(v) in _SCALAR_TYPES for v in value):
             # a generator's state as numbers (Python's random): one leaf
-            leaves[path] = ["list", _hash(hashlib, repr(value).encode())]
+            leaves[path] = ["list", hasher.hash(repr(value).encode())]
             return
         names = fields if isinstance(fields, tuple) and len(fields) == len(value) else None
         for i, item in enumerate(value):
-            _walk(item, _join(path, names[i] if names else i), leaves, depth + 1, hashlib, skip)
+            _walk(item, _join(path, names[i] if names else i), leaves, depth + 1, hasher, skip)
         return
-    leaf = _leaf(value, hashlib)
+    leaf = _leaf(value, hasher)
     state = getattr(value, "__dict__", None)
     if leaf is None and isinstance(state, dict):   # an object stored by pickling
-        leaves[_join(path, "__class__")] = ["class", _hash(
-            hashlib, f"{type(value).__module__}.{type(value).__qualname__}".encode())]
+        leaves[_join(path, "__class__")] = ["class", hasher.hash(
+            f"{type(value).__module__}.{type(value).__qualname__}".encode())]
         for key, item in state.items():
-            _walk(item, _join(path, key), leaves, depth + 1, hashlib, skip)
+            _walk(item, _join(path, key), leaves, depth + 1, hasher, skip)
         return
-    leaves[path] = leaf or ["object", _hash(hashlib, type(value).__qualname__.encode(),
-                                            _ADDRESS.sub("0x", repr(value)).encode())]
+    leaves[path] = leaf or ["object", hasher.hash(type(value).__qualname__.encode(),
+                                                  _ADDRESS.sub("0x", repr(value)).encode())]
 
 
 def _key_text(key: Any) -> str:
@@ -373,19 +575,7 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def _hash(hashlib: Any, *parts: Any) -> str:
-    h = hashlib.blake2b(digest_size=DIGEST_SIZE)
-    for part in parts:
-        h.update(part)
-    return h.hexdigest()
-
-
-def _bytes(np: Any, array: Any) -> Any:
-    """The array's bytes as a flat uint8 array (no copy when it is contiguous)."""
-    return np.ascontiguousarray(array).reshape(-1).view(np.uint8)
-
-
-def _leaf(value: Any, hashlib: Any) -> list[str] | None:
+def _leaf(value: Any, hasher: _Hasher) -> list[str] | None:
     """[kind, digest] of a tensor, array, scalar or generator; None for other objects."""
     import numpy as np
     torch = torch_if_loaded()
@@ -394,16 +584,16 @@ def _leaf(value: Any, hashlib: Any) -> list[str] | None:
         if t.dtype == torch.bfloat16:
             t = t.view(torch.int16)
         head = f"{value.dtype}{tuple(value.shape)}".encode()
-        return ["tensor", _hash(hashlib, head, _bytes(np, t.numpy()))]
+        return ["tensor", hasher.array(head, t.numpy())]
     if isinstance(value, np.ndarray):
         head = f"{value.dtype.str}{value.shape}".encode()
         if value.dtype.hasobject:
-            return ["array", _hash(hashlib, head, repr(value.tolist()).encode())]
-        return ["array", _hash(hashlib, head, _bytes(np, value))]
+            return ["array", hasher.hash(head, repr(value.tolist()).encode())]
+        return ["array", hasher.array(head, value)]
     if isinstance(value, np.generic):
-        return ["scalar", _hash(hashlib, value.dtype.str.encode(), value.tobytes())]
+        return ["scalar", hasher.hash(value.dtype.str.encode(), value.tobytes())]
     if value is None or isinstance(value, (bool, int, float, complex, str, bytes)):
-        return ["scalar", _hash(hashlib, type(value).__name__.encode(), repr(value).encode())]
+        return ["scalar", hasher.hash(type(value).__name__.encode(), repr(value).encode())]
     if isinstance(value, np.random.Generator):
-        return ["generator", _hash(hashlib, repr(_plain(value.bit_generator.state)).encode())]
+        return ["generator", hasher.hash(repr(_plain(value.bit_generator.state)).encode())]
     return None

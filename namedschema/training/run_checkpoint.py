@@ -238,10 +238,15 @@ class RunCheckpoint:
         self.step = int(step)
 
     def wait(self) -> None:
-        """Wait until the last :meth:`save` is on disk; raise the error it met, if any."""
+        """Wait until the last :meth:`save` is on disk; raise the error it met, if any.
+
+        Under ``namedschema check-resume``, also wait for the save's audit record.
+        """
         pending, self._pending = self._pending, None
         if pending is not None:
             pending.wait()
+        if self._audit is not None:
+            self._audit.flush()
 
     @property
     def next_step(self) -> int:
