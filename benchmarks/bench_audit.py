@@ -7,10 +7,21 @@ obs and next_obs); each step adds a transition, samples 64 and takes an
 Adam step; ``maybe_save`` every ``--save-every`` steps (background,
 incremental: the default). Each run is a fresh process; runs alternate
 without and with ``NAMEDSCHEMA_AUDIT`` (the variable check-resume sets:
-each checkpoint is then read back and digested with blake2b in a background
-thread), ``--repeats`` times each. Prints the median steps/s of each, their
-ratio, and the median and worst stall of a save (the time ``maybe_save``
-holds the loop when it saves) and their ratio.
+each checkpoint's arrays are then digested in a background thread, only the
+pieces the save rewrote), ``--repeats`` times each. Prints the median steps/s
+of each, the median and worst stall of a save (the time ``maybe_save`` holds
+the loop when it saves), the CPU time of the process per step (all its
+threads: steadier than steps/s on a loaded machine), and their ratios. The
+first save, full, is not timed (``ckpt.wait()`` also waits for its audit
+record, which digests the whole file once).
+
+Measured on the 2-core development machine with other sessions' tests beside
+it (load average 5.6 to 7.8), the library of before (each record digested the
+whole file) and after, alternating, two runs each::
+
+    $ python benchmarks/bench_audit.py --buffer-mib 128 --steps 1500 --save-every 150 --repeats 2
+    before: ratio steps/s 0.656, 0.836; CPU per step 1.453, 1.206; worst stall 8.60, 11.97
+    after:  ratio steps/s 0.951, 1.063; CPU per step 1.041, 1.003; worst stall 1.97, 2.28
 
     python benchmarks/bench_audit.py [--buffer-mib 256] [--steps 3000] [--save-every 300]
                                      [--repeats 3] [--dir DIR]
@@ -61,7 +72,7 @@ def child(args: argparse.Namespace) -> None:
     ckpt.save(-1)                               # the first, full write: not timed
     ckpt.wait()
     stalls = []
-    began = time.perf_counter()
+    began, cpu = time.perf_counter(), time.process_time()
     for step in range(args.steps):
         row = noise[step % chunk]
         rb.add(schema(row, row, np.int64(step % 16), np.float32(1.0), np.bool_(False)))
@@ -75,8 +86,10 @@ def child(args: argparse.Namespace) -> None:
         if ckpt.maybe_save(step):
             stalls.append(time.perf_counter() - t0)
     seconds = time.perf_counter() - began
-    ckpt.wait()
+    ckpt.wait()                                 # (and the last audit record)
+    cpu = time.process_time() - cpu             # every thread of the process
     print(json.dumps({"steps_per_s": args.steps / seconds, "stalls": stalls,
+                      "cpu_ms_per_step": cpu * 1e3 / args.steps,
                       "bytes": os.path.getsize(ckpt.path)}))
 
 
@@ -113,6 +126,7 @@ def main() -> None:
         for audit in (False, True):
             results[audit].append(run_one(args, audit))
     rate = {a: statistics.median(r["steps_per_s"] for r in rs) for a, rs in results.items()}
+    cpu = {a: statistics.median(r["cpu_ms_per_step"] for r in rs) for a, rs in results.items()}
     stalls = {a: [s for r in rs for s in r["stalls"]] for a, rs in results.items()}
     med = {a: statistics.median(s) for a, s in stalls.items()}
     worst = {a: max(s) for a, s in stalls.items()}
@@ -124,9 +138,11 @@ def main() -> None:
     for audit in (False, True):
         label = "with the audit   " if audit else "without the audit"
         print(f"  {label}: {rate[audit]:8.1f} steps/s, save stall median "
-              f"{med[audit] * 1e3:7.1f} ms, worst {worst[audit] * 1e3:7.1f} ms")
+              f"{med[audit] * 1e3:7.1f} ms, worst {worst[audit] * 1e3:7.1f} ms, CPU "
+              f"{cpu[audit]:6.2f} ms/step")
     print(f"  ratio (with/without): steps/s {rate[True] / rate[False]:.3f}, median stall "
-          f"{med[True] / med[False]:.2f}, worst stall {worst[True] / worst[False]:.2f}")
+          f"{med[True] / med[False]:.2f}, worst stall {worst[True] / worst[False]:.2f}, CPU "
+          f"per step {cpu[True] / cpu[False]:.3f}")
 
 
 if __name__ == "__main__":
