@@ -206,10 +206,10 @@ class Recorder:
             try:
                 from ..checkpoint import load
                 from ..checkpoint.background import written
+                from ..checkpoint.inspector import mappable  # compressed files: read
                 written(path)
                 self.event("save-end", step)
                 rewrites = files.rewrites()
-                from ..checkpoint.inspector import mappable   # compressed files: read
                 data = load(path, mmap_mode=mappable(path), allow_pickle=allow_pickle)
                 if saved_step(data) != step:
                     files.forget()
