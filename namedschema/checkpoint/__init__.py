@@ -44,6 +44,8 @@ The package, one module per concern (each imports only those listed before it):
   files that incremental saves update in place
 * ``incremental``: ``save(..., incremental=True)``: in-place updates through
   the journal, baselines, journal recovery at load
+* ``writelog``: the byte ranges in-place saves rewrote, for readers that keep
+  what they computed from a file (check-resume's audit digests)
 * ``background``: ``save(..., background=True)``: a fork snapshot, written by
   the child while the caller goes on
 * ``saver``, ``loader``, ``inspector``: ``save``, ``load``, ``inspect``
