@@ -28,13 +28,17 @@ The package, one module per concern (each imports only those listed before it):
 * ``blocks``: block I/O: chunked writes with CRC-32 and fdatasync, reads, maps
 * ``compression``: the ``compression=`` argument; compressed blocks written
   from a thread pool, read and verified chunk by chunk
+* ``pages``: which pages of memory were written since read from a file (Linux)
 * ``layout``: arrays grouped into blocks and placed in the file
 * ``atomic``: the atomic file writer (mode kept, symlinks followed) and the
   stale temporary file reaper
 * ``opening``: opening an untrusted file (regular files only, never blocking)
   and the one place where failures of reading it become ``FormatError``
 * ``crc``: a block's CRC-32 updated from the ranges that changed
-* ``pages``: which pages of memory were written since read from a file (Linux)
+* ``inflight``: what a save or read of a path waits for: this process's
+  background save of it, another's incremental save (its lock), the journal
+  an interrupted one left (found with one ``lstat``; ``incremental`` is loaded
+  only to settle one)
 * ``journal``: the redo journal of in-place incremental saves
 * ``tracking``: the changed ranges of each block; memory remapped onto the file
 * ``relayout``: where an incremental save puts the blocks that changed size,
@@ -49,6 +53,10 @@ The package, one module per concern (each imports only those listed before it):
 * ``background``: ``save(..., background=True)``: a fork snapshot, written by
   the child while the caller goes on
 * ``saver``, ``loader``, ``inspector``: ``save``, ``load``, ``inspect``
+
+Plain saves and loads of files without a journal load none of ``incremental``,
+``background``, ``journal``, ``tracking``, ``baselines``, ``writeprotect``,
+``forked``; ``load`` loads ``evolution`` only with ``schemas=``.
 
 File format, version 1.0
 ------------------------
@@ -280,12 +288,24 @@ requirement) is loaded as an aligned copy.
 
 from __future__ import annotations
 
-from .background import BackgroundSave
+from typing import TYPE_CHECKING, Any
+
 from .constants import FORMAT_NAME, FORMAT_VERSION
 from .inspector import CheckpointInfo, FieldInfo, inspect
 from .loader import load
 from .saver import save
 from .verifier import verify
+
+if TYPE_CHECKING:
+    from .background import BackgroundSave
+else:
+    def __getattr__(name: str) -> Any:
+        """``BackgroundSave`` loads ``background`` on first use: plain saves never need it."""
+        if name == "BackgroundSave":
+            from .background import BackgroundSave
+            globals()[name] = BackgroundSave
+            return BackgroundSave
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = ["save", "load", "inspect", "verify", "BackgroundSave", "CheckpointInfo",
            "FieldInfo", "FORMAT_NAME", "FORMAT_VERSION"]

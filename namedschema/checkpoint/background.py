@@ -42,20 +42,17 @@ save_in_background  the background half of ``save``: picks the route below
 start             run a save job in a snapshot child (``forked``), return its handle
 start_thread      run the rest of a save whose changes are copied aside, in a thread
 incremental_job   the child's job of an incremental-mode save (compares), with its tracking
-settle            wait for the background save of a path; raise its unreported error
-written           wait for the background save of a path, raising nothing (for readers)
-serialized        the per-path lock a save holds until its snapshot exists
+settle, written, serialized  (``inflight``, re-exported) the per-path order of saves
 freeze_shared     copies of the blocks that live in shared memory
 
 A fork child of this process starts with no background save: the parent's
-handles, queued writes and locks are dropped in it (``load``, saves and exit
-there never wait for the parent's writers).
+handles and locks (``inflight``) and queued writes are dropped in it
+(``load``, saves and exit there never wait for the parent's writers).
 """
 
 from __future__ import annotations
 
 import atexit
-import contextlib
 import ctypes
 import os
 import pickle
@@ -65,14 +62,15 @@ import threading
 import time
 import traceback
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
 from ..errors import BackgroundSaveError
-from . import baselines, forked, incremental, tracking, writelog, writer
+from . import baselines, forked, incremental, inflight, tracking, writelog, writer
 from .blocks import CompactCopy, MemorySpan, RawBytes
 from .header import SaveRecord, read_header
+from .inflight import serialized, settle, written
 
 __all__ = ["BackgroundSave", "BackgroundSaveError", "start", "settle", "written",
            "serialized", "freeze_shared"]
@@ -144,80 +142,26 @@ class BackgroundSave:
 
 
 # --------------------------------------------------------------------------
-# One save of a path at a time
+# Fork children and exit (one save of a path at a time: ``inflight``)
 # --------------------------------------------------------------------------
 
-_registry_lock = threading.Lock()
-_path_locks: dict[str, threading.Lock] = {}
-_latest: dict[str, BackgroundSave] = {}
-
-
-def _key(path: str) -> str:
-    return os.path.realpath(path)
-
-
-@contextlib.contextmanager
-def serialized(path: str) -> Iterator[None]:
-    """Hold ``path``'s save lock: the previous background save of it has ended (see settle)."""
-    key = _key(path)
-    with _registry_lock:
-        lock = _path_locks.setdefault(key, threading.Lock())
-    with lock:
-        settle(path)
-        yield
-
-
-def settle(path: str) -> None:
-    """Wait for this process's background save of ``path``; raise its error if unreported."""
-    with _registry_lock:
-        handle = _latest.get(_key(path))
-    if handle is not None:
-        handle._finished.wait()
-        handle._raise_unreported()
-
-
-def written(path: str) -> None:
-    """Wait until this process's background save of ``path`` (if any) has ended.
-
-    ``load``, ``inspect`` and ``verify`` call it, so a program reads what it
-    saved, not the file as it was before. A failed save's error is left for
-    ``wait()`` or the next save to raise: the file still holds the last
-    complete checkpoint, which the reader gets.
-    """
-    with _registry_lock:
-        handle = _latest.get(_key(path))
-    if handle is not None:
-        handle._finished.wait()
-
-
-def _register(handle: BackgroundSave) -> None:
-    with _registry_lock:
-        _latest[_key(handle.path)] = handle
-
-
 def _forget_in_child() -> None:
-    """A fork child has no background save of its own: start it with none.
+    """A fork child has no writer thread of its own (``inflight`` drops the parent's handles).
 
-    The parent's handles are finished by the parent's threads, which the child
-    does not have: waiting on them (``load`` via ``written``, the next save,
-    exit) would hang for ever; the parent's queued writes are the parent's to
-    do; a lock held by another of the parent's threads at the fork is never
-    released here. (The child reads the file as its writer leaves it: a full
-    save renames it whole, an incremental one holds the file's lock.)
+    The parent's queued writes are the parent's to do; a lock held by another of
+    the parent's threads at the fork is never released here.
     """
-    global _registry_lock, _writer_lock, _writer, _writes
-    _registry_lock, _writer_lock = threading.Lock(), threading.Lock()
-    _path_locks.clear()
-    _latest.clear()
+    global _writer_lock, _writer, _writes
+    _writer_lock = threading.Lock()
     _writer, _writes = None, queue.SimpleQueue()
 
 
 @atexit.register
 def _wait_at_exit() -> None:
     """At interpreter exit: let every background save finish; report the failed ones."""
-    with _registry_lock:
-        handles = list(_latest.values())
-    for handle in handles:
+    for handle in inflight.handles():
+        if not isinstance(handle, BackgroundSave):
+            continue
         handle._finished.wait()
         if handle._error is not None and not handle._reported:
             handle._reported = True
@@ -360,7 +304,7 @@ def start(path: str, job: Callable[[], tuple[SaveRecord | None, Any]], began: fl
         handle._finish(record, None)
         return handle
     handle = BackgroundSave(path, pid, time.perf_counter() - began, snapshot)
-    _register(handle)
+    inflight.register(handle, handle._finished)
     threading.Thread(target=_collect, args=(handle, pid, read_end, on_done), daemon=True,
                      name="namedschema-background-save").start()
     return handle
@@ -375,7 +319,7 @@ def start_thread(path: str, rest: Callable[[], SaveRecord | None],
     busy machine).
     """
     handle = BackgroundSave(path, None, 0.0, time.perf_counter())
-    _register(handle)
+    inflight.register(handle, handle._finished)
     with _writer_lock:
         global _writer
         if _writer is None or not _writer.is_alive():

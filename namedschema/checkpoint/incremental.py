@@ -26,7 +26,6 @@ reading, wait  hold off incremental saves while a loader reads; wait for a backg
 from __future__ import annotations
 
 import atexit
-import contextlib
 import errno
 import fcntl
 import functools
@@ -35,7 +34,7 @@ import os
 import struct
 import threading
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -46,6 +45,7 @@ from .blocks import MemorySpan, Progress
 from .compression import Compression
 from .graph import EncodedGraph, encode_graph
 from .header import Header, SaveRecord, TensorEntry, read_header
+from .inflight import reading
 
 __all__ = ["save", "save_encoded", "full_save", "recover", "reading", "wait",
            "begin_background", "fallback_reason"]
@@ -182,34 +182,6 @@ def _journal_outlives_saver(path: str, jpath: str) -> bool:
     except OSError:
         pass
     return bool(journal.is_file(jpath))
-
-
-@contextlib.contextmanager
-def reading(f: Any, path: str) -> Iterator[None]:
-    """Hold off incremental saves of the open checkpoint ``f`` while a loader reads it.
-
-    Settles any journal first. Incremental saves lock the file exclusively
-    while they change it in place, so a loader inside this block reads one
-    consistent state. The lock is released on leaving the block (a map of
-    the file keeps the descriptor open, so closing it would not).
-    """
-    locked = False
-    for _ in range(3):
-        try:
-            fcntl.flock(f.fileno(), fcntl.LOCK_SH)
-        except OSError:
-            break  # file systems without locks: nothing to wait for
-        locked = True
-        if not journal.is_file(journal.journal_path(path)):
-            break
-        fcntl.flock(f.fileno(), fcntl.LOCK_UN)
-        locked = False
-        recover(path)
-    try:
-        yield
-    finally:
-        if locked:
-            fcntl.flock(f.fileno(), fcntl.LOCK_UN)
 
 
 # --------------------------------------------------------------------------

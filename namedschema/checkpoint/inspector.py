@@ -9,9 +9,9 @@ from typing import Literal
 import numpy as np
 
 from .._core.printable import printable
-from .background import written
 from .folding import fold
 from .header import SaveRecord, read_header
+from .inflight import written
 from .nodes import Describer
 from .opening import file_errors, open_checkpoint
 

@@ -51,7 +51,6 @@ from __future__ import annotations
 
 import bisect
 import errno
-import hashlib
 import io
 import json
 import os
@@ -67,6 +66,7 @@ from .atomic import fsync_dir
 from .blocks import write_all
 from .constants import MAX_HEADER
 from .header import read_header
+from .inflight import is_file, journal_path
 
 __all__ = ["journal_path", "Unusable", "Journal", "write", "read", "replay", "is_file",
            "growth_problem"]
@@ -81,23 +81,6 @@ _IOV = min(getattr(os, "sysconf", lambda _n: 1024)("SC_IOV_MAX"), 1024)
 
 class Unusable(OSError):
     """The journal's path holds something that is not a regular file."""
-
-
-def is_file(path: str) -> bool | None:
-    """True: a regular file is at ``path``; None: nothing; False: something else."""
-    try:
-        return stat.S_ISREG(os.lstat(path).st_mode)
-    except FileNotFoundError:
-        return None
-
-
-def journal_path(path: str) -> str:
-    """``.<name>.journal`` next to the real checkpoint file (long names shortened, with a hash)."""
-    directory, base = os.path.split(os.path.realpath(path))
-    if len(os.fsencode(base)) > 200:
-        digest = hashlib.blake2b(os.fsencode(base), digest_size=8).hexdigest()
-        base = f"{base[:40]}~{digest}"
-    return os.path.join(directory, f".{base}.journal")
 
 
 @dataclass(frozen=True)

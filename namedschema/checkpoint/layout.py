@@ -26,8 +26,20 @@ from .arrays import StoredArray
 from .blocks import CompactCopy, MemorySpan, RawBytes, Source
 from .constants import ALIGN, ST_DTYPES
 from .header import ArrayEntry, BlockEntry, TensorEntry
+from .pages import PAGE
 
 PICKLE_TENSOR = "__pickle__"
+
+#: Blocks at least this large keep the page offset of their memory in files laid out
+#: for incremental saves (and are the blocks whose changes those saves track).
+MIN_CONGRUENT = 64 * 1024
+
+
+def congruence(source: object, nbytes: int) -> int | None:
+    """The page offset a block should have in the file, or None for plain alignment."""
+    if not isinstance(source, MemorySpan) or nbytes < MIN_CONGRUENT:
+        return None
+    return source.lo % PAGE if source.lo % ALIGN == 0 else 0
 
 
 @dataclass(frozen=True)

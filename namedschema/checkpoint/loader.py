@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 import os
 from collections.abc import Mapping
-from typing import Any, BinaryIO, Literal, cast, overload
+from typing import TYPE_CHECKING, Any, BinaryIO, Literal, cast, overload
 
 from .._core.printable import printable
 from ..errors import (
@@ -15,16 +15,17 @@ from ..errors import (
     UnexpectedKindError,
     UnsafeLoadError,
 )
-from ..evolution import CastingChoice, ExtraChoice, SchemaSpec, UpgradeReport, upgrader
 from . import compression, pickled
 from .arrays import make_arrays
-from .background import written
 from .blocks import MMAP_ACCESS, Progress, map_blocks, read_blocks, verify
 from .header import fail, read_header
-from .incremental import reading, recover
+from .inflight import reading, recover, written
 from .metadata import check_metadata_argument
 from .nodes import Decoder
 from .opening import file_errors, open_checkpoint
+
+if TYPE_CHECKING:  # evolution loads only with ``schemas=``
+    from ..evolution import CastingChoice, ExtraChoice, SchemaSpec, UpgradeReport
 
 _Path = str | os.PathLike[str] | BinaryIO
 _MmapMode = Literal["r", "r+", "c"] | None
@@ -115,6 +116,8 @@ def load(path: _Path, *, mmap_mode: _MmapMode = None, allow_pickle: bool = False
             raise TypeError("load: report=True needs schemas=")
         return _load(_source(path, mmap_mode), mmap_mode, allow_pickle, verify, expected,
                      progress)
+    from ..evolution import upgrader  # only here: plain loads need nothing of evolution
+
     evolve = upgrader(schemas, extra=extra, casting=casting, defaults=defaults)
     source = _source(path, mmap_mode)
     graph = _load(source, mmap_mode, allow_pickle, verify, expected, progress)

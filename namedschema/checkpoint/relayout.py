@@ -32,10 +32,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from .blocks import MemorySpan
 from .constants import ALIGN
 from .header import BlockEntry, Header, TensorEntry
-from .layout import PICKLE_TENSOR, Layout
+from .layout import PICKLE_TENSOR, Layout, congruence
 from .pages import PAGE
 
 __all__ = ["Relayout", "plan", "SLACK"]
@@ -43,9 +42,6 @@ __all__ = ["Relayout", "plan", "SLACK"]
 #: Free space allowed in a relaid file, as a share of its data (at least SLACK_MIN bytes).
 SLACK = 1 / 8
 SLACK_MIN = 4 * 2**20
-#: Blocks at least this large keep the page offset of their memory in the file (as
-#: ``tracking.MIN_TRACKED``; repeated here, below tracking in the layers).
-MIN_CONGRUENT = 64 * 1024
 
 
 @dataclass(frozen=True)
@@ -67,10 +63,8 @@ class Relayout:
 
 def _want(source: object, nbytes: int, data_start: int) -> int | None:
     """The page offset (of the data section) a block should start at, or None: 64-aligned."""
-    if not isinstance(source, MemorySpan) or nbytes < MIN_CONGRUENT:
-        return None
-    page = source.lo % PAGE if source.lo % ALIGN == 0 else 0
-    return (page - data_start) % PAGE
+    page = congruence(source, nbytes)
+    return None if page is None else (page - data_start) % PAGE
 
 
 def _aligned(offset: int, want: int | None) -> int:

@@ -12,16 +12,16 @@ import shutil
 import tempfile
 import time
 from collections.abc import Mapping
-from typing import Any, Literal, overload
+from typing import TYPE_CHECKING, Any, Literal, overload
 
-from . import background as _background
-from . import incremental as _incremental
-from . import layout, writer
+from . import inflight, layout, writer
 from .atomic import check_target, final_target
-from .background import BackgroundSave
 from .compression import Compression, compressed_blocks, compression_argument
 from .graph import encode_graph
 from .metadata import check_metadata_argument
+
+if TYPE_CHECKING:
+    from .background import BackgroundSave
 
 _Path = str | os.PathLike[str] | io.RawIOBase | io.BufferedIOBase
 
@@ -149,7 +149,12 @@ def save(obj: Any, path: str | os.PathLike[str] | io.RawIOBase | io.BufferedIOBa
         _save_to_file_object(obj, target, allow_pickle, progress, meta, codec)
         return None
     check_target(final_target(target), target)  # before encoding or writing anything
-    with _background.serialized(target):
+    # The incremental and background saves are loaded only by the saves that use them.
+    if incremental:
+        from . import incremental as _incremental
+    if background:
+        from . import background as _background
+    with inflight.serialized(target):
         graph = encode_graph(obj, target, allow_pickle, meta)
         plan = layout.plan(graph.encoder.arrays.entries, graph.pickle_bytes)
         codec = _nothing_to_compress(codec, plan)

@@ -49,9 +49,9 @@ import numpy as np
 from ..errors import FormatError
 from . import baselines, pages, writeprotect
 from .blocks import MemorySpan
-from .constants import ALIGN
 from .crc import updated_crc
 from .header import Header
+from .layout import MIN_CONGRUENT, congruence
 
 __all__ = ["others_map", "congruence", "Scan", "Change", "TooMuch", "crc_updates",
            "write_in_place", "MIN_TRACKED", "arm_for_full_save", "mode", "warm_spare"]
@@ -59,7 +59,7 @@ __all__ = ["others_map", "congruence", "Scan", "Change", "TooMuch", "crc_updates
 PAGE = pages.PAGE
 #: Blocks at least this large are placed in the file at the page offset of their memory,
 #: and tracked by write protection or page checksums.
-MIN_TRACKED = 64 * 1024
+MIN_TRACKED = MIN_CONGRUENT    # the blocks laid out page-congruent (layout)
 _PIECE = 4 * 2**20          # bytes compared, read or journalled at a time
 #: Budget cost of one changed range, in bytes, for files of 1 GiB and more (smaller
 #: files: 1/16384 of their data, at least a page): per-range work (checksums,
@@ -89,13 +89,6 @@ def mode() -> str:
     if forced in ("auto", "") and writeprotect.available():
         return "writeprotect"
     return "checksums"
-
-
-def congruence(source: Any, nbytes: int) -> int | None:
-    """The page offset a block should have in the file, or None for plain alignment."""
-    if not isinstance(source, MemorySpan) or nbytes < MIN_TRACKED:
-        return None
-    return source.lo % PAGE if source.lo % ALIGN == 0 else 0
 
 
 def arm_for_full_save(sources: Any, nbytes: list[int]) -> list[baselines.Block | None]:

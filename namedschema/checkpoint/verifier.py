@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import os
 
-from .background import written
 from .blocks import Progress, map_blocks
 from .blocks import verify as verify_blocks
 from .compression import verify_blocks as verify_compressed
 from .header import read_header
-from .incremental import reading, recover
+from .inflight import reading, recover, written
 from .inspector import CheckpointInfo, inspect
 from .opening import file_errors, open_checkpoint
 

@@ -35,7 +35,7 @@ from dataclasses import dataclass, replace
 from typing import Protocol
 
 from . import compression as _compression
-from . import layout, tracking
+from . import layout
 from .atomic import AtomicFile
 from .blocks import Progress, Source, write_all, write_blocks
 from .chunktable import ChunkTable
@@ -99,7 +99,7 @@ class _PageAligned:
         blocks = []
         offset = pads = 0
         for block, source in zip(plan.blocks, plan.sources, strict=True):
-            want = tracking.congruence(source, block.nbytes)
+            want = layout.congruence(source, block.nbytes)
             pad = -offset % ALIGN if want is None else (want - offset) % PAGE
             if pad:
                 table[f"__pad__.{pads}"] = TensorEntry("U8", (pad,), offset, offset + pad)
