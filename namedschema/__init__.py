@@ -67,6 +67,7 @@ from ._core.factories import (
     namedtuple,
 )
 from ._core.instance import NamedArrayTuple
+from ._core.pickling import on_schema_use as _on_schema_use
 
 if _typing.TYPE_CHECKING:
     # Type checkers read ``class Point(namedschema.NamedTuple): x: int`` as they read a
@@ -96,7 +97,7 @@ from .errors import (
     UnpicklableError,
     UnsafeLoadError,
 )
-from .integrations import install as _install_integrations
+from .integrations import hook_loaded as _hook_loaded
 
 if _typing.TYPE_CHECKING:  # what the lazy names below are, for type checkers
     # ``x as x``: an explicit re-export (PEP 484), though not in __all__.
@@ -178,8 +179,8 @@ __all__ = [
     "same_definition",
 ]
 
-# Hooks that wait for torch / cloudpickle to be imported (neither is imported
-# here, nothing of theirs is changed now): torch.load(weights_only=True) accepts
-# schemas (torch's add_safe_globals), and cloudpickle (so Ray) ships schema
-# classes by id (its Pickler.reducer_override, wrapped once cloudpickle loads).
-_install_integrations()
+# No import hook: torch's weights_only allowlist and cloudpickle (so Ray) are hooked
+# now if imported, else at the next schema made, unpickled or pickled after their import
+# (namedschema.integrations; ``namedschema.integrations.install()`` hooks them at import).
+_hook_loaded()
+_on_schema_use(_hook_loaded)

@@ -37,6 +37,7 @@ recorded name is kept for pickling it on, and a module-level definition that
 adopts the class restores it.
 
 register_schema           add a newly made schema class to the registry
+on_schema_use             call a function whenever a schema is made, rebuilt or pickled
 lookup_schema             the live schema registered under an id, or None
 is_registered_schema      whether an object is a live schema made by a factory
 registered_schema_count   how many schemas this process holds
@@ -55,6 +56,7 @@ import sys
 import threading
 import uuid
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 from ..errors import SchemaConflictError, SchemaDefinitionError
@@ -78,10 +80,32 @@ _REBUILT_FROM = "_schema_rebuilt_from"
 _VARIANT_NAMESPACE = uuid.UUID("0b6d6c1e-8f57-4a0e-b1f4-5e0b2b8c9a31")
 
 
+# Called after a schema is registered (made or rebuilt) and whenever one is pickled:
+# ``namedschema.integrations`` hooks there the libraries imported since (no import hook).
+_on_use: list[Callable[[], object]] = []
+
+
+def on_schema_use(callback: Callable[[], object]) -> None:
+    """Call ``callback()`` whenever a schema is made, rebuilt or pickled (once per callback).
+
+    It runs at the start of pickling a schema class, before anything of it is
+    written, and after a new schema class is registered; it must be cheap.
+    """
+    with _lock:
+        if callback not in _on_use:
+            _on_use.append(callback)
+
+
+def _used() -> None:
+    for callback in _on_use:
+        callback()
+
+
 def register_schema(cls, schema_id: str) -> None:
     """Record ``cls`` as the live schema for ``schema_id``."""
     with _lock:
         _registry[schema_id] = cls
+    _used()
 
 
 def lookup_schema(schema_id: str):
@@ -134,6 +158,7 @@ def derived_schema_id(kind: str, module, typename: str, fields, defaults,
 
 def reduce_schema(cls):
     """copyreg reducer: schema classes by value, user subclasses by name."""
+    _used()
     schema_id = cls.__dict__.get("_schema_id")
     if schema_id is None:
         # ``class Point(SomeSchema): ...`` -- an ordinary class statement;

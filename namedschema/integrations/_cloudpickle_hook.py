@@ -15,20 +15,28 @@ cloudpickle's pickler (the method pickle's protocol calls first for every
 object), of each cloudpickle copy once it is imported; everything but a
 registered schema class goes to the original method unchanged.
 
-MODULES     the cloudpickle modules hooked when imported
-patch       hook one cloudpickle module (idempotent)
-is_patched  whether a cloudpickle module is hooked
-install     hook them now or as soon as they are imported
+MODULES       the cloudpickle modules hooked when imported
+patch         hook one cloudpickle module (idempotent)
+is_patched    whether a cloudpickle module is hooked
+patch_loaded  hook those imported by now; never imports one
+install       hook them now or as soon as they are imported (import hook)
+
+``import namedschema`` hooks the copies already imported, and the others
+whenever a schema is next made, rebuilt or pickled once they are
+(:func:`patch_loaded`; no import hook). A copy imported after the last of
+those is not hooked until then: its pickles ship schema classes by value
+(an equal but distinct class on the other side) until the next schema is
+made or rebuilt, or :func:`namedschema.integrations.install` is called.
 """
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from .._core.pickling import is_registered_schema
-from . import import_hooks
 
-__all__ = ["MODULES", "patch", "is_patched", "install"]
+__all__ = ["MODULES", "patch", "is_patched", "patch_loaded", "install"]
 
 MODULES = (
     "cloudpickle.cloudpickle",
@@ -78,7 +86,30 @@ def patch(module) -> bool:
     return True
 
 
+_patched: set[str] = set()   # names in MODULES hooked (or found unhookable) already
+
+
+def patch_loaded() -> None:
+    """Hook every cloudpickle copy imported by now (and done executing); import none."""
+    if len(_patched) == len(MODULES):
+        return
+    for name in MODULES:
+        module = sys.modules.get(name)
+        if name in _patched or module is None or getattr(
+                getattr(module, "__spec__", None), "_initializing", False):
+            continue
+        patch(module)
+        _patched.add(name)
+
+
 def install() -> None:
-    """Hook every cloudpickle copy now if imported, else right after it is."""
+    """Hook every cloudpickle copy now if imported, else right after it is.
+
+    Until then a finder of :mod:`~namedschema.integrations.import_hooks`
+    waits for them in ``sys.meta_path``: an explicit call
+    (``import namedschema`` installs none).
+    """
+    from . import import_hooks
+
     for name in MODULES:
         import_hooks.when_imported(name, patch)

@@ -16,8 +16,10 @@ Building a schema executes only a ``__new__`` generated from validated
 identifiers, and creating an instance only makes a tuple, so this adds no way
 to run code chosen by the file.
 
-``import namedschema`` calls :func:`install`: it registers at once if
-``torch.serialization`` is already imported, and otherwise asks
+``import namedschema`` registers at once if ``torch.serialization`` is
+already imported, and otherwise whenever a schema is next made, rebuilt or
+pickled once it is (:func:`register_if_loaded`, installs no import hook).
+:func:`install` (explicit) registers now, or asks
 :mod:`namedschema.integrations.import_hooks` to register right after
 ``torch.serialization`` finishes executing.
 
@@ -25,20 +27,21 @@ ANY_SCHEMA              allowlist entry matching live schema classes only
 checked_rebuild_schema  rebuild_schema with strict argument types
 safe_globals            the entries to pass to torch's safe-globals functions
 register                add them to torch's allowlist now (needs torch)
-install                 register now or as soon as torch is imported
+register_if_loaded      register if torch is imported; never imports it
+install                 register now or as soon as torch is imported (import hook)
 uninstall               drop the pending registration, if any
 """
 
 from __future__ import annotations
 
+import sys
 import threading
 
 from .._core import pickling as _pickle
 from ..errors import SchemaDefinitionError
-from . import import_hooks
 
 __all__ = ["ANY_SCHEMA", "checked_rebuild_schema", "safe_globals", "register",
-           "is_registered", "install", "uninstall"]
+           "register_if_loaded", "is_registered", "install", "uninstall"]
 
 REBUILD_NAME = "namedschema._pickle.rebuild_schema"
 ANY_SCHEMA_NAME = "namedschema.integrations._torch_hook.ANY_SCHEMA"
@@ -158,6 +161,19 @@ def register() -> bool:
         return True
 
 
+def register_if_loaded() -> bool:
+    """Register if ``torch.serialization`` is imported (and done executing); else nothing.
+
+    Never imports torch. Returns whether the entries are registered.
+    """
+    if _registered:
+        return True
+    module = sys.modules.get(_WATCHED)
+    if module is None or getattr(getattr(module, "__spec__", None), "_initializing", False):
+        return False
+    return register()
+
+
 def _register_hook(module) -> None:
     # Called right after torch.serialization executed; torch itself may still
     # be initialising, which register() allows for.
@@ -167,13 +183,18 @@ def _register_hook(module) -> None:
 def install() -> None:
     """Register with torch now if it is imported, else as soon as it is.
 
-    Cheap and idempotent; this is what ``import namedschema`` runs. It never
-    imports torch.
+    Cheap and idempotent; it never imports torch. Until torch is imported a
+    finder of :mod:`~namedschema.integrations.import_hooks` waits for it in
+    ``sys.meta_path``: an explicit call (``import namedschema`` installs none).
     """
     if not _registered:
+        from . import import_hooks
+
         import_hooks.when_imported(_WATCHED, _register_hook)
 
 
 def uninstall() -> None:
     """Drop the registration still waiting for torch, if any."""
+    from . import import_hooks
+
     import_hooks.cancel(_WATCHED, _register_hook)

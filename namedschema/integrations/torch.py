@@ -2,8 +2,9 @@
 
 ``torch.load(weights_only=True)``, ``torch.multiprocessing`` queues and
 ``torch.utils._pytree`` (hence ``torch.func``) already accept schema
-instances once ``namedschema`` is imported; these helpers cover what is left
-to the user: an explicit allowlist for code that manages torch's safe globals
+instances (importing this module puts the schema entries on torch's
+allowlist, as ``namedschema.integrations`` does when a schema is made,
+unpickled or pickled); these helpers cover what is left to the user: an explicit allowlist for code that manages torch's safe globals
 itself, the ``in_dims`` / ``out_dims`` that ``torch.func.vmap`` needs when
 some fields are ``None``, and moving every tensor to shared memory.
 
@@ -26,11 +27,13 @@ _Tree = TypeVar("_Tree")
 
 __all__ = ["safe_globals", "register_safe_globals", "batch_dims", "share_memory_"]
 
+_torch_hook.register()   # torch is imported: its allowlist takes the schema entries now
+
 
 def safe_globals() -> list[tuple[Any, str]]:
     """The entries ``torch.load(weights_only=True)`` needs for schema instances.
 
-    ``import namedschema`` registers them already; use this list where code
+    ``namedschema.integrations`` registers them already; use this list where code
     clears torch's allowlist or wants them only inside a
     ``torch.serialization.safe_globals(...)`` block.
 
