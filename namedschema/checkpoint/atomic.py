@@ -5,6 +5,8 @@ AtomicFile      write a temporary file next to the target, sync it, rename it ov
 check_target    refuse a target that is not a regular file (before anything is written)
 file_kind       "a directory", "a FIFO", ... for a file mode, in messages
 temp_prefix     the start of every temporary file name for one target
+journal_path    where the redo journal of a checkpoint lives (``journal``)
+is_file         what is at a path: a regular file, nothing, something else
 host_tag        eight hex digits naming this host and pid namespace
 
 A temporary file is named ``.<name>.tmp-<host>-<pid>-<random>``. Before
@@ -225,10 +227,29 @@ def temp_prefix(basename: str, tag: str) -> str:
     the prefix still belongs to exactly one target) to keep the temp name
     within the usual 255-byte limit.
     """
+    return f".{_short(basename)}.tmp-{tag}-"
+
+
+def _short(basename: str) -> str:
+    """``basename``, or its first 40 characters, ``~`` and a hash when over 200 bytes."""
     if len(os.fsencode(basename)) > 200:
         digest = hashlib.blake2b(os.fsencode(basename), digest_size=8).hexdigest()
         basename = f"{basename[:40]}~{digest}"
-    return f".{basename}.tmp-{tag}-"
+    return basename
+
+
+def journal_path(path: str) -> str:
+    """``.<name>.journal`` next to the real checkpoint file (long names shortened, with a hash)."""
+    directory, base = os.path.split(os.path.realpath(path))
+    return os.path.join(directory, f".{_short(base)}.journal")
+
+
+def is_file(path: str) -> bool | None:
+    """True: a regular file is at ``path``; None: nothing; False: something else."""
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except FileNotFoundError:
+        return None
 
 
 def host_tag() -> str:

@@ -20,7 +20,8 @@ save_encoded   the same for a graph already encoded and laid out
 full_save      a full save laid out for incremental ones, recorded as their baseline
 begin_background  the caller's half of a background incremental save
 recover        finish or discard the journal an interrupted incremental save left
-reading, wait  hold off incremental saves while a loader reads; wait for a background sync
+wait           wait for the background sync of this process's last incremental save of a path
+               (a loader's shared lock, ``reading``, is in ``inflight``)
 """
 
 from __future__ import annotations
@@ -45,9 +46,8 @@ from .blocks import MemorySpan, Progress
 from .compression import Compression
 from .graph import EncodedGraph, encode_graph
 from .header import Header, SaveRecord, TensorEntry, read_header
-from .inflight import reading
 
-__all__ = ["save", "save_encoded", "full_save", "recover", "reading", "wait",
+__all__ = ["save", "save_encoded", "full_save", "recover", "wait",
            "begin_background", "fallback_reason"]
 
 #: Above this fraction of changed data, a full save is done instead.

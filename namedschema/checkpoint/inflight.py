@@ -16,8 +16,6 @@ plain format needs nothing of the incremental or background machinery:
   finishes or discards it. A process that never saved incrementally and
   opens files without a journal never imports it.
 
-journal_path  where the journal of a checkpoint lives
-is_file       what is at a path: a regular file, nothing, something else
 recover       settle the journal an interrupted incremental save left, if any
 reading       hold off incremental saves of an open file while reading it
 serialized    the per-path lock a save holds until its snapshot exists
@@ -35,38 +33,21 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import hashlib
 import os
-import stat
 import threading
 from collections.abc import Iterator
 from importlib import import_module
 from typing import Any, Protocol
 
-__all__ = ["journal_path", "is_file", "recover", "reading", "serialized", "register",
+from .atomic import is_file, journal_path
+
+__all__ = ["recover", "reading", "serialized", "register",
            "settle", "written", "handles", "Handle"]
 
 
 # --------------------------------------------------------------------------
 # The journal of an interrupted incremental save
 # --------------------------------------------------------------------------
-
-def is_file(path: str) -> bool | None:
-    """True: a regular file is at ``path``; None: nothing; False: something else."""
-    try:
-        return stat.S_ISREG(os.lstat(path).st_mode)
-    except FileNotFoundError:
-        return None
-
-
-def journal_path(path: str) -> str:
-    """``.<name>.journal`` next to the real checkpoint file (long names shortened, with a hash)."""
-    directory, base = os.path.split(os.path.realpath(path))
-    if len(os.fsencode(base)) > 200:
-        digest = hashlib.blake2b(os.fsencode(base), digest_size=8).hexdigest()
-        base = f"{base[:40]}~{digest}"
-    return os.path.join(directory, f".{base}.journal")
-
 
 def recover(path: str) -> None:
     """Finish (or discard) the journal an interrupted incremental save of ``path`` left.

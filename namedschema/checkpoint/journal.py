@@ -62,11 +62,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import FormatError
-from .atomic import fsync_dir
+from .atomic import fsync_dir, is_file, journal_path
 from .blocks import write_all
 from .constants import MAX_HEADER
 from .header import read_header
-from .inflight import is_file, journal_path
 
 __all__ = ["journal_path", "Unusable", "Journal", "write", "read", "replay", "is_file",
            "growth_problem"]

@@ -14,7 +14,7 @@ import zlib
 import numpy as np
 
 import namedschema
-from namedschema.checkpoint import inflight, journal
+from namedschema.checkpoint import journal
 from tests.helpers import run_fresh
 
 #: Modules of the incremental and background saves, and schema evolution.
@@ -91,7 +91,7 @@ def test_a_fresh_load_finishes_a_committed_journal_first(tmp_path):
     checkpoint_id = namedschema.inspect(path).checkpoint_id
     journal.write(journal.journal_path(path), checkpoint_id, checkpoint_id, len(data),
                   [(offset, new, zlib.crc32(new))])
-    assert inflight.is_file(inflight.journal_path(path))
+    assert journal.is_file(journal.journal_path(path))
     proc = run_fresh(f"""
         import sys, namedschema
         a = namedschema.load({path!r})["a"]
