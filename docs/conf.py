@@ -33,7 +33,7 @@ intersphinx_mapping = {
 intersphinx_timeout = 5
 
 # Every cross-reference must resolve (sphinx-build -n -W), except these names, which
-# exist only for type checkers (namedschema._core.dynamic_types, TypeVars of overloads) and show up in
+# exist only for type checkers (namedschema._core.schema, TypeVars of overloads) and show up in
 # signatures; each is explained in the text where it matters (typed.rst).
 # numpy's alias by its public name, not spelled out into numpy's private types
 autodoc_type_aliases = {"DTypeLike": "numpy.typing.DTypeLike"}
@@ -41,9 +41,9 @@ nitpicky = True
 nitpick_ignore = [
     ("py:class", "DynamicNamedTuple"),
     ("py:class", "DynamicNamedArrayTuple"),
-    ("py:class", "namedschema._core.dynamic_types.DynamicNamedTuple"),
-    ("py:class", "namedschema._core.dynamic_types.DynamicNamedArrayTuple"),
-    ("py:class", "namedschema._core.factories._NAT"),
+    ("py:class", "namedschema._core.schema.DynamicNamedTuple"),
+    ("py:class", "namedschema._core.schema.DynamicNamedArrayTuple"),
+    ("py:class", "namedschema._core.schema._NAT"),
     ("py:class", "namedschema.buffer.builders._ArrayTuple"),
     # type variables of generic signatures (the argument's type comes back)
     ("py:class", "namedschema.buffer.builders._Buffer"),
@@ -53,4 +53,9 @@ nitpick_ignore = [
     ("py:class", "namedschema.training.replay._ArrayTupleT"),
     ("py:class", "namedschema.ray.sharded.SampleT"),
     ("py:class", "namedschema.ray.sharded._ArrayTupleT"),
+    # load's evolution options, imported for type checkers only (load imports evolution
+    # only when schemas= is given); namedschema.upgrade's signature spells them out
+    ("py:class", "SchemaSpec"),
+    ("py:class", "ExtraChoice"),
+    ("py:class", "CastingChoice"),
 ]

@@ -55,9 +55,12 @@ import typing as _typing
 # by value (with the core's registry and lock) unless its module is already imported.
 from . import _pickle as _pickle
 from ._core.attrdict import AttrDict
-from ._core.classdef import declared_dtypes, has_class_body  # also installs class syntax
-from ._core.factories import (
+from ._core.instance import NamedArrayTuple
+from ._core.pickling import on_schema_use as _on_schema_use
+from ._core.schema import (  # also installs class syntax
     NamedArrayTupleSchema_like,
+    declared_dtypes,
+    has_class_body,
     is_namedarraytuple,
     is_namedarraytuple_class,
     is_namedtuple,
@@ -66,8 +69,6 @@ from ._core.factories import (
     namedarraytuple_like,
     namedtuple,
 )
-from ._core.instance import NamedArrayTuple
-from ._core.pickling import on_schema_use as _on_schema_use
 
 if _typing.TYPE_CHECKING:
     # Type checkers read ``class Point(namedschema.NamedTuple): x: int`` as they read a

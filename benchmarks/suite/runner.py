@@ -26,8 +26,8 @@ import tempfile
 import threading
 import time
 
-from namedschema._core.extras import extra_hint
-from namedschema._core.printable import printable
+from namedschema._core.optional import extra_hint
+from namedschema._core.instance import printable
 
 from .common import (
     PACKAGE,

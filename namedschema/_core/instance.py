@@ -1,12 +1,31 @@
-"""Instance behaviour shared by every schema: the two base classes.
+"""Instances: the two base classes, and text safe to print.
+
+Standard library only (``import namedschema`` loads it).
+
+Printable text
+--------------
+
+Text from untrusted files made safe to print on a terminal.
+
+A name, key or reason read from a checkpoint may hold control characters
+(ESC sequences, carriage returns, bidi overrides) that rewrite what a terminal
+shows. Every such string passes through :func:`printable` before it is put
+in a message or a report.
+
+printable   escape every character ``str.isprintable`` rejects, as ``repr`` does
+
+The base classes
+----------------
+
+Instance behaviour shared by every schema: the two base classes.
 
 NamedTuple        base of every instance a NamedTupleSchema creates
 NamedArrayTuple   base of every instance a NamedArrayTupleSchema creates; adds
                   indexing and assignment applied to every field at once
 
 Per-schema pieces that must know the fields (``__new__``, ``_make`` and the
-field getters) are made in ``_schema``, and unrolled indexing for array tuples
-in ``_codegen``; everything here is generic and shared, so a schema class adds
+field getters) are made in ``schema``, and unrolled indexing for array tuples
+there too; everything here is generic and shared, so a schema class adds
 no per-instance state: instances are plain tuples with ``__slots__ = ()``,
 exactly as large as a namedtuple's. The error reporters at the end run only
 after a failure, so the fast paths never pay for the detailed messages.
@@ -14,7 +33,6 @@ after a failure, so the fast paths never pay for the detailed messages.
 
 from __future__ import annotations
 
-import importlib
 import sys
 from collections.abc import Callable, Iterator
 from types import GenericAlias
@@ -22,7 +40,41 @@ from typing import TYPE_CHECKING, Any, NoReturn, Self, SupportsIndex, dataclass_
 
 from ..errors import FieldError, field_error_class
 
-__all__ = ["NamedTuple", "NamedArrayTuple", "SchemaBaseMeta"]
+__all__ = ["NamedArrayTuple", "NamedTuple", "printable", "SchemaBaseMeta"]
+
+
+# --------------------------------------------------------------------------
+# Printable text
+# --------------------------------------------------------------------------
+
+def printable(text: object, *, keep_newlines: bool = False) -> str:
+    """``text`` with every non-printable character escaped (``\\x1b``, ``\\n``, ``\\u202e``).
+
+    Printable text (spaces included) is returned unchanged, so ordinary
+    names read as they are; backslashes are left alone, so escaping twice
+    changes nothing more. With ``keep_newlines``, ``\\n`` is kept (for
+    multi-line reports whose lines are escaped already).
+
+    >>> printable("obs\\x1b[2K\\rpos")
+    'obs\\\\x1b[2K\\\\rpos'
+    >>> printable("a\\nb", keep_newlines=True)
+    'a\\nb'
+    """
+    text = str(text)
+    if text.isprintable():
+        return text
+    out = []
+    for char in text:
+        if char.isprintable() or (keep_newlines and char == "\n"):
+            out.append(char)
+        else:
+            out.append(repr(char)[1:-1])
+    return "".join(out)
+
+
+# --------------------------------------------------------------------------
+# The base classes
+# --------------------------------------------------------------------------
 
 _tuple_new = tuple.__new__
 _tuple_getitem = tuple.__getitem__
@@ -159,8 +211,8 @@ class NamedArrayTuple(NamedTuple):
 
     __slots__ = ()
 
-    # Schemas with up to ``_codegen.MAX_UNROLLED_FIELDS`` fields get unrolled
-    # versions of these two methods (see ``_codegen``); these loops serve the rest.
+    # Schemas with up to ``schema.MAX_UNROLLED_FIELDS`` fields get unrolled
+    # versions of these two methods (see ``schema``); these loops serve the rest.
     def __getitem__(self, loc: Any) -> Self:
         try:
             return _tuple_new(self.__class__,
@@ -172,7 +224,7 @@ class NamedArrayTuple(NamedTuple):
         index = 0  # the loops below set it; the except clause reads it (B007 noqa)
         same_fields = isinstance(value, tuple) and \
             getattr(value, "_fields", None) == self._fields
-        # Every field is checked before the first is written (see _write_check).
+        # Every field is checked before the first is written (see ``writes``).
         check_write(self, loc, value, same_fields)
         try:
             if same_fields:
@@ -217,32 +269,32 @@ def raise_read_error(nat, loc, exc) -> NoReturn:
 
 #: (type of a Python number, field dtypes...) -> (lowest, highest, whole): a broadcast of
 #: such a number within the bounds needs no full write check. Filled by the check
-#: (namedschema._core.write_check), read by the generated ``__setitem__`` (``_codegen``).
+#: (``writes``), read by the generated ``__setitem__`` (``schema``).
 SCALAR_RULES: dict[tuple, tuple] = {}
 _write_checker: Callable[[Any, Any, Any, bool], None] | None = None
+_load_write_checker: Callable[[], Callable[[Any, Any, Any, bool], None]] | None = None
 
 
-def install_write_check(checker: Callable[[Any, Any, Any, bool], None]) -> None:
-    """Called by namedschema._core.write_check when it is imported: the check writes go through."""
-    global _write_checker
-    _write_checker = checker
+def install_write_check(load: Callable[[], Callable[[Any, Any, Any, bool], None]]) -> None:
+    """Called by ``schema`` at import: ``load()`` gives the check, at the first write needing it."""
+    global _load_write_checker
+    _load_write_checker = load
 
 
 def check_write(nat: Any, loc: Any, value: Any, same_fields: bool) -> None:
     """Refuse, before any field is written, a write that would change a value.
 
-    The check (namedschema._core.write_check) needs numpy, which the core does not
-    import: it is loaded at the first write that needs it once numpy is in the
-    process. Until then no field or value can carry a dtype to keep (lists,
-    Python numbers), and there is nothing to check.
+    The check (``writes``) needs numpy, which the core does not import: it is
+    loaded at the first write that needs it once numpy is in the process. Until
+    then no field or value can carry a dtype to keep (lists, Python numbers),
+    and there is nothing to check.
     """
+    global _write_checker
     checker = _write_checker
     if checker is None:
-        if "numpy" not in sys.modules:
+        if "numpy" not in sys.modules or _load_write_checker is None:
             return
-        importlib.import_module("namedschema._core.write_check")  # installs itself
-        checker = _write_checker
-        assert checker is not None
+        checker = _write_checker = _load_write_checker()
     checker(nat, loc, value, same_fields)
 
 

@@ -1,4 +1,25 @@
-"""Pickling schemas by value, and the process-local registry that keeps them unique.
+"""Pickling: schema classes by value, and the flag of the checkpoint's own pickler.
+
+Standard library only (``import namedschema`` loads it).
+
+Arrays kept apart
+-----------------
+
+Whether the pickler now running keeps arrays out of the pickle (``namedschema.save``'s).
+
+The checkpoint's pickler stores every array raw in the file and keeps views as
+views itself. Reductions that would otherwise turn views into offsets for plain
+pickle (``namedschema.rlpyt.patch.pickling``) ask :func:`arrays_kept_apart` and
+hand the arrays over as they are. The flag lives here, below both layers: the
+checkpoint sets it, the patch reads it, and neither looks into the other.
+
+keeping_arrays_apart   context manager: the flag is set while it runs
+arrays_kept_apart      whether the flag is set (in this thread or task)
+
+Pickling by value
+-----------------
+
+Pickling schemas by value, and the process-local registry that keeps them unique.
 
 A schema class cannot be pickled by reference (it is made at run time and is
 usually not reachable as ``module.name``), so it is pickled as the data that
@@ -27,7 +48,7 @@ only ever gets a class whose definition is exactly the one it states
   gets what it says and neither can block the other;
 * a module-level definition adopts a class that arrived first only when the
   definitions are exactly equal; otherwise it builds its own class and takes
-  the id over (see ``_schema``).
+  the id over (see ``schema``).
 
 ``__module__`` of a class built from a pickle or a file is the module its
 definition names when that module is already imported in this process, and
@@ -52,14 +73,45 @@ REBUILT_MODULE            ``__module__`` of rebuilt classes whose module is not 
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import sys
 import threading
 import uuid
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from ..errors import SchemaConflictError, SchemaDefinitionError
+
+__all__ = ["arrays_kept_apart", "keeping_arrays_apart"]
+
+
+# --------------------------------------------------------------------------
+# Arrays kept apart
+# --------------------------------------------------------------------------
+
+_kept_apart = contextvars.ContextVar("namedschema_arrays_kept_apart", default=False)
+
+
+@contextlib.contextmanager
+def keeping_arrays_apart() -> Iterator[None]:
+    """Set the flag while the block runs: the pickler in it stores arrays itself."""
+    token = _kept_apart.set(True)
+    try:
+        yield
+    finally:
+        _kept_apart.reset(token)
+
+
+def arrays_kept_apart() -> bool:
+    """True inside :func:`keeping_arrays_apart`: arrays go to the pickler's own store."""
+    return _kept_apart.get()
+
+
+# --------------------------------------------------------------------------
+# Pickling by value
+# --------------------------------------------------------------------------
 
 # Values are schema classes (typed Any: their _fields etc. come from the metaclass).
 _registry: weakref.WeakValueDictionary[str, Any] = weakref.WeakValueDictionary()
@@ -67,7 +119,7 @@ _registry: weakref.WeakValueDictionary[str, Any] = weakref.WeakValueDictionary()
 # registers it under the same lock.
 _lock = threading.RLock()
 
-# Filled by _schema: metaclass name -> (metaclass, builder). Pickles name the
+# Filled by ``schema``: metaclass name -> (metaclass, builder). Pickles name the
 # kind by string so that loading never imports anything chosen by the file.
 KINDS: dict[str, tuple] = {}
 

@@ -1,10 +1,58 @@
-"""The schema metaclasses: NamedTupleSchema and NamedArrayTupleSchema.
+"""Schemas: the metaclasses, their generated code, class syntax, the factories.
+
+Everything that defines a schema, in the order a definition runs: the limits a
+definition must keep, the generated indexing code, the metaclasses, the
+rlpyt-compatible factories, class syntax, and what type checkers see of
+factory-made schemas. Standard library only (``import namedschema`` loads it).
+The write checks, which need numpy, are loaded by name at the first write that
+needs one (``writes``, through ``instance.install_write_check``: see the end).
+
+Limits
+------
+
+Documented limits on what a schema may be, wherever it is built.
+
+A schema can be built from untrusted data (a checkpoint, a pickle, a
+``torch.load(weights_only=True)`` file), so its size is bounded before any
+work proportional to it: a file cannot make the process spend seconds and
+gigabytes building one class.
+
+MAX_FIELDS           the most fields a schema may have (and a checkpoint's
+                     schemas together)
+check_field_count    raise SchemaDefinitionError past MAX_FIELDS
+
+Generated indexing code
+-----------------------
+
+Generated, unrolled ``__getitem__`` / ``__setitem__`` for named array tuples.
+
+These two methods run in RL inner loops (``buffer[t] = step``,
+``samples[idx]``). A loop over the fields pays for a frame, an iterator and
+per-item bookkeeping; unrolling removes most of that, which is what takes
+indexing well below rlpyt's class-per-type ``namedarraytuple``. The code
+depends only on the number of fields (names never appear in it), so one pair
+of functions is compiled per field count and shared by all schemas with that
+many fields. Errors are handed to the generic reporters in ``instance``.
+
+accessors_for   (getitem, setitem) for a field count, or None when too large
+compile_source  compile generated code, its source registered in ``linecache``
+
+Generated source is registered in ``linecache`` under its ``<namedschema ...>``
+file name, so tracebacks through generated methods show their lines and
+``inspect.getsource`` finds them. Entries are keyed by what the code depends
+on (a field count here; field names for ``__new__``), so there is one per
+distinct definition, not one per schema.
+
+The metaclasses
+---------------
+
+The schema metaclasses: NamedTupleSchema and NamedArrayTupleSchema.
 
 A schema is a class (so ``type(instance) is Schema`` and every namedtuple idiom
 holds) whose metaclass adds three things a namedtuple class lacks:
 
 * a random ``_schema_id`` and a copyreg reducer, so the class pickles by value
-  and unpickles to one class per id in each process (see ``_pickle``);
+  and unpickles to one class per id in each process (see ``pickling``);
 * a definition (kind, typename, fields, defaults) that ``same_definition``
   compares; the classes themselves compare and hash by identity, like
   namedtuple classes, since each call makes a distinct type;
@@ -18,28 +66,234 @@ NamedArrayTupleSchema   the same, with indexing applied across fields
 build_schema            make and register one schema (factories, unpickling,
                         the rlpyt patch use it; ``module_level`` derives its id)
 same_definition         whether two schemas have one kind, typename, fields, defaults
+
+Factories
+---------
+
+rlpyt-compatible function API over the schemas (the import-swap surface).
+
+Same names and signatures as ``rlpyt.utils.collections``; every factory returns
+a schema, so whatever it makes pickles by value. The ``is_*`` predicates
+recognise classic classes (stdlib namedtuple, rlpyt's namedarraytuple) and
+schemas alike.
+
+namedtuple                  stdlib signature, returns a NamedTupleSchema
+namedarraytuple             rlpyt signature, returns a NamedArrayTupleSchema
+namedarraytuple_like        array schema with the name and fields of an example
+NamedArrayTupleSchema_like  the same (rlpyt's name for its schema variant)
+is_namedtuple[_class]       named tuple (not array) instance / class
+is_namedarraytuple[_class]  named array tuple instance / class
+
+Class syntax
+------------
+
+Class syntax for schemas: ``class Samples(NamedArrayTuple): obs: np.ndarray``.
+
+A class statement whose only base is :class:`NamedTuple` or
+:class:`NamedArrayTuple` makes a schema through the same builder the factories
+use (so the same ``__new__``, field getters, indexing, id and pickling by
+value), with the class body's annotations as fields, its assignments to them
+as defaults, and its other members (docstring, methods, properties, class
+attributes) then set on the class. ``SchemaBaseMeta`` (the base classes'
+metaclass) calls :func:`class_statement` for every class statement below it.
+
+A pickle carries a schema's definition, not its class body, so a process that
+loads one without having run the class statement gets the fields but not the
+methods. Module-level definitions get an id derived from the definition (as
+module-level factory calls do): running the class statement in the loading
+process, before or after loading, gives the loaded instances their methods.
+To keep a copy without its body from behaving differently instead of failing,
+the body may add members but not replace what every instance already has
+(tuple's, the base class's), except ``__repr__``, ``__str__`` and
+``__format__``, and may not define hooks whose absence has a silent fallback.
+
+class_statement   the builder ``SchemaBaseMeta`` calls for class statements
+declared_dtypes   field name -> numpy dtype an annotation declares, or None
+has_class_body    whether a schema class carries its class-syntax body
+
+What type checkers see
+----------------------
+
+What type checkers see of factory-made schemas (nothing here exists at run time).
+
+A schema made by a call (``NamedArrayTupleSchema("Samples", "obs reward")``,
+``namedarraytuple(...)``) has fields no type checker can know. The factories
+are annotated to return ``type[DynamicNamedTuple]`` /
+``type[DynamicNamedArrayTuple]``: instances whose field attributes are ``Any``
+but whose schema methods (``_replace``, ``_fields``, indexing returning the
+same type, ...) keep their types. Class-syntax schemas need none of this:
+their annotations are their fields.
+
+DynamicNamedTuple        instances of a factory-made NamedTupleSchema
+DynamicNamedArrayTuple   instances of a factory-made NamedArrayTupleSchema
 """
 
 from __future__ import annotations
 
 import copyreg
 import hashlib
+import importlib
 import keyword
+import linecache
 import sys
 import threading
+import typing
 import unicodedata
 import uuid
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any, cast, overload
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast, overload
 
-from ..errors import SchemaDefinitionError
+from ..errors import SchemaClassError, SchemaConflictError, SchemaDefinitionError
 from . import pickling as _pickle
-from .codegen import accessors_for, compile_source
-from .instance import NamedArrayTuple, NamedTuple, SchemaBaseMeta
-from .limits import check_field_count
+from .instance import (
+    SCALAR_RULES,
+    NamedArrayTuple,
+    NamedTuple,
+    SchemaBaseMeta,
+    check_write,
+    install_write_check,
+    raise_read_error,
+    raise_write_error,
+)
+from .pickling import is_registered_schema
 
-if TYPE_CHECKING:
-    from .dynamic_types import DynamicNamedArrayTuple, DynamicNamedTuple
+__all__ = ["accessors_for", "build_schema", "check_field_count", "class_statement",
+           "compile_source", "declared_dtypes", "has_class_body", "is_named",
+           "is_named_class", "is_namedarraytuple", "is_namedarraytuple_class",
+           "is_namedtuple", "is_namedtuple_class", "MAX_FIELDS", "MAX_UNROLLED_FIELDS",
+           "namedarraytuple", "namedarraytuple_like", "NamedArrayTupleSchema",
+           "NamedArrayTupleSchema_like", "namedtuple", "NamedTupleSchema",
+           "same_definition"]
+
+
+# --------------------------------------------------------------------------
+# Limits
+# --------------------------------------------------------------------------
+
+MAX_FIELDS = 100_000
+
+
+def check_field_count(kind: str, typename: str, count: int) -> None:
+    """Refuse a schema of more than MAX_FIELDS fields, naming it."""
+    if count > MAX_FIELDS:
+        raise SchemaDefinitionError(
+            f"{kind} {typename!r}: {count:,} fields, more than the limit of "
+            f"{MAX_FIELDS:,} fields a schema may have")
+
+
+# --------------------------------------------------------------------------
+# Generated indexing code
+# --------------------------------------------------------------------------
+
+MAX_UNROLLED_FIELDS = 64
+_cache: dict[int, tuple] = {}
+
+
+def _source(n: int) -> str:
+    names = [f"f{i}" for i in range(n)]
+    values = [f"v{i}" for i in range(n)]
+    unpack = (", ".join(names) + ("," if n == 1 else "")) if n else "()"
+    unpack_values = (", ".join(values) + ("," if n == 1 else "")) if n else "()"
+    reads = "".join(f"None if {f} is None else {f}[loc], " for f in names)
+    # Writes field by field check first that every value's dtype is its
+    # field's very dtype (one identity test each); anything else (other
+    # dtypes, Python numbers, None, nested tuples) goes through _check_write,
+    # which refuses what would change a value before any field is written.
+    same = " and ".join(f"{v}.dtype is {f}.dtype" for f, v in zip(names, values, strict=True))
+    dtypes = "".join(f"{f}.dtype, " for f in names)
+    lines = [
+        "def __getitem__(self, loc):",
+        f"    {unpack} = self",
+        "    try:",
+        f"        return _tuple_new(self.__class__, ({reads}))",
+        "    except Exception as exc:",
+        "        _raise_read_error(self, loc, exc)",
+        "",
+        "def __setitem__(self, loc, value):",
+        f"    {unpack} = self",
+        "    j = 0",
+        "    if isinstance(value, tuple) and (value.__class__ is self.__class__"
+        " or getattr(value, '_fields', None) == self._fields):",
+        f"        {unpack_values} = value",
+        "        try:",
+        f"            same = {same or 'True'}",
+        "        except AttributeError:",
+        "            same = False",
+        "        if same:",  # no None field or value, all dtypes matching: just write
+        "            try:",
+    ]
+    for i, (f, v) in enumerate(zip(names, values, strict=True)):
+        lines += [f"                j = {i}"] * (i > 0) + [f"                {f}[loc] = {v}"]
+    lines += [
+        "                return",
+        "            except Exception as exc:",
+        "                _raise_write_error(self, j, loc, value, exc)",
+        "        _check_write(self, loc, value, True)",
+        "        try:",
+    ]
+    # ``j`` tracks the field being written, for the error message; it starts at 0.
+    for i, (f, v) in enumerate(zip(names, values, strict=True)):
+        lines += [f"            j = {i}"] * (i > 0) + [
+                  f"            if {f} is not None or {v} is not None:",
+                  f"                {f}[loc] = {v}"]
+    lines += ["            return",
+              "        except Exception as exc:",
+              "            _raise_write_error(self, j, loc, value, exc)",
+              # A Python number broadcast within bounds that hold it in every
+              # field (remembered per number type and field dtypes) is not checked.
+              # 0 and 1 (also 0.0, 1.0, False, True) fit every dtype.
+              "    kind = value.__class__",
+              "    if not ((kind is _int or kind is _float or kind is _bool)"
+              " and (value == 0 or value == 1)):",
+              "        try:",
+              f"            low, high, whole = _rules[(kind, {dtypes})]",
+              "            fits = low <= value <= high and (not whole or value == int(value))",
+              "        except Exception:",
+              "            fits = False",
+              "        if not fits:",
+              "            _check_write(self, loc, value, False)",
+              "    try:"] + ["        pass"] * (n == 0)
+    for i, f in enumerate(names):
+        lines += [f"        j = {i}"] * (i > 0) + [
+                  f"        if {f} is not None:",
+                  f"            {f}[loc] = value"]
+    lines += ["    except Exception as exc:",
+              "        _raise_write_error(self, j, loc, value, exc)", ""]
+    return "\n".join(lines)
+
+
+def compile_source(source: str, filename: str):
+    """Compile ``source`` for ``exec`` and register it in ``linecache`` as ``filename``."""
+    code = compile(source, filename, "exec")
+    # mtime None: linecache.checkcache keeps the entry (there is no file to check).
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    return code
+
+
+def accessors_for(n_fields: int):
+    """Shared unrolled (``__getitem__``, ``__setitem__``) for ``n_fields`` fields."""
+    if n_fields > MAX_UNROLLED_FIELDS:
+        return None
+    pair = _cache.get(n_fields)
+    if pair is None:
+        namespace = {"_tuple_new": tuple.__new__, "_raise_read_error": raise_read_error,
+                     "_raise_write_error": raise_write_error, "_check_write": check_write,
+                     "_rules": SCALAR_RULES, "_int": int, "_float": float, "_bool": bool}
+        code = compile_source(_source(n_fields),
+                              f"<namedschema accessors for {n_fields} fields>")
+        exec(code, namespace)
+        getitem, setitem = namespace["__getitem__"], namespace["__setitem__"]
+        getitem.__doc__ = ("Return a new instance of the same schema with ``loc`` "
+                           "applied to every field (None fields stay None).")
+        setitem.__doc__ = ("Assign ``value`` at ``loc`` in every field: field by field "
+                           "if it has the same fields, else broadcast.")
+        pair = _cache.setdefault(n_fields, (getitem, setitem))
+    return pair
+
+
+# --------------------------------------------------------------------------
+# The metaclasses
+# --------------------------------------------------------------------------
 
 try:  # CPython's C descriptor, as used by collections.namedtuple
     from _collections import _tuplegetter
@@ -49,7 +303,6 @@ except ImportError:  # pragma: no cover - other interpreters
     def _tuplegetter(index, doc):
         return property(_itemgetter(index), doc=doc)
 
-__all__ = ["NamedTupleSchema", "NamedArrayTupleSchema", "build_schema", "same_definition"]
 
 _tuple_new = tuple.__new__
 _field_docs: dict[int, str] = {}
@@ -422,3 +675,485 @@ for _mcls in (NamedTupleSchema, NamedArrayTupleSchema):
     _pickle.KINDS[_mcls.__name__] = (_mcls, _builder(_mcls))
     copyreg.pickle(_mcls, _pickle.reduce_schema)
 del _mcls
+
+
+# --------------------------------------------------------------------------
+# Factories
+# --------------------------------------------------------------------------
+
+_NAT = TypeVar("_NAT", bound=NamedArrayTuple)
+
+
+_CLASSIC_NT_ATTRS = ("_fields", "_asdict", "_make", "_replace")
+
+
+def namedtuple(typename: str, field_names: str | Iterable[str], *, rename: bool = False,
+               defaults: Iterable[Any] | None = None,
+               module: str | None = None) -> type[DynamicNamedTuple]:
+    """``collections.namedtuple``'s signature, returning a :class:`NamedTupleSchema`.
+
+    >>> Point = namedtuple('Point', ['x', 'y'])
+    >>> Point(1, y=2)
+    Point(x=1, y=2)
+    """
+    caller_module, module_level = calling_module(1)
+    return build_schema(NamedTupleSchema, typename, field_names, rename=rename,
+                        defaults=defaults, module=caller_module if module is None else module,
+                        module_level=module_level)
+
+
+@overload
+def namedarraytuple(typename: str, field_names: str | Iterable[str],
+                    return_namedtuple_cls: Literal[False] = False,
+                    classname_suffix: bool = False) -> type[DynamicNamedArrayTuple]: ...
+@overload
+def namedarraytuple(typename: str, field_names: str | Iterable[str],
+                    return_namedtuple_cls: Literal[True],
+                    classname_suffix: bool = False,
+                    ) -> tuple[type[DynamicNamedArrayTuple], type[DynamicNamedTuple]]: ...
+@overload
+def namedarraytuple(typename: str, field_names: str | Iterable[str],
+                    return_namedtuple_cls: bool, classname_suffix: bool = False,
+                    ) -> (type[DynamicNamedArrayTuple]
+                          | tuple[type[DynamicNamedArrayTuple], type[DynamicNamedTuple]]): ...
+
+
+def namedarraytuple(typename: str, field_names: str | Iterable[str],
+                    return_namedtuple_cls: bool = False, classname_suffix: bool = False) -> Any:
+    """rlpyt's ``namedarraytuple``, returning a :class:`NamedArrayTupleSchema`.
+
+    Args:
+        typename: name of the type.
+        field_names: as for ``namedtuple``; ``get`` and ``items`` are refused.
+        return_namedtuple_cls: also return a plain ``NamedTupleSchema`` with
+            the same fields (rlpyt returns the namedtuple base class here).
+        classname_suffix: append ``_nat`` to the array type's name (and
+            ``_nt`` to the plain one's), as rlpyt does.
+
+    >>> Points = namedarraytuple('Points', ['x', 'y'])
+    >>> import numpy as np
+    >>> p = Points(np.array([0, 1]), y=np.array([10, 11]))
+    >>> p[1:]
+    Points(x=array([1]), y=array([11]))
+    """
+    module, module_level = calling_module(1)
+    nt_typename = typename
+    if classname_suffix:
+        nt_typename, typename = typename + "_nt", typename + "_nat"
+    nat = build_schema(NamedArrayTupleSchema, typename, field_names, module=module,
+                       module_level=module_level)
+    if return_namedtuple_cls:
+        return nat, build_schema(NamedTupleSchema, nt_typename, nat._fields, module=module,
+                                 module_level=module_level)
+    return nat
+
+
+def is_classic_namedtuple_class(obj) -> bool:
+    """True for a class-per-type named tuple (stdlib namedtuple, rlpyt's), not a schema test."""
+    return (isinstance(obj, type) and issubclass(obj, tuple) and obj is not tuple
+            and all(hasattr(obj, a) for a in _CLASSIC_NT_ATTRS))
+
+
+def is_classic_nat_class(obj) -> bool:
+    """True for a class-per-type named array tuple such as rlpyt's ``namedarraytuple``."""
+    # rlpyt's namedarraytuple: a namedtuple subclass overriding __getitem__
+    # and adding get()/items().
+    return (is_classic_namedtuple_class(obj)
+            and obj.__getitem__ is not tuple.__getitem__
+            and hasattr(obj, "get") and hasattr(obj, "items"))
+
+
+def is_named_class(cls: Any) -> bool:
+    """Whether ``cls`` is a named tuple class: a schema (array tuple or not), a
+    stdlib or ``typing`` named tuple, or rlpyt's classic ``namedarraytuple``."""
+    return isinstance(cls, NamedTupleSchema) or is_classic_namedtuple_class(cls)
+
+
+def is_named(obj: Any) -> bool:
+    """Whether ``obj`` is an instance of a named tuple class (see :func:`is_named_class`)."""
+    return isinstance(obj, tuple) and is_named_class(type(obj))
+
+
+def is_namedtuple_class(obj: object) -> bool:
+    """True for named tuple classes that are not array tuples (classic or schema)."""
+    if isinstance(obj, NamedTupleSchema):
+        return not issubclass(obj, NamedArrayTuple)
+    return is_classic_namedtuple_class(obj) and not is_classic_nat_class(obj)
+
+
+def is_namedarraytuple_class(obj: object) -> bool:
+    """True for named array tuple classes (rlpyt's classic ones or schemas)."""
+    if isinstance(obj, NamedTupleSchema):
+        return issubclass(obj, NamedArrayTuple)
+    return is_classic_nat_class(obj)
+
+
+def is_namedtuple(obj: object) -> bool:
+    """True if ``obj`` is a named tuple instance that is not an array tuple."""
+    return is_namedtuple_class(type(obj))
+
+
+def is_namedarraytuple(obj: object) -> bool:
+    """True if ``obj`` is a named array tuple instance (classic or schema)."""
+    return is_namedarraytuple_class(type(obj))
+
+
+def _name_and_fields(example: Any) -> tuple[str, tuple[str, ...]] | None:
+    """(typename, fields) of a named tuple instance or class, or None."""
+    cls: Any = example if isinstance(example, type) else type(example)
+    if isinstance(cls, NamedTupleSchema) or issubclass(cls, NamedTuple):
+        return cls._typename, cls._fields
+    if is_classic_namedtuple_class(cls):
+        return cls.__name__, tuple(cls._fields)
+    return None
+
+
+@overload
+def namedarraytuple_like(namedtuple_or_class: type[_NAT] | _NAT,
+                         classname_suffix: bool = False) -> type[_NAT]: ...
+@overload
+def namedarraytuple_like(namedtuple_or_class: Any,
+                         classname_suffix: bool = False) -> type[DynamicNamedArrayTuple]: ...
+
+
+def namedarraytuple_like(namedtuple_or_class: Any, classname_suffix: bool = False) -> Any:
+    """An array schema with the name and fields of a named tuple instance or class.
+
+    An array-tuple schema instance or class is returned as is (its class);
+    anything else named (stdlib namedtuple, rlpyt's classic types, plain
+    schemas) gets a new :class:`NamedArrayTupleSchema`.
+
+    Raises:
+        TypeError: the input is not a named tuple instance or class.
+    """
+    ntc = namedtuple_or_class
+    cls = ntc if isinstance(ntc, type) else type(ntc)
+    if isinstance(cls, NamedArrayTupleSchema) and is_registered_schema(cls):
+        return cls
+    found = _name_and_fields(ntc)
+    if found is None:
+        raise TypeError("namedarraytuple_like: expected a named tuple or named "
+                        f"array tuple instance or class, got {type(ntc).__name__}")
+    typename, fields = found
+    if classname_suffix:
+        typename += "_nat"
+    return NamedArrayTupleSchema(typename, fields, module=cls.__module__
+                                 if isinstance(cls.__module__, str) else None)
+
+
+@overload
+def NamedArrayTupleSchema_like(example: type[_NAT] | _NAT) -> type[_NAT]: ...
+@overload
+def NamedArrayTupleSchema_like(example: Any) -> type[DynamicNamedArrayTuple]: ...
+
+
+def NamedArrayTupleSchema_like(example: Any) -> Any:  # rlpyt\'s name
+    """rlpyt's name for :func:`namedarraytuple_like` (returns a schema)."""
+    return namedarraytuple_like(example)
+
+
+# --------------------------------------------------------------------------
+# Class syntax
+# --------------------------------------------------------------------------
+
+if TYPE_CHECKING:
+    import numpy  # only for annotations: the core does not import numpy
+
+
+# Marks a class-syntax schema; holds the names its class body added.
+BODY_MARK = "_schema_body"
+
+# Namespace entries every class statement has, handled separately.
+_SPECIAL = frozenset({"__module__", "__qualname__", "__doc__", "__annotations__",
+                      "__classcell__", "__firstlineno__", "__static_attributes__",
+                      "__orig_bases__", "__annotate__", "__annotate_func__",
+                      "__annotations_cache__"})
+# Inherited members that only change how an instance is displayed.
+_MAY_REPLACE = frozenset({"__repr__", "__str__", "__format__"})
+# Not inherited, but defined by every schema or its construction.
+_SCHEMA_OWNED = frozenset({"__slots__", "__new__", "__init__", "__match_args__", "_make",
+                           "__dict__", "__weakref__", "__getnewargs_ex__"})
+# Hooks whose absence (in a copy loaded without the class body) falls back to
+# different behaviour without an error.
+_SILENT_FALLBACK = frozenset({
+    "__bool__", "__reversed__", "__iadd__", "__imul__", "__copy__", "__deepcopy__", "__array__",
+    "__array_ufunc__", "__array_function__", "__array_priority__",
+    "__array_interface__", "__torch_function__"})
+
+_REASONS = {
+    "__slots__": "schema instances are tuples with empty __slots__ and hold "
+                 "nothing but their fields",
+    "__new__": "the constructor is generated from the fields; add a classmethod "
+               "for other ways of building instances",
+    "__init__": "the constructor is generated from the fields; add a classmethod "
+                "for other ways of building instances",
+}
+
+
+def _refuse(base, name, what, cause=None):
+    raise SchemaClassError(f"class {name}({base.__name__}): {what}") from cause
+
+
+def _is_classvar(annotation) -> bool:
+    if isinstance(annotation, str):
+        text = annotation.replace(" ", "")
+        return text.startswith(("ClassVar", "typing.ClassVar"))
+    return annotation is typing.ClassVar or typing.get_origin(annotation) is typing.ClassVar
+
+
+def _protected(base) -> frozenset:
+    return frozenset(dir(base)) - _MAY_REPLACE | _SCHEMA_OWNED | _SILENT_FALLBACK
+
+
+def _owner(base, name) -> str:
+    for klass in base.__mro__:
+        if name in klass.__dict__:
+            return klass.__name__
+    return base.__name__
+
+
+_PROTECTED = {NamedTuple: _protected(NamedTuple), NamedArrayTuple: _protected(NamedArrayTuple)}
+
+
+def _namespace_annotations(namespace) -> dict[str, Any]:
+    """The annotations of a class body, in order (Python 3.14 defers them to a function)."""
+    if "__annotations__" in namespace:
+        return dict(namespace["__annotations__"])
+    try:
+        import annotationlib  # type: ignore[import-not-found,unused-ignore]  # Python 3.14+
+    except ImportError:
+        return {}
+    annotate = annotationlib.get_annotate_from_class_namespace(namespace)
+    if annotate is None:
+        return {}
+    return dict(annotationlib.call_annotate_function(annotate,
+                                                     annotationlib.Format.FORWARDREF))
+
+
+def _split_body(base, name, namespace):
+    """Validate a class body; return (fields, defaults, annotations, members)."""
+    annotations = _namespace_annotations(namespace)
+    protected = _PROTECTED[base]
+    fields: list[str] = []
+    defaults: list[Any] = []
+    for field, annotation in annotations.items():
+        if _is_classvar(annotation):
+            continue
+        if field.startswith("_"):
+            _refuse(base, name, f"field {field!r} starts with an underscore "
+                    "(names starting with '_' are reserved for schema attributes "
+                    "such as _fields)")
+        if field in protected and field not in ("count", "index"):  # as namedtuple allows
+            _refuse(base, name, f"field {field!r} would hide the method "
+                    f"{base.__name__}.{field}(), which every instance has")
+        if field in namespace:
+            defaults.append(namespace[field])
+        elif defaults:
+            _refuse(base, name, f"field {field!r} without a default follows "
+                    f"field {fields[-1]!r}, which has one")
+        fields.append(field)
+    members = {}
+    for key, value in namespace.items():
+        if key in _SPECIAL or key in fields:
+            continue
+        if key.startswith("_schema"):
+            _refuse(base, name, f"{key!r} cannot be defined: names starting "
+                    "with '_schema' are reserved for namedschema")
+        if key in protected:
+            reason = _REASONS.get(key) or (
+                f"it would replace {_owner(base, key)}.{key}, which a copy loaded "
+                "without the class body would silently use instead" if key in dir(base)
+                else "a copy loaded without the class body would silently fall back "
+                "to other behaviour instead of failing")
+            _refuse(base, name, f"{key!r} cannot be defined in a schema: {reason}")
+        members[key] = value
+    return fields, tuple(defaults), annotations, members
+
+
+def _class_syntax(base, name, namespace):
+    kind = NamedArrayTupleSchema if base is NamedArrayTuple else NamedTupleSchema
+    qualname = namespace.get("__qualname__", name)
+    fields, defaults, annotations, members = _split_body(base, name, namespace)
+    module = namespace.get("__module__")
+    body = dict(members)
+    if "__doc__" in namespace and namespace["__doc__"] is not None:
+        body["__doc__"] = namespace["__doc__"]
+    body["__qualname__"] = qualname
+    body["__annotations__"] = annotations
+    body[BODY_MARK] = tuple(members)
+    for key in ("__classcell__", "__firstlineno__", "__static_attributes__"):
+        if key in namespace:
+            body[key] = namespace[key]
+    try:
+        cls = build_schema(kind, name, fields, defaults=defaults or None, module=module,
+                           module_level="<locals>" not in qualname)
+    except SchemaDefinitionError as exc:  # a name Python itself would reject
+        message = str(exc).removeprefix(f"{kind.__name__} {name!r}: ")
+        _refuse(base, name, message, exc)
+    if BODY_MARK in cls.__dict__:  # pragma: no cover - module-level ids are unique
+        raise SchemaConflictError(f"class {name}: schema id {cls._schema_id} is already "
+                                  "taken by another class-syntax schema")
+    # A new class, or one loaded by value before this module-level statement
+    # ran (same id): either way it gets the body, so instances already loaded
+    # gain the methods too.
+    _attach_body(cls, body)
+    return cls
+
+
+def _attach_body(cls, body):
+    cell = body.pop("__classcell__", None)
+    for key, value in body.items():
+        setattr(cls, key, value)
+    for key, value in body.items():
+        set_name = getattr(type(value), "__set_name__", None)
+        if set_name is not None:
+            set_name(value, cls, key)
+    if cell is not None:
+        cell.cell_contents = cls
+
+
+def _subclass_of_schema(mcls, name, bases, namespace, kwargs):
+    """``class Sub(SomeSchema)``: an ordinary subclass; it cannot add fields."""
+    known: set[str] = set()
+    for base in bases:
+        known.update(getattr(base, "_fields", ()))
+    for field, annotation in _namespace_annotations(namespace).items():
+        if field not in known and not _is_classvar(annotation):
+            raise SchemaClassError(
+                f"class {name}({_base_names(bases)}): annotation {field!r} would add "
+                "a field, but subclassing a schema adds no fields (as with typing.NamedTuple); "
+                "define a new schema with all the fields instead")
+    return type.__new__(mcls, name, bases, namespace, **kwargs)
+
+
+def _base_names(bases) -> str:
+    return ", ".join(getattr(b, "__name__", repr(b)) for b in bases)
+
+
+def class_statement(mcls, name, bases, namespace, kwargs):
+    """Build the class of a class statement that has a base class of ours."""
+    ours = [b for b in bases if b is NamedTuple or b is NamedArrayTuple]
+    if not ours and any(isinstance(base, NamedTupleSchema) for base in bases):
+        return _subclass_of_schema(mcls, name, bases, namespace, kwargs)
+    base = ours[0] if ours else NamedTuple
+    if kwargs:
+        _refuse(base, name, f"class keywords {sorted(kwargs)} are not supported")
+    if len(bases) != 1 or not ours:
+        others = _base_names([b for b in bases if b is not base])
+        _refuse(base, name, "a schema has exactly one base class, NamedTuple or "
+                f"NamedArrayTuple, and cannot also inherit from {others}")
+    if mcls is not SchemaBaseMeta:
+        _refuse(base, name, f"metaclass {mcls.__name__} is not supported; "
+                "schemas have their own metaclass")
+    return _class_syntax(base, name, namespace)
+
+
+def has_class_body(schema: type[Any]) -> bool:
+    """Whether ``schema`` was made (or completed) by a class statement in this process.
+
+    False for factory-made schemas and for class-syntax schemas loaded by value
+    whose class statement has not run here: those lack the class body's methods.
+    """
+    return BODY_MARK in getattr(schema, "__dict__", {})
+
+
+def _field_annotations(schema) -> dict[str, Any]:
+    annotations = schema.__dict__.get("__annotations__", {})
+    return {f: annotations[f] for f in schema._fields if f in annotations}
+
+
+def _resolve(schema, field, annotation):
+    # Only a class body's own annotations get here: by-value copies carry none,
+    # so nothing read from a file is ever evaluated.
+    if not isinstance(annotation, str):
+        return annotation
+    module = sys.modules.get(schema.__module__)
+    scope = dict(vars(module)) if module is not None else {}
+    try:
+        return eval(annotation, scope, dict(vars(schema)))  # the user's own annotation
+    except Exception as exc:  # reported with schema and field
+        raise SchemaDefinitionError(
+            f"{schema._typename}.{field}: cannot evaluate the annotation {annotation!r} "
+            f"to find its declared dtype ({type(exc).__name__}: {exc})") from exc
+
+
+def _dtype_of(annotation, np):
+    """The numpy dtype ``annotation`` declares (NDArray[X], ndarray[S, dtype[X]], X), or None."""
+    origin = typing.get_origin(annotation)
+    args = typing.get_args(annotation)
+    if origin is typing.Annotated:
+        return _dtype_of(args[0], np)
+    if origin is typing.Union or type(annotation).__name__ == "UnionType":
+        found = {d for d in (_dtype_of(a, np) for a in args if a is not type(None))}
+        return found.pop() if len(found) == 1 else None
+    if origin is np.ndarray:
+        for arg in args:
+            if typing.get_origin(arg) is np.dtype:
+                return _dtype_of(arg, np)
+        return None
+    if origin is np.dtype:
+        return _dtype_of(args[0], np) if args else None
+    if isinstance(annotation, type) and issubclass(annotation, np.generic):
+        try:
+            dtype = np.dtype(annotation)
+        except (TypeError, ValueError):
+            return None
+        # Abstract scalar types (np.floating, np.generic) declare no one dtype.
+        return dtype if dtype.type is annotation else None
+    return None
+
+
+def declared_dtypes(schema: type[Any]) -> dict[str, numpy.dtype[Any] | None]:
+    """Field name -> the numpy dtype its annotation declares, or None, for every field.
+
+    ``npt.NDArray[np.float32]``, ``np.ndarray[Any, np.dtype[np.float32]]`` and
+    ``np.float32`` all declare float32 (also inside ``Optional``/``Annotated``);
+    ``np.ndarray``, ``Any``, ``float`` and abstract types declare none. Factory
+    schemas and by-value copies without their class body declare none. String
+    annotations (``from __future__ import annotations``) are evaluated in the
+    defining module.
+
+    Raises:
+        SchemaDefinitionError: a string annotation cannot be evaluated.
+        TypeError: ``schema`` is not a schema (or named tuple) class.
+    """
+    fields = getattr(schema, "_fields", None)
+    if not isinstance(schema, type) or not isinstance(fields, tuple):
+        raise TypeError(f"declared_dtypes: expected a schema class, got {schema!r:.100}")
+    annotations = _field_annotations(schema)
+    result: dict[str, numpy.dtype[Any] | None] = dict.fromkeys(fields)
+    np = sys.modules.get("numpy")
+    for field, annotation in annotations.items():
+        annotation = _resolve(schema, field, annotation)
+        np = np or sys.modules.get("numpy")
+        if np is not None:  # numpy types in an annotation mean numpy is imported
+            result[field] = _dtype_of(annotation, np)
+    return result
+
+
+SchemaBaseMeta.class_statement = class_statement
+
+
+# --------------------------------------------------------------------------
+# What type checkers see
+# --------------------------------------------------------------------------
+
+if TYPE_CHECKING:
+    from .instance import NamedArrayTuple, NamedTuple
+
+    class DynamicNamedTuple(NamedTuple, metaclass=NamedTupleSchema):
+        def __init__(self, *args: Any, **kwargs: Any) -> None: ...
+        def __getattr__(self, name: str) -> Any: ...
+
+    class DynamicNamedArrayTuple(NamedArrayTuple, metaclass=NamedArrayTupleSchema):
+        def __init__(self, *args: Any, **kwargs: Any) -> None: ...
+        def __getattr__(self, name: str) -> Any: ...
+
+
+def _load_write_checks() -> Any:
+    """The write checks (``writes``, which needs numpy), bound to the core's rules."""
+    writes = importlib.import_module("namedschema._core.writes")
+    return writes.write_checker(SCALAR_RULES, is_named)
+
+
+install_write_check(_load_write_checks)

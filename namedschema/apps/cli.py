@@ -19,7 +19,7 @@ import argparse
 import re
 import sys
 
-from .._core.printable import printable
+from .._core.instance import printable
 from .._version import __version__
 
 __all__ = ["build_parser", "parse_size", "main"]

@@ -32,10 +32,9 @@ import numpy as np
 from numpy.typing import DTypeLike
 
 from .._core import tree
-from .._core.extras import extra_hint
-from .._core.factories import namedarraytuple_like
 from .._core.instance import NamedArrayTuple
-from .._core.optional import torch_if_loaded
+from .._core.optional import extra_hint, torch_if_loaded
+from .._core.schema import namedarraytuple_like
 from ..errors import BufferShapeError, BufferSizeError, StructureMismatchError, short_repr
 from . import owned_memory as _owned_memory
 from . import shared_memory as _shared_memory

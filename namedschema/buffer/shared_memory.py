@@ -32,7 +32,7 @@ import weakref
 
 import numpy as np
 
-from .._core.memory import extent
+from .._core.tree import extent
 
 __all__ = ["allocate", "allocate_many", "is_shared", "segment_count"]
 

@@ -34,9 +34,9 @@ from typing import Any, BinaryIO, NoReturn
 
 import numpy as np
 
-from .._core.limits import MAX_FIELDS
-from .._core.memory import byte_span
-from .._core.printable import printable
+from .._core.instance import printable
+from .._core.schema import MAX_FIELDS
+from .._core.tree import byte_span
 from ..errors import FormatError
 from .chunktable import ChunkTable, first_fields
 from .constants import (

@@ -8,7 +8,7 @@ from typing import Literal
 
 import numpy as np
 
-from .._core.printable import printable
+from .._core.instance import printable
 from .folding import fold
 from .header import SaveRecord, read_header
 from .inflight import written

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any, NoReturn
 
-from .._core.printable import printable
+from .._core.instance import printable
 from ..errors import FormatError
 from .constants import MAX_JSON_VALUES
 

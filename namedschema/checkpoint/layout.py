@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._core.memory import extent, memory_owner, overlap_groups
+from .._core.tree import extent, memory_owner, overlap_groups
 from .arrays import StoredArray
 from .blocks import CompactCopy, MemorySpan, RawBytes, Source
 from .constants import ALIGN, ST_DTYPES

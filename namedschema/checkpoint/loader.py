@@ -7,7 +7,7 @@ import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, BinaryIO, Literal, cast, overload
 
-from .._core.printable import printable
+from .._core.instance import printable
 from ..errors import (
     MissingClassError,
     MissingModuleError,

@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from .._core.memory import byte_span
+from .._core.tree import byte_span
 
 # Bytes copied between two releases of the mapped pages: the most mapped file a
 # copy holds resident at once.

@@ -25,8 +25,8 @@ from typing import Any, NoReturn
 import numpy as np
 
 from .._core import pickling as _pickle
-from .._core.factories import is_classic_namedtuple_class, is_classic_nat_class
-from .._core.printable import printable
+from .._core.instance import printable
+from .._core.schema import is_classic_namedtuple_class, is_classic_nat_class
 from .._core.tree import join_path
 from ..errors import FormatError
 from .arrays import ArrayTable, is_storable

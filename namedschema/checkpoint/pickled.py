@@ -14,7 +14,7 @@ import io
 import pickle
 from typing import Any
 
-from .._core.arrays_apart import keeping_arrays_apart
+from .._core.pickling import keeping_arrays_apart
 from ..errors import MissingClassError, MissingModuleError, StructureMismatchError
 from .arrays import ArrayTable, is_storable
 from .naming import ArrayNames, array_paths

@@ -11,10 +11,10 @@ import math
 
 import numpy as np
 
-from .._core.casting import cast_checked, describe_change, quiet_cast
-from .._core.factories import is_namedarraytuple_class
 from .._core.optional import is_tensor, torch_if_loaded
+from .._core.schema import is_namedarraytuple_class
 from .._core.tree import is_named
+from .._core.writes import cast_checked, describe_change, quiet_cast
 from ..errors import (
     ExtraFieldError,
     FieldMismatchError,

@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from .._core.classdef import declared_dtypes, has_class_body
 from .._core.pickling import is_registered_schema
+from .._core.schema import declared_dtypes, has_class_body
 from .._core.tree import is_named_class
 from ..errors import SchemaEvolutionError, short_repr
 

@@ -10,10 +10,9 @@ from __future__ import annotations
 import numpy as np
 
 from .._core import tree
-from .._core.factories import is_namedarraytuple_class
-from .._core.memory import extent, memory_owner, overlap
 from .._core.optional import is_tensor
-from .._core.tree import is_named_class, join_path
+from .._core.schema import is_namedarraytuple_class
+from .._core.tree import extent, is_named_class, join_path, memory_owner, overlap
 from ..errors import SchemaEvolutionError
 from .conversion import Plan, Upgrader, all_tensors, dtype_text
 from .reports import KeptField, stored_typename

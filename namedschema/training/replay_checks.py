@@ -7,7 +7,7 @@ whose schema lists the same fields in another order lands in the right
 columns, and one with other fields is refused (a saved state goes through the
 rules of schema evolution first: :func:`namedschema.upgrade`). A batch's values
 must survive the cast into the stored dtypes, by the rule ``buffer[i] = step``
-follows (:mod:`namedschema._core.casting`): int64 ``70000`` into an int16 field,
+follows (:mod:`namedschema._core.writes`): int64 ``70000`` into an int16 field,
 ``1e300`` into a float32 one are refused, naming schema, field and value.
 
 batch_leaves     the arrays of a batch, in the storage's field order, matched by name
@@ -24,8 +24,8 @@ from typing import Any
 
 import numpy as np
 
-from .._core.casting import cast_checked, quiet_cast
 from .._core.tree import is_named
+from .._core.writes import cast_checked, quiet_cast
 from ..errors import (
     FieldValueError,
     ReplayStateError,

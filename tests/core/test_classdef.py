@@ -21,7 +21,7 @@ from namedschema import (
     SchemaClassError,
     SchemaDefinitionError,
 )
-from namedschema._core.classdef import declared_dtypes, has_class_body
+from namedschema._core.schema import declared_dtypes, has_class_body
 from namedschema.buffer import buffer_from_example
 from tests.core import class_schemas as cs
 

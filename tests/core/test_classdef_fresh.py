@@ -45,7 +45,7 @@ def test_loaded_without_the_module_has_fields_but_no_methods_until_imported():
     importing the module afterwards completes that very class, for instances already loaded."""
     proc = run_fresh("""
         import pickle, sys
-        from namedschema._core.classdef import has_class_body, declared_dtypes
+        from namedschema._core.schema import has_class_body, declared_dtypes
         x, cfg = pickle.loads(sys.stdin.buffer.read())
         assert "tests.core.class_schemas" not in sys.modules
         print(type(x).__name__, x._fields, x.reward.tolist(), has_class_body(type(x)))
@@ -140,7 +140,7 @@ def test_spawn_from_a_main_script_gives_the_child_the_class_body(tmp_path):
         import multiprocessing as mp
         import numpy as np
         from namedschema import NamedArrayTuple
-        from namedschema._core.classdef import has_class_body
+        from namedschema._core.schema import has_class_body
 
         class Step(NamedArrayTuple):
             obs: np.ndarray

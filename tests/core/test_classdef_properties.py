@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from namedschema import NamedArrayTuple, NamedArrayTupleSchema, NamedTuple, NamedTupleSchema
-from namedschema._core.classdef import declared_dtypes, has_class_body
+from namedschema._core.schema import declared_dtypes, has_class_body
 from tests.strategies import field_lists, identifiers, plain_values
 
 pytestmark = pytest.mark.slow

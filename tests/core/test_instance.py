@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from namedschema import FieldError, NamedArrayTupleSchema, NamedTupleSchema
-from namedschema._core.codegen import MAX_UNROLLED_FIELDS
+from namedschema._core.schema import MAX_UNROLLED_FIELDS
 from namedschema.errors import FieldIndexError, FieldTypeError, FieldValueError
 
 Step = NamedArrayTupleSchema("Step", "obs reward info")

@@ -1,4 +1,4 @@
-"""Memory extents, owners and overlap groups (namedschema._core.memory)."""
+"""Memory extents, owners and overlap groups (namedschema._core.tree)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import mmap
 import numpy as np
 import pytest
 
-from namedschema._core.memory import byte_span, extent, memory_owner, overlap, overlap_groups
+from namedschema._core.tree import byte_span, extent, memory_owner, overlap, overlap_groups
 
 
 def _start(a):

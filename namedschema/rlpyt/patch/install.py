@@ -23,7 +23,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-from ..._core import factories as _factories
+from ..._core import schema as _factories
 from ..._core.attrdict import reduce_attrdict, setstate_attrdict
 from ..._core.instance import NamedArrayTuple, NamedTuple
 from ..._core.schema import NamedArrayTupleSchema, NamedTupleSchema, build_schema

@@ -54,8 +54,8 @@ from multiprocessing import synchronize as mp_sync
 import numpy as np
 
 from ..._core import tree
-from ..._core.arrays_apart import arrays_kept_apart
-from ..._core.memory import byte_span, extent, memory_owner, overlap_groups
+from ..._core.pickling import arrays_kept_apart
+from ..._core.tree import byte_span, extent, memory_owner, overlap_groups
 from ...buffer import is_shared_memory, np_mp_array
 from ...errors import UnpicklableError
 from .lazy_globals import GLOBALS_KEY, assign_lazy_globals

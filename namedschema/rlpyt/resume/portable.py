@@ -23,8 +23,12 @@ import pickle
 import sys
 import weakref
 
-from ..._core.factories import is_classic_namedtuple_class, is_classic_nat_class
-from ..._core.schema import NamedArrayTupleSchema, NamedTupleSchema
+from ..._core.schema import (
+    NamedArrayTupleSchema,
+    NamedTupleSchema,
+    is_classic_namedtuple_class,
+    is_classic_nat_class,
+)
 from ..._core.tree import is_named
 from ..patch.lazy_globals import LAZY_GLOBALS, refuse_unloadable
 

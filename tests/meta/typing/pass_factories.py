@@ -12,7 +12,7 @@ from namedschema import (
     namedarraytuple_like,
     namedtuple,
 )
-from namedschema._core.dynamic_types import DynamicNamedArrayTuple, DynamicNamedTuple
+from namedschema._core.schema import DynamicNamedArrayTuple, DynamicNamedTuple
 
 Point = NamedTupleSchema("Point", "x y", defaults=(0,))
 assert_type(Point, type[DynamicNamedTuple])

@@ -17,7 +17,7 @@ import numpy.typing as npt
 import namedschema
 import namedschema.errors
 from namedschema import NamedArrayTupleSchema
-from namedschema._core.dynamic_types import DynamicNamedArrayTuple
+from namedschema._core.schema import DynamicNamedArrayTuple
 from namedschema.buffer import buffer_from_example
 from namedschema.checkpoint import BackgroundSave, CheckpointInfo, verify
 from namedschema.evolution import UpgradeReport
