@@ -67,10 +67,10 @@ from dataclasses import replace
 from typing import Any
 
 from ..errors import BackgroundSaveError
-from . import baselines, forked, incremental, inflight, tracking, writelog, writer
+from . import baselines, forked, incremental, tracking, writelog, writer
 from .blocks import CompactCopy, MemorySpan, RawBytes
 from .header import SaveRecord, read_header
-from .inflight import serialized, settle, written
+from .inflight import handles, register, serialized, settle, written
 
 __all__ = ["BackgroundSave", "BackgroundSaveError", "start", "settle", "written",
            "serialized", "freeze_shared"]
@@ -159,7 +159,7 @@ def _forget_in_child() -> None:
 @atexit.register
 def _wait_at_exit() -> None:
     """At interpreter exit: let every background save finish; report the failed ones."""
-    for handle in inflight.handles():
+    for handle in handles():
         if not isinstance(handle, BackgroundSave):
             continue
         handle._finished.wait()
@@ -304,7 +304,7 @@ def start(path: str, job: Callable[[], tuple[SaveRecord | None, Any]], began: fl
         handle._finish(record, None)
         return handle
     handle = BackgroundSave(path, pid, time.perf_counter() - began, snapshot)
-    inflight.register(handle, handle._finished)
+    register(handle, handle._finished)
     threading.Thread(target=_collect, args=(handle, pid, read_end, on_done), daemon=True,
                      name="namedschema-background-save").start()
     return handle
@@ -319,7 +319,7 @@ def start_thread(path: str, rest: Callable[[], SaveRecord | None],
     busy machine).
     """
     handle = BackgroundSave(path, None, 0.0, time.perf_counter())
-    inflight.register(handle, handle._finished)
+    register(handle, handle._finished)
     with _writer_lock:
         global _writer
         if _writer is None or not _writer.is_alive():
