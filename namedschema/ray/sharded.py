@@ -26,6 +26,7 @@ import numpy as np
 from .._core.instance import NamedArrayTuple
 from .._core.tree import is_named
 from ..errors import FormatError, ShardedReplayError
+from ..integrations import hook_loaded
 from ..state.rng import pcg64_words, set_pcg64_words
 from ..training.replay import BatchT, PrioritizedSample
 from . import manifest as _manifest
@@ -63,6 +64,7 @@ def _ray() -> Any:
     except ImportError:
         raise ImportError("namedschema.ray needs Ray: install the 'ray' extra of "
                           "namedschema (pip install 'ray>=2.9')") from None
+    hook_loaded()   # Ray's cloudpickle ships schemas made before its import by id too
     return ray
 
 
