@@ -26,8 +26,8 @@ import tempfile
 import threading
 import time
 
-from namedschema._core.optional import extra_hint
 from namedschema._core.instance import printable
+from namedschema._core.optional import extra_hint
 
 from .common import (
     PACKAGE,
