@@ -86,3 +86,38 @@ def fingerprint(run):
         "rng": run["rng"].bit_generator.state, "gen": run["gen"].get_state(),
         "counters": run["counters"], "arr": run["arr"], "python": random.getstate(),
         "numpy": np.random.get_state(), "torch": torch.get_rng_state()})
+
+
+# -- the compatibility fixture (tests/training/data/run-checkpoint-3abe8cf.nsc.gz) ------
+
+def build_compat(path, **kwargs):
+    """:func:`build`'s run and a ``random.Random``, a ``RandomState`` and an ALE Pong env
+    (sticky actions: the emulator's own generator is drawn), as the fixture was written."""
+    import ale_py
+    gym.register_envs(ale_py)
+    ckpt, run = build(path, **kwargs)
+    more = {"pyrng": random.Random(5), "rs": np.random.RandomState(6),
+            "pong": gym.make("ALE/Pong-v5", repeat_action_probability=0.25, frameskip=4)}
+    ckpt.track(**more)
+    run.update(more)
+    return ckpt, run
+
+
+def advance_compat(run, steps=3):
+    """:func:`advance`, and a draw of each extra generator and a few Pong steps."""
+    advance(run, steps)
+    if run["pong"].unwrapped.ale.getFrameNumber() == 0:
+        run["pong"].reset(seed=1)
+    for i in range(steps * 4):
+        run["pong"].step(i % 3)
+    run["pyrng"].random()
+    run["rs"].random_sample()
+
+
+def compat_digest(run):
+    """A digest of :func:`fingerprint` and the extra parts (the Pong env's RAM and screen)."""
+    import hashlib
+    pong = run["pong"].unwrapped.ale
+    return hashlib.sha256(repr((fingerprint(run), canon(run["pyrng"].getstate()),
+                                canon(run["rs"].get_state()), canon(pong.getRAM()),
+                                canon(pong.getScreenRGB()))).encode()).hexdigest()
