@@ -7,6 +7,8 @@ env_settings   an env's settings as built (``TimeLimit``'s step limit...), name 
 keep_env_settings  put settings back into an env (a changed setting the run accepts)
 capture_layer  one object's state attributes (a vector env wrapper's, say), or the reason not
 restore_layer  write what capture_layer gave into the same kind of object
+emulator_capture / emulator_apply  an Atari emulator's whole state (ale-py, atari_py), once
+emulator_kind  which of those an emulator is, or None
 EnvStateError  a captured state does not fit the env it is restored into
 
 An env is captured layer by layer: the vector env (``SyncVectorEnv``), then for
@@ -47,14 +49,11 @@ import numpy as np
 
 from .._core.tree import join_path
 from ..errors import EnvStateError
+from . import rng as _rng
 
 __all__ = ["capture_env", "check_env", "restore_env", "env_settings", "keep_env_settings",
-           "capture_layer", "restore_layer", "EnvStateError"]
-
-# The bit generators a captured state may name (a file never chooses other code to run).
-_BIT_GENERATORS: dict[str, type] = {
-    "PCG64": np.random.PCG64, "PCG64DXSM": np.random.PCG64DXSM, "MT19937": np.random.MT19937,
-    "Philox": np.random.Philox, "SFC64": np.random.SFC64}
+           "capture_layer", "restore_layer", "emulator_kind", "emulator_capture",
+           "emulator_apply", "ATARI_PY_METHODS", "EnvStateError"]
 
 # Attributes of wrapper layers that are settings chosen in code, not state: compared
 # between a checkpoint and the run it is restored into (RunCheckpoint's accept_changes).
@@ -92,12 +91,11 @@ def _is_space(value: Any) -> bool:
 
 
 def _is_ale(value: Any) -> bool:
-    return any(c.__module__.startswith("ale_py") and c.__name__ == "ALEInterface"
-               for c in type(value).__mro__)
+    return emulator_kind(value) == "ale_py"
 
 
 def _generator_state(gen: np.random.Generator) -> dict:
-    st = gen.bit_generator.state
+    st = _rng.generator_capture(gen)
     return {"bit_generator": st["bit_generator"], "state": _exact(st)}
 
 
@@ -143,8 +141,7 @@ def _value(value: Any, path: str) -> Any:
         gen = getattr(value, "_np_random", None)
         return ["space", None if gen is None else _generator_state(gen)]
     if _is_ale(value):
-        state = value.cloneState(include_rng=True)
-        return ["ale", np.frombuffer(state.serialize(), np.uint8).copy()]
+        return ["ale", _ale_py_bytes(value)]
     if isinstance(value, (list, tuple, collections.deque)):
         items = [_value(v, join_path(path, i)) for i, v in enumerate(value)]
         if items and all(item is _CONFIG for item in items):
@@ -301,10 +298,7 @@ def _rebuilt(current: Any, kind: str, data: Any, path: str, memo: dict, write: b
         if not isinstance(data, np.ndarray) or data.dtype != np.uint8 or data.ndim != 1:
             raise EnvStateError(f"{path}: an emulator state must be a uint8 array, the "
                                 f"checkpoint has {getattr(data, 'dtype', type(data).__name__)}")
-        from ale_py import ALEState
-        state = ALEState(bytes(data))
-        if write:
-            current.restoreState(state)
+        _ale_py_put(current, data, write)
         return current
     if kind == "sequence":
         if not isinstance(data, dict) or not isinstance(data.get("items"), list) or \
@@ -354,21 +348,16 @@ def _set_generator(gen: np.random.Generator | None, data: Any, path: str,
     """``gen`` (or a new generator) set to the captured state; with ``write`` False,
     a scratch generator is set instead, which checks the state and changes nothing."""
     name = data.get("bit_generator") if isinstance(data, dict) else None
-    if not isinstance(name, str) or name not in _BIT_GENERATORS:
+    if not isinstance(name, str) or name not in _rng.BIT_GENERATORS:
         raise EnvStateError(f"{path}: the checkpoint names the bit generator {name!r:.40}; "
-                            f"only {sorted(_BIT_GENERATORS)} are accepted")
+                            f"only {sorted(_rng.BIT_GENERATORS)} are accepted")
     state = _unexact(data.get("state"))
     if not isinstance(state, dict) or state.get("bit_generator") != name:
-        raise EnvStateError(f"{path}: not a {name} generator state")
-    target = gen if write and gen is not None and \
-        type(gen.bit_generator) is _BIT_GENERATORS[name] else None
-    if target is None:
-        target = np.random.Generator(_BIT_GENERATORS[name]())
+        raise EnvStateError(f"{path}: not a {name:.40} generator state")
     try:
-        target.bit_generator.state = state
-    except (TypeError, ValueError, KeyError, OverflowError) as exc:
-        raise EnvStateError(f"{path}: not a valid {name} generator state ({exc})") from None
-    return target
+        return _rng.generator_set(gen, state, write)
+    except (TypeError, ValueError) as exc:
+        raise EnvStateError(f"{path}: {exc}") from None
 
 
 def _layer_checked(layer: Any, state: Any, path: str) -> dict:
@@ -469,3 +458,76 @@ def keep_env_settings(env: Any, values: dict[str, Any], name: str = "env") -> No
             key = f"{prefix[len(name) + 1:]}.{attr}".lstrip(".")
             if key in values and attr in vars(layer):
                 setattr(layer, attr, values[key])
+
+
+# -- Atari emulators: one capture (with the emulator's own generator), one restore -------
+
+# atari_py's state API, as in atari_py/ale_python_interface.py.
+ATARI_PY_METHODS = ("cloneSystemState", "restoreSystemState", "encodeState", "decodeState",
+                    "deleteState")
+
+
+def emulator_kind(ale: Any) -> str | None:
+    """``"ale_py"`` (ale-py's ``ALEInterface`` and subclasses, the atari_py adapter's
+    included), ``"atari_py"`` (atari_py's ctypes one), or None for another emulator."""
+    names = {f"{c.__module__}.{c.__qualname__}" for c in type(ale).__mro__}
+    if "ale_py._ale_py.ALEInterface" in names or "ale_py.ALEInterface" in names:
+        return "ale_py"
+    if "atari_py.ale_python_interface.ALEInterface" in names and \
+            all(callable(getattr(ale, m, None)) for m in ATARI_PY_METHODS):
+        return "atari_py"
+    return None
+
+
+def _ale_py_bytes(ale: Any) -> np.ndarray:
+    """ale-py's whole emulator state, its random generator (sticky actions) included."""
+    return np.frombuffer(ale.cloneState(include_rng=True).serialize(), np.uint8).copy()
+
+
+def _ale_py_put(ale: Any, data: np.ndarray, write: bool = True) -> None:
+    from ale_py import ALEState    # importable: ``ale`` is one of its objects
+    state = ALEState(np.ascontiguousarray(data, np.uint8).tobytes())
+    if write:
+        ale.restoreState(state)
+
+
+def emulator_capture(ale: Any) -> dict[str, Any]:
+    """The emulator's full state, RNG included: ``{"kind", "state": uint8 array}``
+    (``{"kind": None}`` for an emulator of another kind).
+
+    atari_py's ctypes emulator holds a raw C pointer as an int (pickling it leaves a
+    dangling pointer): its state is ``encodeState(cloneSystemState())``, the native
+    state freed with ``deleteState``.
+    """
+    kind = emulator_kind(ale)
+    if kind == "ale_py":
+        return {"kind": kind, "state": _ale_py_bytes(ale)}
+    if kind == "atari_py":
+        native = ale.cloneSystemState()
+        try:
+            data = np.array(ale.encodeState(native), dtype=np.uint8, copy=True)
+        finally:
+            ale.deleteState(native)
+        return {"kind": kind, "state": data}
+    return {"kind": None}
+
+
+def emulator_apply(ale: Any, saved: dict[str, Any], where: str = "env.ale") -> None:
+    """Put :func:`emulator_capture`'s state back into ``ale`` (an emulator of the same
+    kind that loaded the same ROM with the same settings); EnvStateError if it cannot."""
+    kind = emulator_kind(ale)
+    if not isinstance(saved, dict) or saved.get("kind") != kind:
+        raise EnvStateError(f"{where}: the checkpoint holds a "
+                            f"{saved.get('kind') if isinstance(saved, dict) else None} "
+                            f"emulator state, the built env has a {type(ale).__qualname__} "
+                            f"({kind or 'not supported'})")
+    # A writable, contiguous copy: ctypes (atari_py) cannot take read-only maps.
+    data = np.array(saved["state"], dtype=np.uint8, copy=True)
+    if kind == "ale_py":
+        _ale_py_put(ale, data)
+        return
+    native = ale.decodeState(data)
+    try:
+        ale.restoreSystemState(native)
+    finally:
+        ale.deleteState(native)

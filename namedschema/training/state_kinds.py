@@ -45,6 +45,7 @@ import numpy as np
 from .._core.optional import torch_if_loaded
 from ..errors import RunCheckpointError
 from ..state import plain as _plain_state
+from ..state import rng as _rng
 from ..state.env import capture_env, check_env, env_settings, keep_env_settings, restore_env
 from . import sb3_buffers as _sb3_buffers
 from . import sb3_vec_envs as _sb3_vec_envs
@@ -142,19 +143,21 @@ def _protocol_apply(obj: Any, state: Any, ctx: KindContext) -> None:
 
 
 def _generator_capture(obj: Any, ctx: KindContext) -> Any:
-    return _plain_state.to_data(obj.bit_generator.state, ctx.name)
+    return _plain_state.to_data(_rng.generator_capture(obj), ctx.name)
 
 
 def _generator_check(obj: Any, state: Any, ctx: KindContext) -> None:
     if not isinstance(state, dict) or \
             state.get("bit_generator") != type(obj.bit_generator).__name__:
         raise _fail(ctx, f"not a {type(obj.bit_generator).__name__} generator state")
-    scratch = type(obj.bit_generator)()   # seeded by the OS: the run's generators untouched
-    scratch.state = _plain_state.from_data(state)
+    try:
+        _rng.generator_set(obj, _plain_state.from_data(state), write=False)
+    except ValueError as exc:
+        raise _fail(ctx, str(exc)) from None
 
 
 def _generator_apply(obj: Any, state: Any, ctx: KindContext) -> None:
-    obj.bit_generator.state = _plain_state.from_data(state)
+    _rng.generator_set(obj, _plain_state.from_data(state))
 
 
 def _is_numpy_random_state(obj: Any) -> bool:
@@ -162,32 +165,17 @@ def _is_numpy_random_state(obj: Any) -> bool:
 
 
 def _numpy_random_state_capture(obj: Any, ctx: KindContext) -> Any:
-    _kind, keys, pos, has_gauss, gauss = obj.get_state()
-    return {"keys": keys, "pos": int(pos), "has_gauss": int(has_gauss), "gauss": float(gauss)}
-
-
-def _numpy_random_state_tuple(state: Any) -> tuple:
-    if not isinstance(state, dict) or set(state) != {"keys", "pos", "has_gauss", "gauss"}:
-        raise TypeError("not a RandomState state (keys, pos, has_gauss, gauss)")
-    keys = state["keys"]
-    if not isinstance(keys, np.ndarray) or keys.shape != (624,) or keys.dtype != np.uint32:
-        raise TypeError("a RandomState's keys must be 624 uint32")
-    for label in ("pos", "has_gauss"):
-        if isinstance(state[label], bool) or not isinstance(state[label], (int, np.integer)):
-            raise TypeError(f"a RandomState's {label} must be an int")
-    if not 0 <= state["pos"] <= 624 or state["has_gauss"] not in (0, 1) or \
-            not isinstance(state["gauss"], (float, np.floating)):
-        raise ValueError("a RandomState's pos, has_gauss or gauss is out of range")
-    return ("MT19937", np.array(keys, np.uint32), int(state["pos"]), int(state["has_gauss"]),
-            float(state["gauss"]))
+    return _rng.numpy_capture(obj)
 
 
 def _numpy_random_state_check(obj: Any, state: Any, ctx: KindContext) -> None:
-    np.random.RandomState().set_state(_numpy_random_state_tuple(state))   # a scratch one
+    if isinstance(state, dict) and "kind" in state:
+        raise TypeError("not a RandomState state (keys, pos, has_gauss, gauss)")
+    _rng.numpy_check(state)
 
 
 def _numpy_random_state_apply(obj: Any, state: Any, ctx: KindContext) -> None:
-    obj.set_state(_numpy_random_state_tuple(state))
+    _rng.numpy_apply(obj, state)
 
 
 def _is_python_random(obj: Any) -> bool:
@@ -195,29 +183,17 @@ def _is_python_random(obj: Any) -> bool:
 
 
 def _python_random_capture(obj: Any, ctx: KindContext) -> Any:
-    version, internal, gauss = obj.getstate()
-    return {"version": version, "internal": np.array(internal, np.uint64), "gauss": gauss}
-
-
-def _python_random_tuple(state: Any) -> tuple:
-    if not isinstance(state, dict) or set(state) != {"version", "internal", "gauss"}:
-        raise TypeError("not a random.Random state (version, internal, gauss)")
-    internal, gauss = state["internal"], state["gauss"]
-    if not isinstance(internal, np.ndarray) or internal.shape != (625,) or \
-            internal.dtype.kind not in "ui" or not (internal[:624] < 1 << 32).all():
-        raise TypeError("a random.Random's internal state must be 625 ints, the first 624 "
-                        "of 32 bits")
-    if state["version"] != 3 or not (gauss is None or isinstance(gauss, float)):
-        raise ValueError("not a version 3 random.Random state")
-    return (3, tuple(int(x) for x in internal), gauss)
+    return _rng.python_capture(obj)
 
 
 def _python_random_check(obj: Any, state: Any, ctx: KindContext) -> None:
-    random.Random().setstate(_python_random_tuple(state))   # a scratch one
+    if not isinstance(state, dict):
+        raise TypeError("not a random.Random state (version, internal, gauss)")
+    _rng.python_check(state)
 
 
 def _python_random_apply(obj: Any, state: Any, ctx: KindContext) -> None:
-    obj.setstate(_python_random_tuple(state))
+    _rng.python_apply(obj, state)
 
 
 def _is_torch_generator(obj: Any) -> bool:
@@ -226,21 +202,18 @@ def _is_torch_generator(obj: Any) -> bool:
 
 
 def _torch_generator_capture(obj: Any, ctx: KindContext) -> Any:
-    torch = torch_if_loaded()
-    return (torch.get_rng_state() if obj is torch else obj.get_state()).clone()
+    return _rng.torch_capture(obj)
 
 
 def _torch_generator_check(obj: Any, state: Any, ctx: KindContext) -> None:
     torch = torch_if_loaded()
     if not isinstance(state, torch.Tensor) or state.dtype != torch.uint8 or state.ndim != 1:
         raise _fail(ctx, "a torch generator state must be a uint8 tensor")
-    device = "cpu" if obj is torch else obj.device
-    torch.Generator(device=device).set_state(state.clone())    # a scratch one
+    _rng.torch_check(obj, state)
 
 
 def _torch_generator_apply(obj: Any, state: Any, ctx: KindContext) -> None:
-    torch = torch_if_loaded()
-    (torch.set_rng_state if obj is torch else obj.set_state)(state.clone())
+    _rng.torch_apply(obj, state)
 
 
 def _has_state_dict(obj: Any) -> bool:
