@@ -7,7 +7,7 @@ env_settings   an env's settings as built (``TimeLimit``'s step limit...), name 
 keep_env_settings  put settings back into an env (a changed setting the run accepts)
 capture_layer  one object's state attributes (a vector env wrapper's, say), or the reason not
 restore_layer  write what capture_layer gave into the same kind of object
-emulator_capture / emulator_apply  an Atari emulator's whole state (ale-py, atari_py), once
+emulator_capture / emulator_check / emulator_apply  an Atari emulator's whole state (ale-py, atari_py), once
 emulator_kind  which of those an emulator is, or None
 EnvStateError  a captured state does not fit the env it is restored into
 
@@ -53,7 +53,7 @@ from . import rng as _rng
 
 __all__ = ["capture_env", "check_env", "restore_env", "env_settings", "keep_env_settings",
            "capture_layer", "restore_layer", "emulator_kind", "emulator_capture",
-           "emulator_apply", "ATARI_PY_METHODS", "EnvStateError"]
+           "emulator_check", "emulator_apply", "ATARI_PY_METHODS", "EnvStateError"]
 
 # Attributes of wrapper layers that are settings chosen in code, not state: compared
 # between a checkpoint and the run it is restored into (RunCheckpoint's accept_changes).
@@ -485,7 +485,7 @@ def _ale_py_bytes(ale: Any) -> np.ndarray:
 
 
 def _ale_py_put(ale: Any, data: np.ndarray, write: bool = True) -> None:
-    from ale_py import ALEState    # importable: ``ale`` is one of its objects
+    from ale_py import ALEState  # importable: ``ale`` is one of its objects
     state = ALEState(np.ascontiguousarray(data, np.uint8).tobytes())
     if write:
         ale.restoreState(state)
@@ -512,18 +512,29 @@ def emulator_capture(ale: Any) -> dict[str, Any]:
     return {"kind": None}
 
 
+def emulator_check(ale: Any, saved: Any) -> None:
+    """Raise EnvStateError if :func:`emulator_apply` cannot put ``saved`` into ``ale``."""
+    kind = emulator_kind(ale)
+    saved_kind = saved.get("kind") if isinstance(saved, dict) else None
+    if saved_kind != kind or kind is None:
+        raise EnvStateError(f"the checkpoint holds a {saved_kind} emulator state, the built "
+                            f"env has a {type(ale).__qualname__} ({kind or 'not supported'})")
+    data = saved.get("state")
+    if not isinstance(data, np.ndarray) or data.dtype != np.uint8 or data.ndim != 1:
+        raise EnvStateError("an emulator state must be a uint8 array, the checkpoint has "
+                            f"{getattr(data, 'dtype', type(data).__name__)}")
+
+
 def emulator_apply(ale: Any, saved: dict[str, Any], where: str = "env.ale") -> None:
     """Put :func:`emulator_capture`'s state back into ``ale`` (an emulator of the same
     kind that loaded the same ROM with the same settings); EnvStateError if it cannot."""
-    kind = emulator_kind(ale)
-    if not isinstance(saved, dict) or saved.get("kind") != kind:
-        raise EnvStateError(f"{where}: the checkpoint holds a "
-                            f"{saved.get('kind') if isinstance(saved, dict) else None} "
-                            f"emulator state, the built env has a {type(ale).__qualname__} "
-                            f"({kind or 'not supported'})")
+    try:
+        emulator_check(ale, saved)
+    except EnvStateError as exc:
+        raise EnvStateError(f"{where}: {exc}") from None
     # A writable, contiguous copy: ctypes (atari_py) cannot take read-only maps.
     data = np.array(saved["state"], dtype=np.uint8, copy=True)
-    if kind == "ale_py":
+    if emulator_kind(ale) == "ale_py":
         _ale_py_put(ale, data)
         return
     native = ale.decodeState(data)

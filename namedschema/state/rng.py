@@ -140,7 +140,7 @@ def torch_apply(gen: Any, state: Any) -> None:
 
 def generator_capture(gen: np.random.Generator) -> dict[str, Any]:
     """A ``Generator``'s ``bit_generator.state`` (a dict; its 128-bit words are Python ints)."""
-    return gen.bit_generator.state
+    return dict(gen.bit_generator.state)
 
 
 def generator_set(gen: np.random.Generator | None, state: Any,

@@ -46,7 +46,18 @@ from .._core.optional import torch_if_loaded
 from ..errors import RunCheckpointError
 from ..state import plain as _plain_state
 from ..state import rng as _rng
-from ..state.env import capture_env, check_env, env_settings, keep_env_settings, restore_env
+from ..state.env import (
+    EnvStateError,
+    capture_env,
+    check_env,
+    emulator_apply,
+    emulator_capture,
+    emulator_check,
+    emulator_kind,
+    env_settings,
+    keep_env_settings,
+    restore_env,
+)
 from . import sb3_buffers as _sb3_buffers
 from . import sb3_vec_envs as _sb3_vec_envs
 from .replay import PrioritizedReplayBuffer, ReplayBuffer
@@ -64,7 +75,8 @@ class KindContext:
     ``name`` is the component's registered name (for messages), ``path`` the
     checkpoint file; ``warn_once(key, message)`` says a thing once per
     checkpoint; ``restarted`` collects components that are restarted rather
-    than resumed (name -> reason), which :class:`RunCheckpoint` exposes.
+    than resumed (name -> reason), which :class:`RunCheckpoint` exposes;
+    ``fail(message)``, when given, makes the exception a refusal raises.
     """
 
     name: str
@@ -72,6 +84,9 @@ class KindContext:
     allow_pickle: bool = False
     warn_once: Callable[[str, str], None] = lambda key, message: None
     restarted: dict[str, str] = field(default_factory=dict)
+    # How the caller words a refusal (``namedschema.rlpyt.resumable``: StateMismatchError);
+    # None: RunCheckpointError naming the component and the file.
+    fail: Callable[[str], Exception] | None = None
 
 
 Capture = Callable[[Any, KindContext], Any]
@@ -100,7 +115,9 @@ def qualified_name(cls: type) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"
 
 
-def _fail(ctx: KindContext, message: str) -> RunCheckpointError:
+def _fail(ctx: KindContext, message: str) -> Exception:
+    if ctx.fail is not None:
+        return ctx.fail(message)
     return RunCheckpointError(f"RunCheckpoint: {ctx.name!r} cannot be restored from "
                               f"{ctx.path!r}: {message} (nothing in the run changed)")
 
@@ -214,6 +231,21 @@ def _torch_generator_check(obj: Any, state: Any, ctx: KindContext) -> None:
 
 def _torch_generator_apply(obj: Any, state: Any, ctx: KindContext) -> None:
     _rng.torch_apply(obj, state)
+
+
+def _emulator_capture(obj: Any, ctx: KindContext) -> Any:
+    return emulator_capture(obj)
+
+
+def _emulator_check(obj: Any, state: Any, ctx: KindContext) -> None:
+    try:
+        emulator_check(obj, state)
+    except EnvStateError as exc:
+        raise _fail(ctx, str(exc)) from None
+
+
+def _emulator_apply(obj: Any, state: Any, ctx: KindContext) -> None:
+    emulator_apply(obj, state, ctx.name)
 
 
 def _has_state_dict(obj: Any) -> bool:
@@ -491,6 +523,9 @@ KINDS: tuple[StateKind, ...] = (
               _python_random_apply, _python_random_check, accepts="random.Random"),
     StateKind("torch_generator", _is_torch_generator, _torch_generator_capture,
               _torch_generator_apply, _torch_generator_check, accepts="torch Generators"),
+    StateKind("emulator", lambda obj: emulator_kind(obj) is not None, _emulator_capture,
+              _emulator_apply, _emulator_check,
+              accepts="Atari emulators (ale-py's ALEInterface, atari_py's)"),
     StateKind("sb3_replay_buffer", _sb3_buffers.is_sb3_replay_buffer, _sb3_buffers.capture,
               _sb3_buffers.apply, _sb3_buffers.check,
               accepts="Stable-Baselines3 ReplayBuffer/DictReplayBuffer"),

@@ -67,7 +67,8 @@ def run(body, tmp_path, prefix=""):
 ALE_PY_ENV = """
 atari_py_adapter.install()
 from rlpyt.envs.atari.atari_env import AtariEnv
-from namedschema.rlpyt.resume import atari_state as _atari_state
+from namedschema.rlpyt.resume import handlers as _atari_state
+from namedschema.state import env as _emulators
 kwargs = dict(game="pong", repeat_action_probability=0.25, horizon=120)
 np.random.seed(0)
 a = AtariEnv(**kwargs)
@@ -84,7 +85,8 @@ module.ale_python_interface = atari_py_standin
 sys.modules["atari_py"] = module
 sys.modules["atari_py.ale_python_interface"] = atari_py_standin   # pickle finds the class
 from rlpyt.envs.atari.atari_env import AtariEnv
-from namedschema.rlpyt.resume import atari_state as _atari_state
+from namedschema.rlpyt.resume import handlers as _atari_state
+from namedschema.state import env as _emulators
 kwargs = dict(game="pong", repeat_action_probability=0.25, horizon=120)
 np.random.seed(0)
 a = AtariEnv(**kwargs)
@@ -129,7 +131,7 @@ def test_negative_without_the_emulators_rng_sticky_actions_diverge(tmp_path):
             data = env.ale.cloneState(include_rng=False).serialize()
             return {"ale": {"kind": "ale_py", "state": np.frombuffer(data, np.uint8)}}
         rstate.register_handler(_atari_state.ATARI_ENV, capture_without_rng,
-                                lambda env, s, ctx: _atari_state.restore_emulator_state(
+                                lambda env, s, ctx: _emulators.emulator_apply(
                                     env.ale, s["ale"]), attributes=("ale",))
         state = through_file(rstate.capture(a, Ctx()), "env.nsc")
         expected = play(a, 200, 2)
@@ -146,7 +148,7 @@ def test_atari_py_ctypes_emulator_resumes_exactly_and_its_pointer_is_never_pickl
     """atari_py's API: cloneSystemState + encodeState in, decodeState + restoreSystemState out."""
     out = run("""
         ctx = Ctx()
-        kind = _atari_state.emulator_kind(a.ale)
+        kind = _emulators.emulator_kind(a.ale)
         reasons = rstate.check(a, ctx)
         saved = rstate.capture(a, ctx)
         pickled_ale = "ale" in saved["rlpyt.envs.base.Env"]["attributes"]

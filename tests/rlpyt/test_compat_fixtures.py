@@ -46,6 +46,12 @@ def test_a_checkpoint_written_before_the_one_engine_resumes_exactly(tmp_path, tm
     ckpt = unpacked(f"resume-{config}-{WRITTEN_BY}", tmp_path / "run.nsc")
     resumed = drive(tmp_path, "resumed", config, "--ckpt", ckpt)
     assert resumed["notes"] == []
+    # The driver compares what a capture right after the restore gives with the file's
+    # state, layout included: the algorithm's optimizers are now captured by the state-kind
+    # table's row (int keys stored as data), so only the other components' layouts match
+    # the old file's. The optimizers themselves are compared exactly in the final state.
+    assert set(resumed["roundtrip"]) == {"agent", "algo", "sampler", "runner"}
+    del resumed["roundtrip"]["algo"]
     reference = twin(tmp_path_factory, config)
     if config.endswith("_cpu"):          # as test_twins: trajectory logs follow worker timing
         from tests.rlpyt.test_twins import _without_traj_logs

@@ -1,6 +1,6 @@
 """Resume checkpoints hold named tuples that no process can find by name as schemas.
 
-(namedschema.rlpyt.resume.portable: what lets ``resumable`` work without ``patch_rlpyt()``.)
+(namedschema.rlpyt.resume.table's portable: what lets ``resumable`` work without ``patch_rlpyt()``.)
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from namedschema.errors import UnpicklableError
-from namedschema.rlpyt.resume import portable as _portable
+from namedschema.rlpyt.resume import table as _portable
 
 Findable = collections.namedtuple("Findable", ["a", "b"])   # a module holds it
 

@@ -85,3 +85,71 @@ def test_checks_run_for_every_component_before_any_is_applied(registered, tmp_pa
 def test_context_names_the_component():
     ctx = KindContext("net", "run.nsc")
     assert ctx.name == "net" and ctx.restarted == {}
+
+
+# -- one resume engine: each kind read and written in one place (issue 29) -------------------
+
+_ONE_PLACE = {
+    # Atari emulators: ale-py's and atari_py's state calls.
+    "namedschema/state/env.py": {"cloneState", "cloneSystemState", "restoreState",
+                                 "restoreSystemState", "encodeState", "decodeState"},
+    # Generators: random.Random, RandomState, torch.Generator and torch's global one.
+    "namedschema/state/rng.py": {"getstate", "setstate", "get_state", "set_state",
+                                 "get_rng_state", "get_rng_state_all", "set_rng_state_all"},
+}
+
+
+def _calls(path):
+    import ast
+    with open(path, encoding="utf-8") as f:
+        tree = ast.parse(f.read())
+    return {node.func.attr for node in ast.walk(tree)
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)}
+
+
+def test_each_kind_of_state_is_captured_and_restored_in_one_module():
+    """RunCheckpoint, namedschema.sb3 and namedschema.rlpyt.resumable read and write
+    emulators only through namedschema.state.env, generators only through
+    namedschema.state.rng (before: the emulator in two modules, generators in three)."""
+    import os
+
+    from tests.helpers import REPO_ROOT
+    found: dict = {}
+    for folder, _dirs, files in os.walk(os.path.join(REPO_ROOT, "namedschema")):
+        for name in files:
+            if name.endswith(".py"):
+                path = os.path.join(folder, name)
+                rel = os.path.relpath(path, REPO_ROOT).replace(os.sep, "/")
+                for owner, methods in _ONE_PLACE.items():
+                    if rel != owner and _calls(path) & methods:
+                        found.setdefault(owner, []).append(rel)
+    assert found == {}, f"state read or written outside its module: {found}"
+    for owner, methods in _ONE_PLACE.items():       # the check sees the calls where they are
+        assert _calls(os.path.join(REPO_ROOT, owner)) & methods
+
+
+def test_rlpyt_resume_uses_the_rows_of_the_state_kind_table():
+    """The rlpyt handlers capture a torch module and an optimizer with the ``state_dict``
+    row: the state is the row's, and a saved state that does not fit is refused before
+    anything is loaded, naming the parameter."""
+    torch = pytest.importorskip("torch")
+    from namedschema.errors import StateMismatchError
+    from namedschema.rlpyt.resume import state as rstate
+    ctx = rstate.context(note_once=lambda message: None)
+    net = torch.nn.Linear(3, 2)
+    opt = torch.optim.Adam(net.parameters(), lr=1e-3)
+    net(torch.ones(3)).sum().backward()
+    opt.step()
+    kctx = KindContext("opt", "", allow_pickle=True)
+    assert kind_of(opt).name == "state_dict"
+    saved = ctx.capture_kind(opt, "algo.optim")
+    assert repr(saved) == repr(kind_of(opt).capture(opt, kctx))
+    other = torch.nn.Linear(4, 2)
+    before = [p.detach().clone() for p in other.parameters()]
+    with pytest.raises(StateMismatchError, match=r"agent\.model: .*weight was saved as"):
+        ctx.restore_kind(other, ctx.capture_kind(net, "agent.model"), "agent.model")
+    assert all(torch.equal(a, b) for a, b in zip(before, other.parameters(), strict=True))
+    fresh = torch.nn.Linear(3, 2)
+    ctx.restore_kind(fresh, ctx.capture_kind(net, "agent.model"), "agent.model")
+    assert all(torch.equal(a, b) for a, b in zip(net.parameters(), fresh.parameters(),
+                                                 strict=True))

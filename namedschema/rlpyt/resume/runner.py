@@ -29,29 +29,44 @@ workers started and removed when the checkpoint's iteration begins.
 ResumeError    a runner or checkpoint that cannot be resumed (before training)
 ResumeWarning  what a resume cannot restore exactly (said once, at start)
 resumable      the one call
+
+What ``resumable`` checks and says at the start of a run, before any training
+(below, "announcing"): a resume must say so: rlpyt's own log of a resumed run
+reads like a fresh start (its startup counts from iteration 0), and rerunning a
+command to start anew would quietly continue the old run. And a checkpoint path
+that cannot be written must be refused when the run starts, not at the first
+checkpoint hours later.
+
+check_target      refuse a checkpoint path that cannot be written (at ``resumable()``)
+lack_of_room      a run whose state does not fit the free space (said at startup)
+say_resumed       the one line that says a run resumed, through rlpyt's logger
+continue_logs     rlpyt's progress.csv continues across the resume
+Offset / OffsetSampler  the iteration offsets of a resumed async run
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import warnings
-from collections.abc import Iterable
-from typing import Literal, TypeVar
+from collections.abc import Callable, Iterable
+from typing import Any, Literal, TypeVar
 
 from ... import checkpoint as _checkpoint
 from ...checkpoint.compression import compression_argument
+from ...checkpoint.destination import free_bytes, state_bytes, unwritable
 from ...checkpoint.inspector import mappable
 from ...errors import ResumeError, ResumeWarning, UnexpectedKindError
-from . import announce as _announce
+from ..patch.tabular_logs import continue_tabular_logs, open_tabular_logs
 from . import arguments as _arguments
-from . import async_offsets as _offsets
-from . import portable as _portable
 from . import state as _state
+from . import table as _table
 from . import workers as _workers
 from .checkpoint_writer import CheckpointWriter
 
-__all__ = ["resumable", "ResumeError", "ResumeWarning", "CHECKPOINT_KIND"]
+__all__ = ["resumable", "ResumeError", "ResumeWarning", "CHECKPOINT_KIND", "check_target",
+           "lack_of_room", "say_resumed", "continue_logs", "Offset", "OffsetSampler"]
 
 CHECKPOINT_KIND = "namedschema.rlpyt.resume"
 
@@ -125,6 +140,106 @@ class _Gates:
         self._installed = []
 
 
+# -- announcing: checked and said at the start of a run --------------------------------
+
+_log = logging.getLogger("namedschema.rlpyt")
+
+
+def check_target(path: str) -> None:
+    """Raise ResumeError if no checkpoint can be written at ``path``."""
+    why = unwritable(path)
+    if why:
+        raise ResumeError(f"resumable: cannot write checkpoints to {path!r}: {why}")
+
+
+def lack_of_room(path: str, state: Any) -> str | None:
+    """Why the run's state (its replay buffer full) does not fit the space a checkpoint at
+    ``path`` may take, or None if it fits."""
+    need, free = state_bytes(state), free_bytes(path)
+    if need <= free:
+        return None
+    return (f"resumable: the checkpoints at {path!r} need about {_human(need)} (the run's "
+            f"state, its replay buffer included), but only {_human(free)} are free there; "
+            "free some space or pass a path on another file system")
+
+
+def say_resumed(path: str, itr: int, steps: int) -> str:
+    """Say, once, that the run continues from ``path``; returns the line."""
+    line = (f"namedschema: resumed {path} at itr {itr:,} (step {steps:,}); rlpyt's startup "
+            f"lines above count from 0, training continues at itr {itr:,}; "
+            f"delete {path} to start fresh")
+    _log.info(line)
+    try:
+        from rlpyt.utils.logging import logger
+    except ImportError:  # pragma: no cover - resumable needs rlpyt
+        print(line, flush=True)
+    else:
+        logger.log(line)
+    return line
+
+
+def continue_logs(resumed_itr: int, note: Callable[[str], None]) -> Callable[[], None]:
+    """rlpyt's ``progress.csv`` (opened by ``logger_context`` after this) continues its rows
+    before ``resumed_itr``; files it already opened (erased) are said through ``note``.
+    Returns the undo."""
+    for name in open_tabular_logs():
+        note(f"rlpyt's tabular log {name} was opened (and emptied by rlpyt) before "
+             "resumable() was called: the rows of the run it resumes are gone; call "
+             "resumable() before logger_context() to keep them")
+    return continue_tabular_logs(resumed_itr)
+
+
+def _human(n: int) -> str:
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if value < 1024 or unit == "TiB":
+            return f"{value:,.0f} {unit}" if unit == "B" else f"{value:,.1f} {unit}"
+        value /= 1024
+    return f"{n} B"  # pragma: no cover
+
+
+# -- the iteration offsets of a resumed async run --------------------------------------
+#
+# rlpyt's async loop counts iterations from 0 in local variables, and its sampler
+# runs ``range(n_itr)`` in its own process; a resumed run lets both count from 0
+# again and adds the checkpoint's counts where the counts leave the loop.
+
+class Offset:
+    """Calls ``function`` with ``offset`` added to the chosen positional/keyword args."""
+
+    def __init__(self, function, offsets, keywords=None):
+        self.function = function
+        self.offsets = offsets            # {position: offset}
+        self.keywords = keywords or {}    # {name: offset}
+
+    def __call__(self, *args, **kwargs):
+        values = list(args)
+        for i, off in self.offsets.items():
+            if i < len(values):
+                values[i] = values[i] + off
+        for name, off in self.keywords.items():
+            if kwargs.get(name) is not None:
+                kwargs[name] = kwargs[name] + off
+        return self.function(*values, **kwargs)
+
+
+class OffsetSampler:
+    """The async sampler as its process sees it: iteration ``i`` is ``i + offset``."""
+
+    def __init__(self, sampler, offset):
+        self._sampler = sampler
+        self._offset = offset
+
+    def obtain_samples(self, itr, *args, **kwargs):
+        return self._sampler.obtain_samples(itr + self._offset, *args, **kwargs)
+
+    def evaluate_agent(self, itr, *args, **kwargs):
+        return self._sampler.evaluate_agent(itr + self._offset, *args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self._sampler, name)
+
+
 def _load_checkpoint(path):
     """The resume state in ``path``, unpickled only once its header says it is one."""
     try:
@@ -182,7 +297,7 @@ class _Resume:
         self.runner.shutdown = self.shutdown
         self.runner._namedschema_resume = self
         if self.checkpoint is not None:   # rlpyt's progress.csv continues, not restarts
-            self.undo_logs = _announce.continue_logs(self.start, self.note)
+            self.undo_logs = continue_logs(self.start, self.note)
 
     def note(self, message):
         if message not in self.notes:
@@ -244,7 +359,7 @@ class _Resume:
         except ResumeError:
             self._stop_sampler()
             raise
-        _announce.say_resumed(self.path, self.start, self.start * r.itr_batch_size)
+        say_resumed(self.path, self.start, self.start * r.itr_batch_size)
         return n_itr
 
     def _stop_sampler(self):
@@ -266,12 +381,12 @@ class _Resume:
         # Refused now, not at the first checkpoint (no worker round trip for it).
         captured = {what: _state.capture(obj, ctx) for what, obj in
                     self.components().items() if hasattr(obj, "collector") or what != "sampler"}
-        why = _portable.unsavable(captured)
+        why = _table.unsavable(captured)
         if why:
             self._stop_sampler()
             raise ResumeError(f"resumable: the run's state cannot be checkpointed ({why}): "
                               "give its class a handler (namedschema.rlpyt.register_handler)")
-        short = _announce.lack_of_room(self.path, captured)
+        short = lack_of_room(self.path, captured)
         if short:
             self._stop_sampler()
             raise ResumeError(short)
@@ -385,7 +500,7 @@ class _Resume:
         ctx = self.context()
         with _replay_write_lock(self.runner.algo):
             # rlpyt's run-time sample types by value: loads without patch_rlpyt().
-            state = _portable.portable({what: _state.capture(obj, ctx)
+            state = _table.portable({what: _state.capture(obj, ctx)
                                         for what, obj in self.components().items()})
             self.writer.save({"format": CHECKPOINT_KIND, "version": CHECKPOINT_VERSION,
                               "itr": int(itr), "config": self.config(),
@@ -430,7 +545,7 @@ class _AsyncResume(_Resume):
     def launch_sampler(self, n_itr):
         r = self.runner
         real = r.sampler
-        r.sampler = _offsets.OffsetSampler(real, self.sampler_offset)
+        r.sampler = OffsetSampler(real, self.sampler_offset)
         try:
             return self._originals["launch_sampler"](n_itr - self.sampler_offset)
         finally:
@@ -454,13 +569,13 @@ class _AsyncResume(_Resume):
             with _replay_write_lock(r.algo):
                 self._verify_config()
                 self._restore()
-            _announce.say_resumed(self.path, self.itr_offset,
+            say_resumed(self.path, self.itr_offset,
                                   self.sampler_offset * r.sampler_batch_size)
-            r.algo.optimize_agent = _offsets.Offset(r.algo.optimize_agent, {0: self.itr_offset},
+            r.algo.optimize_agent = Offset(r.algo.optimize_agent, {0: self.itr_offset},
                                             {"sampler_itr": self.sampler_offset})
-            r.store_diagnostics = _offsets.Offset(r.store_diagnostics,
+            r.store_diagnostics = Offset(r.store_diagnostics,
                                           {0: self.itr_offset, 1: self.sampler_offset})
-            r.log_diagnostics = _offsets.Offset(r.log_diagnostics,
+            r.log_diagnostics = Offset(r.log_diagnostics,
                                         {0: self.itr_offset, 1: self.sampler_offset})
             # Learn from the first new batch on: the buffer is already filled.
             throttle_itr = 1
@@ -594,7 +709,7 @@ def resumable(runner: _Runner, path: str | os.PathLike[str], *, every_itrs: int 
     if accept is None:
         raise ResumeError("resumable: accept_changes must be True or names of arguments "
                           f"such as 'algo.learning_rate', not {accept_changes!r:.100}")
-    _announce.check_target(os.fspath(path))   # now, not at the first checkpoint
+    check_target(os.fspath(path))   # now, not at the first checkpoint
     checkpoint = _load_checkpoint(path) if os.path.lexists(path) else None
     cls = _AsyncResume if kind == "async" else _Resume
     cls(runner, path, every_itrs, every_steps, checkpoint, accept, CheckpointWriter(

@@ -14,12 +14,13 @@ and shared memory shared. Only objects that are not data (an environment's
 own attributes, say) are pickled by the checkpoint.
 
 This module is the public face: :data:`HANDLERS`, this process's handler
-table, starts as the table of rlpyt's classes in :mod:`.handlers` (the one
-place that lists them) and takes the handlers users register. Where things
-live: the table's machinery and the context handlers get in ``registry``,
-generic data state, trajectory infos and RNGs in ``data_state``, the handlers
-of agents, algorithms and replay buffers in ``learner_handlers``, those of
-envs, collectors, samplers and runners in ``sampling_handlers``.
+table, starts as the table of rlpyt's classes in ``handlers`` (the one place
+that lists them) and takes the handlers users register. Where things live: the
+table's machinery, the context handlers get and the generic data state in
+``table``, the handlers of rlpyt's classes in ``handlers``, the parallel
+samplers' workers in ``workers``. What is not rlpyt's own (torch modules,
+optimizers, schedulers, Atari emulators, generators) is captured by its row of
+the one table of state kinds, ``namedschema.training.state_kinds``.
 
 register_handler   add or replace the handler of one class (the public one: restore
                    gets writable copies of the arrays)
@@ -29,7 +30,7 @@ restore            put a captured state back into a freshly built component
 check              why a component cannot be resumed exactly (list of strings)
 prepare            what a resume must do to a component before rlpyt's startup
 data_state / restore_data_state   generic attribute-wise state, for handlers
-rng_state / set_rng_state         the global RNGs (Python, numpy, torch)
+rng_state / set_rng_state         the global RNGs (Python, numpy, torch; namedschema.state.rng)
 """
 
 from __future__ import annotations
@@ -37,17 +38,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from .data_state import (
-    data_state,
-    fresh_copy,
-    make_traj_infos,
-    restore_data_state,
-    rng_state,
-    set_rng_state,
-    traj_infos_state,
-)
+from ...state.rng import rng_state, set_rng_state
 from .handlers import BUILTIN
-from .registry import (
+from .table import (
     CaptureFunction,
     CheckFunction,
     Handler,
@@ -55,8 +48,13 @@ from .registry import (
     RestoreFunction,
     ResumeContext,
     StateMismatchError,
+    data_state,
+    fresh_copy,
+    is_async_sampler,
+    make_traj_infos,
+    restore_data_state,
+    traj_infos_state,
 )
-from .sampling_handlers import is_async_sampler
 
 __all__ = ["register_handler", "context", "capture", "restore", "check", "prepare",
            "data_state", "fresh_copy", "is_async_sampler", "traj_infos_state",
@@ -86,7 +84,7 @@ def register_handler(cls: type[Any] | str, capture: CaptureFunction, restore: Re
     given, returns reasons (strings) why ``obj`` cannot be resumed exactly,
     said once before training; ``prepare(obj, saved)`` runs before rlpyt's
     startup with this handler's saved state (None on a fresh start). ``ctx``
-    is a :class:`~namedschema.rlpyt.resume.registry.ResumeContext`
+    is a :class:`~namedschema.rlpyt.resume.state.ResumeContext`
     (``ctx.traj_info_cls``: the sampler's ``TrajInfoCls``).
 
     Args:
