@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from ..buffer import buffer_from_example
+from ..state.rng import pcg64_words, set_pcg64_words
 from .harness import (
     ATARI_BYTES_PER_TRANSITION,
     ATARI_FIELDS,
@@ -73,22 +74,10 @@ def synthetic(transition_cls, n: int, seed: int):
     return atari_transitions(transition_cls, n, seed)
 
 
-def _pack_rng(generator) -> np.ndarray:
-    """A PCG64 generator's full state as six uint64 words (no pickle needed to store it)."""
-    st = generator.bit_generator.state
-    mask = (1 << 64) - 1
-    s, inc = st["state"]["state"], st["state"]["inc"]
-    return np.array([s >> 64, s & mask, inc >> 64, inc & mask,
-                     st["has_uint32"], st["uinteger"]], dtype=np.uint64)
-
-
 def _unpack_rng(words) -> np.random.Generator:
-    w = [int(x) for x in np.asarray(words, dtype=np.uint64)]
-    bit_generator = np.random.PCG64()
-    bit_generator.state = {"bit_generator": "PCG64",
-                           "state": {"state": (w[0] << 64) | w[1], "inc": (w[2] << 64) | w[3]},
-                           "has_uint32": w[4], "uinteger": w[5]}
-    return np.random.Generator(bit_generator)
+    rng = np.random.Generator(np.random.PCG64())
+    set_pcg64_words(rng, np.asarray(words, dtype=np.uint64), "demo replay")
+    return rng
 
 
 class TinyReplay:
@@ -125,7 +114,7 @@ class TinyReplay:
     def state(self, state_cls):
         """The complete state as a ``state_cls`` (schema) instance of arrays."""
         return state_cls(self.samples, np.array(self.cursor, dtype=np.int64),
-                         np.array(self.filled, dtype=np.int64), _pack_rng(self.rng))
+                         np.array(self.filled, dtype=np.int64), pcg64_words(self.rng))
 
     @classmethod
     def from_state(cls, state) -> TinyReplay:

@@ -35,7 +35,7 @@ from .._core.instance import NamedArrayTuple
 from .._core.tree import is_named
 from ..buffer import buffer_from_example
 from ..errors import BufferShapeError, ReplayStateError, StructureMismatchError
-from ..state.rng import pcg64_words, set_pcg64_words
+from ..state.rng import generator_capture, generator_set, pcg64_words, set_pcg64_words
 from . import sum_tree as _sum_tree
 from .replay_checks import (
     batch_leaves,
@@ -380,7 +380,7 @@ class ReplayBuffer(Generic[BatchT]):
             raise ReplayStateError(f"{where}: cursor {cursor} / size {size} do not fit "
                                    f"capacity {self.capacity}")
         return {"leaves": given, "cursor": cursor, "size": size,
-                "rng": scratch.bit_generator.state,
+                "rng": generator_capture(scratch),
                 "frames": None if self._frames is None else
                 self._frames.checked(state, cursor, size, where)}
 
@@ -389,7 +389,7 @@ class ReplayBuffer(Generic[BatchT]):
         for stored, value in zip(self._stored, checked["leaves"], strict=True):
             if stored is not value:
                 np.copyto(stored, value, casting="no")
-        self._rng.bit_generator.state = checked["rng"]
+        generator_set(self._rng, checked["rng"])
         self._cursor, self._size = checked["cursor"], checked["size"]
         if self._frames is not None:
             self._frames.commit(checked["frames"])
