@@ -75,7 +75,7 @@ class KindContext:
     ``name`` is the component's registered name (for messages), ``path`` the
     checkpoint file; ``warn_once(key, message)`` says a thing once per
     checkpoint; ``restarted`` collects components that are restarted rather
-    than resumed (name -> reason), which :class:`RunCheckpoint` exposes;
+    than resumed (name -> reason), which :class:`~namedschema.RunCheckpoint` exposes;
     ``fail(message)``, when given, makes the exception a refusal raises.
     """
 

@@ -84,7 +84,7 @@ def register_handler(cls: type[Any] | str, capture: CaptureFunction, restore: Re
     given, returns reasons (strings) why ``obj`` cannot be resumed exactly,
     said once before training; ``prepare(obj, saved)`` runs before rlpyt's
     startup with this handler's saved state (None on a fresh start). ``ctx``
-    is a :class:`~namedschema.rlpyt.resume.state.ResumeContext`
+    is a :class:`~namedschema.rlpyt.resume.table.ResumeContext`
     (``ctx.traj_info_cls``: the sampler's ``TrajInfoCls``).
 
     Args:
