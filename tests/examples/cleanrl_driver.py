@@ -143,6 +143,10 @@ def hook_kill_in_save(number: int, marker: str | None) -> None:
     write, pwrite = os.write, os.pwrite
 
     def save_(self, step, **loop):
+        # The previous save's background write ends first (save() waits for it too, a
+        # moment later): otherwise its last writes, under load, would count as this one's
+        # and the kill would land in the save before the N-th.
+        self.wait()
         count["saves"] += 1
         return save(self, step, **loop)
 
