@@ -648,13 +648,7 @@ def _commit(enc: EncodedGraph, plan: layout.Layout, path: str, real: str, fd: in
         raise _Stop("something that is not a journal is in the way of the journal") from exc
     if size > found.st.st_size:   # committed: the file may grow now (a replay grows it too)
         os.ftruncate(fd, size)
-    for offset, data, _crc in pieces:
-        view = memoryview(data).cast("B")
-        done = 0
-        while done < view.nbytes:
-            done += os.pwrite(fd, view[done:], offset + done)
-        if offset:
-            bar.advance(view.nbytes)
+    tracking.write_in_place(fd, size, pieces, bar)
     news: list[_Block | None] = []
     for i, crcs in enumerate(placed.crcs):
         b = plan.blocks[i]
@@ -674,15 +668,9 @@ def _commit(enc: EncodedGraph, plan: layout.Layout, path: str, real: str, fd: in
 def update(enc: EncodedGraph, plan: layout.Layout, path: str, real: str, fd: int,
            progress: bool, compression: Compression) -> SaveRecord | str:
     """Update the locked file ``fd`` in place with the chunks that changed, or say why not."""
-    try:
-        found = _find(enc, plan, path, real, fd, compression)
-        return _commit(enc, plan, path, real, fd, found, compression, progress)
-    except _Stop as stop:
-        forget(real)
-        return str(stop)
-    except BaseException:
-        forget(real)
-        raise
+    return _or_why(real, lambda: _commit(enc, plan, path, real, fd,
+                                         _find(enc, plan, path, real, fd, compression),
+                                         compression, progress))
 
 
 def begin(enc: EncodedGraph, plan: layout.Layout, path: str, real: str, fd: int,
@@ -690,25 +678,27 @@ def begin(enc: EncodedGraph, plan: layout.Layout, path: str, real: str, fd: int,
           ) -> Callable[[], SaveRecord | str] | str:
     """The caller's half of a background update: the candidates, copied; the rest to run
     in the writer thread (a SaveRecord, or why nothing was written). Or why not."""
+    found = _or_why(real, lambda: _find(enc, plan, path, real, fd, compression))
+    if isinstance(found, str):
+        return found
+
+    def rest() -> SaveRecord | str:
+        return _or_why(real, lambda: _commit(enc, plan, path, real, fd, found, compression,
+                                             progress, True))
+    return rest
+
+
+def _or_why(real: str, step: Callable[[], Any]) -> Any:
+    """``step()``, or why it stopped (a ``_Stop``'s text); the baseline is forgotten
+    when it does not finish, since the file may no longer match it."""
     try:
-        found = _find(enc, plan, path, real, fd, compression)
+        return step()
     except _Stop as stop:
         forget(real)
         return str(stop)
     except BaseException:
         forget(real)
         raise
-
-    def rest() -> SaveRecord | str:
-        try:
-            return _commit(enc, plan, path, real, fd, found, compression, progress, True)
-        except _Stop as stop:
-            forget(real)
-            return str(stop)
-        except BaseException:
-            forget(real)
-            raise
-    return rest
 
 
 def report(path: str) -> tuple[str, os.stat_result, list[_Block | None]] | None:

@@ -564,12 +564,13 @@ def crc_updates(old: Header, changes: list[Change]) -> tuple[dict[int, int], lis
     return crcs, pieces
 
 
-def write_in_place(fd: int, size: int, pieces: list) -> None:
+def write_in_place(fd: int, size: int, pieces: list, bar: Any = None) -> None:
     """Copy data ``pieces`` (file offset, bytes, crc; in file order) into the file.
 
     With ``pwrite`` (measured faster here than copying through a shared map,
     whose first write to each page costs a fault and the file system's
-    bookkeeping).
+    bookkeeping). ``bar`` (a ``Progress``), if given, advances by each piece
+    but the one at offset 0 (a header).
     """
     del size  # (the file's size: pieces lie inside it)
     for offset, data, _crc in pieces:
@@ -577,3 +578,5 @@ def write_in_place(fd: int, size: int, pieces: list) -> None:
         done = 0
         while done < view.nbytes:
             done += os.pwrite(fd, view[done:], offset + done)
+        if bar is not None and offset:
+            bar.advance(view.nbytes)
