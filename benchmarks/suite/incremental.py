@@ -22,8 +22,9 @@ peak growth, during the save, of all the process's resident memory
 ``mmap_mode='c'`` counts the file pages a save reads), sampled every
 millisecond; its goal is the changed bytes plus 64 MiB. ``written / changed``
 is the bytes an incremental save wrote over the bytes of the rows changed
-(goal at most 1.5). ``--tracking checksums`` (or ``compare``) forces the
-portable fallback of change tracking (``NAMEDSCHEMA_TRACKING``).
+(goal at most 1.5). ``--tracking checksums`` (or ``compare``) makes the
+children use the portable fallback of change tracking (or only comparisons),
+through the private ``tracking._forced``: to compare the routes.
 
 CASES   the case names, in running order
 main    run the cases, print the table, optionally write JSON
@@ -147,6 +148,7 @@ def _child(argv):
     from namedschema.checkpoint import incremental
 
     spec = json.loads(argv[0])
+    _tracking(spec.get("tracking"))
     case, rows, directory = spec["case"], spec["rows"], spec["dir"]
     path = os.path.join(directory, f"{case}-inc.nsb")
     reference = os.path.join(directory, f"{case}-full.nsb")
@@ -268,9 +270,10 @@ def _changes(case):
 
 
 def _tracking(forced: str | None) -> str:
+    """Force a tracking in this process (None or ``auto``: the default); its description."""
     from namedschema.checkpoint import tracking
-    if forced:
-        os.environ["NAMEDSCHEMA_TRACKING"] = forced
+    if forced and forced != "auto":
+        tracking._forced = forced
     return {"writeprotect": "write protection (userfaultfd + PAGEMAP_SCAN)",
             "checksums": "page CRC-32 checksums (fallback)",
             "compare": "comparison with the file (fallback)"}[tracking.mode()]
@@ -298,7 +301,7 @@ def main(argv=None) -> int:
                         help="buffer size in MiB (default 1024, quick 32)")
     parser.add_argument("--dir", default=None, help="directory for the files (default: temp)")
     parser.add_argument("--tracking", choices=("auto", "checksums", "compare"), default=None,
-                        help="force a change tracking (default: NAMEDSCHEMA_TRACKING or auto)")
+                        help="force a change tracking (default: auto, the best available)")
     parser.add_argument("--plot", metavar="PNG", default=None,
                         help="also plot the time ratios (needs matplotlib), or, with "
                              "--from-json, only plot those results")
@@ -309,8 +312,6 @@ def main(argv=None) -> int:
         with open(args.from_json) as f:
             plot(json.load(f), args.plot or "incremental.png")
         return 0
-    if args.tracking:
-        os.environ["NAMEDSCHEMA_TRACKING"] = args.tracking  # the children inherit it
     size = (args.size_mib or (32 if args.quick else 1024)) * MIB
     rows = max(size // ROW_BYTES, 1000)
     rounds = args.rounds or (1 if args.quick else 3)
@@ -332,7 +333,8 @@ def main(argv=None) -> int:
                 progress("incremental", f"{case}: round {round_ + 1}/{rounds} ...")
                 order = rotated(changes, round_)
                 out = run_in_child("incremental", {"case": case, "rows": rows, "dir": tmp,
-                                                   "order": order, "round": round_},
+                                                   "order": order, "round": round_,
+                                                   "tracking": args.tracking},
                                    f"incremental {case}")
                 if not best_full or out["full"]["seconds"] < best_full["seconds"]:
                     best_full = out["full"]

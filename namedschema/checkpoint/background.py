@@ -375,7 +375,7 @@ def incremental_job(enc: Any, plan: Any, path: str, progress: bool, compression:
 
     def job() -> tuple[SaveRecord, tuple[Any, ...]]:
         if os.getpid() != parent:    # (not when it runs here, fork having failed)
-            os.environ["NAMEDSCHEMA_TRACKING"] = "compare"
+            tracking.compare_only()
         record = incremental.save_encoded(enc, plan, path, progress, compression)
         incremental.wait(path)   # its sync thread: the child ends after it
         with open(real, "rb", buffering=0) as f:

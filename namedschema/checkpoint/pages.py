@@ -13,7 +13,6 @@ available      whether this process can use any of this
 Mapping        one file-backed mapping: addresses, file, offset, private or shared
 file_mappings  every file-backed mapping of this process
 overlapping    the mappings that cover parts of an address range, clipped to it
-written_pages  per-page flags: written since the page was last read from the file
 entries        raw pagemap entries of a page range
 own_copies     the same flags from entries read before and after write protection
 private        whether an address range lies wholly in private mappings
@@ -33,8 +32,8 @@ from functools import cache
 
 import numpy as np
 
-__all__ = ["available", "Mapping", "file_mappings", "overlapping", "written_pages",
-           "entries", "own_copies", "private", "PAGE"]
+__all__ = ["available", "Mapping", "file_mappings", "overlapping", "entries",
+           "own_copies", "private", "PAGE"]
 
 PAGE = mmap.PAGESIZE
 _PRESENT, _SWAPPED, _FILE = np.uint64(1 << 63), np.uint64(1 << 62), np.uint64(1 << 61)
@@ -126,15 +125,6 @@ def entries(lo: int, npages: int) -> np.ndarray:
 
 def _own(e: np.ndarray) -> np.ndarray:
     return (((e & _PRESENT) != 0) & ((e & _FILE) == 0)) | ((e & _SWAPPED) != 0)
-
-
-def written_pages(lo: int, npages: int) -> np.ndarray:
-    """For the ``npages`` pages from page-aligned ``lo``: True where the process has its own copy.
-
-    In a private file mapping that is exactly the pages written since they
-    were last read from the file (swapped-out copies included).
-    """
-    return _own(entries(lo, npages))
 
 
 def own_copies(before: np.ndarray, after: np.ndarray) -> np.ndarray:

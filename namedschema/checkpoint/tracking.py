@@ -12,7 +12,7 @@ come from, in order of preference:
   fallback, also for shared memory that other processes write;
 * for a private map of this very file at the block's offset (a buffer loaded
   with ``mmap_mode='c'``), the pages the process has its own copy of
-  (``pages.written_pages``): the others are the file;
+  (``pages.own_copies``): the others are the file;
 * otherwise every page.
 
 Candidates are then copied aside (a private snapshot: the bytes the save
@@ -54,7 +54,8 @@ from .header import Header
 from .layout import MIN_CONGRUENT, congruence
 
 __all__ = ["others_map", "congruence", "Scan", "Change", "TooMuch", "crc_updates",
-           "write_in_place", "MIN_TRACKED", "arm_for_full_save", "mode", "warm_spare"]
+           "write_in_place", "MIN_TRACKED", "arm_for_full_save", "mode", "compare_only",
+           "warm_spare"]
 
 PAGE = pages.PAGE
 #: Blocks at least this large are placed in the file at the page offset of their memory,
@@ -77,18 +78,30 @@ SPARE_FRACTION = 1 / 32
 _SPLIT = 32 * 2**20
 
 
-def mode() -> str:
-    """The tracking in force: ``writeprotect``, ``checksums`` or ``compare``.
+#: The tracking every later save of this process uses instead of the best available
+#: (``"checksums"`` or ``"compare"``), None for the best. Set by ``compare_only`` in a
+#: snapshot child, and by tests and benchmarks that exercise one route
+#: (``monkeypatch.setattr(tracking, "_forced", ...)``). Nothing else selects a route.
+_forced: str | None = None
 
-    ``NAMEDSCHEMA_TRACKING=checksums`` turns write protection off,
-    ``=compare`` page checksums too (every save compares with the file).
+
+def mode() -> str:
+    """The tracking in force: ``writeprotect`` where the kernel has it, else ``checksums``
+    (``compare`` in a snapshot child: every save compares with the file)."""
+    if _forced is not None:
+        return _forced
+    return "writeprotect" if writeprotect.available() else "checksums"
+
+
+def compare_only() -> None:
+    """Make this process's saves compare memory with the file, arming nothing.
+
+    For a snapshot child (``background``): its baselines went at the fork and
+    it saves once, so arming write protection or taking page checksums would
+    be work thrown away.
     """
-    forced = os.environ.get("NAMEDSCHEMA_TRACKING", "auto")
-    if forced == "compare":
-        return "compare"
-    if forced in ("auto", "") and writeprotect.available():
-        return "writeprotect"
-    return "checksums"
+    global _forced
+    _forced = "compare"
 
 
 def arm_for_full_save(sources: Any, nbytes: list[int]) -> list[baselines.Block | None]:

@@ -20,8 +20,7 @@ processes when ``vm.unprivileged_userfaultfd`` is 0.
 A fork child loses the registration (no ``UFFD_FEATURE_EVENT_FORK``): its
 state here is dropped at fork.
 
-available   whether this process can track (probed once; ``NAMEDSCHEMA_TRACKING``
-            other than ``auto``/unset turns it off)
+available   whether this process can track (probed once)
 arm         register and write-protect the pages inside ``[lo, hi)``; a token
 scan        written page runs of ``[lo, hi)`` since the token, re-armed; None if lost
 scan_and_token  the same and the new token, taken together (another thread may arm next)
@@ -53,7 +52,7 @@ from functools import cache
 
 import numpy as np
 
-__all__ = ["available", "arm", "scan", "scan_and_token", "token", "forced_off", "union",
+__all__ = ["available", "arm", "scan", "scan_and_token", "token", "union",
            "Runs", "NO_RUNS"]
 
 PAGE = mmap.PAGESIZE
@@ -141,11 +140,6 @@ def _drop_in_child() -> None:
 os.register_at_fork(after_in_child=_drop_in_child)
 
 
-def forced_off() -> bool:
-    """Whether ``NAMEDSCHEMA_TRACKING`` asks for the portable fallback."""
-    return os.environ.get("NAMEDSCHEMA_TRACKING", "auto") not in ("auto", "")
-
-
 @cache
 def _libc() -> ctypes.CDLL | None:
     if not sys.platform.startswith("linux") or _NR_USERFAULTFD is None:
@@ -218,8 +212,8 @@ def _probe() -> bool:
 
 
 def available() -> bool:
-    """Whether write-protect tracking works here (and is not turned off)."""
-    return not forced_off() and _probe()
+    """Whether write-protect tracking works here."""
+    return _probe()
 
 
 def _register(lo: int, hi: int) -> int | None:

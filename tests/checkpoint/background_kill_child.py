@@ -30,6 +30,7 @@ import time
 import numpy as np
 
 import namedschema
+from namedschema.checkpoint import tracking
 
 ROWS = 64 * 1024          # a 32 MiB float64 buffer: several write chunks
 WIDTH = 64
@@ -52,7 +53,7 @@ def main() -> None:
     incremental = mode.startswith("incremental")
     extra = {"compression": "zstd"} if mode == "compressed_full" else {}
     if mode == "incremental_fork":
-        os.environ["NAMEDSCHEMA_TRACKING"] = "checksums"
+        tracking._forced = "checksums"   # incremental saves by a snapshot child
     obj = state("A")
     namedschema.save(obj, path, incremental=incremental, **extra)
     namedschema.save(obj, path, incremental=incremental, **extra)   # layout settled

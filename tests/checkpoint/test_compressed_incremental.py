@@ -133,7 +133,7 @@ def test_writes_to_the_partial_pages_at_the_ends_are_saved(tmp_path, where):
 
 
 def test_checksum_tracking_finds_the_same_chunks(tmp_path, monkeypatch):
-    monkeypatch.setenv("NAMEDSCHEMA_TRACKING", "checksums")
+    monkeypatch.setattr(tracking, "_forced", "checksums")
     assert tracking.mode() == "checksums"
     test_a_ring_segment_rewrites_only_its_chunks(tmp_path)
 
@@ -371,7 +371,7 @@ def test_a_file_changed_by_someone_else_is_not_trusted(tmp_path):
 @pytest.mark.parametrize("tracking_mode", ["auto", "checksums"])
 @pytest.mark.parametrize("rows", [300, 2500])        # a small state; one past SMALL_STATE
 def test_background_incremental_compressed_saves(tmp_path, monkeypatch, tracking_mode, rows):
-    monkeypatch.setenv("NAMEDSCHEMA_TRACKING", tracking_mode)
+    monkeypatch.setattr(tracking, "_forced", None if tracking_mode == "auto" else tracking_mode)
     path = str(tmp_path / "g.nsb")
     obj = {"obs": frames(rows), "t": np.zeros(10, np.int64)}
     kinds = []

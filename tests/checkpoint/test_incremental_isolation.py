@@ -123,9 +123,12 @@ print("OK")
 
 
 def _run(script: str, *args: str, tracking: str = "auto", timeout: float = 120):
-    env = dict(os.environ, PYTHONPATH=REPO_ROOT, NAMEDSCHEMA_TRACKING=tracking)
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(script), *args], env=env,
-                          capture_output=True, timeout=timeout)
+    env = dict(os.environ, PYTHONPATH=REPO_ROOT)
+    forced = None if tracking == "auto" else tracking   # the test-only hook, in the child
+    head = ("import namedschema.checkpoint.tracking\n"
+            f"namedschema.checkpoint.tracking._forced = {forced!r}\n")
+    return subprocess.run([sys.executable, "-c", head + textwrap.dedent(script), *args],
+                          env=env, capture_output=True, timeout=timeout)
 
 
 @pytest.mark.subprocess
@@ -144,8 +147,6 @@ def test_write_protection_is_available_here():
     If this fails, incremental saves still work (page checksums) but cost a
     pass over memory: see docs/incremental.rst.
     """
-    if os.environ.get("NAMEDSCHEMA_TRACKING", "auto") not in ("auto", ""):
-        pytest.skip("tracking forced off")
     if tuple(int(x) for x in os.uname().release.split(".")[:2]) < (6, 7):
         pytest.skip("PAGEMAP_SCAN needs Linux 6.7")
     assert writeprotect.available()
@@ -318,7 +319,8 @@ def test_finishing_a_journal_without_space_names_what_to_free(tmp_path, monkeypa
 @pytest.mark.parametrize("tracking", TRACKING)
 def test_a_failed_save_loses_no_write(tmp_path, monkeypatch, tracking):
     """A save that fails after its scan re-armed tracking: the next one still sees those writes."""
-    monkeypatch.setenv("NAMEDSCHEMA_TRACKING", tracking)
+    monkeypatch.setattr(namedschema.checkpoint.tracking, "_forced",
+                        None if tracking == "auto" else tracking)
     from namedschema.buffer import buffer_from_example
     S = namedschema.NamedArrayTupleSchema("S", "obs reward")
     buf = buffer_from_example(S(np.zeros((64, 64), np.uint8), np.float32(0)), 1000)
@@ -333,7 +335,8 @@ def test_a_failed_save_loses_no_write(tmp_path, monkeypatch, tracking):
     with pytest.raises(OSError):
         namedschema.save(buf, path, incremental=True)
     monkeypatch.undo()
-    monkeypatch.setenv("NAMEDSCHEMA_TRACKING", tracking)
+    monkeypatch.setattr(namedschema.checkpoint.tracking, "_forced",
+                        None if tracking == "auto" else tracking)
     buf.obs[500] = 6
     namedschema.save(buf, path, incremental=True)
     assert namedschema.inspect(path).last_save.kind == "incremental"

@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 import namedschema
 from namedschema.buffer import buffer_from_example
 from namedschema.checkpoint import incremental, pages
+from namedschema.checkpoint import tracking as tracking_module
 
 pytestmark = [pytest.mark.skipif(not pages.available(), reason="needs Linux"), pytest.mark.slow]
 
@@ -122,8 +123,8 @@ steps = st.lists(st.one_of(
 @settings(max_examples=12, deadline=None)
 @given(source=st.sampled_from(SOURCES), plan=steps)
 def test_every_route_is_seen_by_the_next_save(tracking, source, plan):
-    old = os.environ.get("NAMEDSCHEMA_TRACKING")
-    os.environ["NAMEDSCHEMA_TRACKING"] = tracking
+    old = tracking_module._forced
+    tracking_module._forced = None if tracking == "auto" else tracking
     try:
         with tempfile.TemporaryDirectory() as tmp:
             path = os.path.join(tmp, "ckpt.nsb")
@@ -139,10 +140,7 @@ def test_every_route_is_seen_by_the_next_save(tracking, source, plan):
                     _write(buf, route, row, value, os.path.join(tmp, "scratch"), source)
             del buf
     finally:
-        if old is None:
-            os.environ.pop("NAMEDSCHEMA_TRACKING", None)
-        else:
-            os.environ["NAMEDSCHEMA_TRACKING"] = old
+        tracking_module._forced = old
 
 
 @pytest.mark.parametrize("tracking", ["auto", "checksums"])
@@ -152,7 +150,7 @@ def test_each_route_alone_is_seen(tmp_path, monkeypatch, tracking, source, route
     """One write by one route between two incremental saves (no read in between)."""
     if route == "torch":
         pytest.importorskip("torch")
-    monkeypatch.setenv("NAMEDSCHEMA_TRACKING", tracking)
+    monkeypatch.setattr(tracking_module, "_forced", None if tracking == "auto" else tracking)
     path = str(tmp_path / "ckpt.nsb")
     buf = _make(source, path)
     buf.obs[:] = 9

@@ -75,7 +75,7 @@ def route(request, monkeypatch):
     if request.param == "thread" and tracking.mode() != "writeprotect":
         pytest.skip("write protection is not available here (the writer-thread route)")
     if request.param == "fork":     # incremental saves under checksums: a snapshot child
-        monkeypatch.setenv("NAMEDSCHEMA_TRACKING", "checksums")
+        monkeypatch.setattr(tracking, "_forced", "checksums")
     return request.param
 
 
