@@ -125,8 +125,9 @@ print("OK")
 def _run(script: str, *args: str, tracking: str = "auto", timeout: float = 120):
     env = dict(os.environ, PYTHONPATH=REPO_ROOT)
     forced = None if tracking == "auto" else tracking   # the test-only hook, in the child
-    head = ("import namedschema.checkpoint.tracking\n"
-            f"namedschema.checkpoint.tracking._forced = {forced!r}\n")
+    head = ("import namedschema.checkpoint.tracking as _tracking\n"
+            f"_tracking._forced = {forced!r}\n"
+            f"assert {forced!r} in (None, _tracking.mode())\n")
     return subprocess.run([sys.executable, "-c", head + textwrap.dedent(script), *args],
                           env=env, capture_output=True, timeout=timeout)
 
@@ -150,6 +151,17 @@ def test_write_protection_is_available_here():
     if tuple(int(x) for x in os.uname().release.split(".")[:2]) < (6, 7):
         pytest.skip("PAGEMAP_SCAN needs Linux 6.7")
     assert writeprotect.available()
+
+
+def test_no_environment_variable_selects_the_tracking(monkeypatch):
+    """The tracking is the best this process has; ``NAMEDSCHEMA_TRACKING`` (which once
+    forced another) is ignored, and so is any other spelling of it (issue 29)."""
+    from namedschema.checkpoint import tracking
+    best = "writeprotect" if writeprotect.available() else "checksums"
+    assert tracking.mode() == best
+    for value in ("checksums", "compare", "auto", "writeprotect"):
+        monkeypatch.setenv("NAMEDSCHEMA_TRACKING", value)
+        assert tracking.mode() == best
 
 
 KILLED_THROUGH_LINK = COMMON + r"""
