@@ -125,19 +125,24 @@ def _import_torch(name: str, entry: ArrayEntry) -> Any:
     return torch
 
 
-def make_arrays(entries: tuple[ArrayEntry, ...], blocks_data: list, name: str = "") -> list:
+def make_arrays(entries: tuple[ArrayEntry, ...], blocks_data: list, name: str = "",
+                deferred: dict[int, Any] | None = None) -> list:
     """Every array of the table as a view of its loaded block (tensors share storages).
 
     A tensor views its block only where torch's alignment for its dtype is
     met (see ``constants.torch_alignment``); files written by this version
     always meet it, and a tensor of an older or crafted file that does not
     is loaded as an aligned copy instead, since torch's kernels may crash on
-    misaligned data.
+    misaligned data. The array of a block in ``deferred`` (a restore's compressed
+    blocks left compressed, each holding one numpy array) is that block's object.
     """
     torch: Any = None
     storages: dict[int, Any] = {}  # block -> untyped storage, so tensors of one block share
     result: list[Any] = []
     for a in entries:
+        if deferred is not None and a.block in deferred:
+            result.append(deferred[a.block])
+            continue
         if a.block is None:
             arr = np.empty(a.shape, np.dtype(a.dtype))
         else:

@@ -24,6 +24,10 @@ write_block       write one block compressed, returning its chunk table
 compress_chunk    one chunk compressed (or kept raw), with its checksums
 read_block        a compressed block read and decompressed into new memory
 verify_block      a compressed block checked from a map of the file
+check_stored      a restore's first pass over a compressed block: its chunks' checksums
+decompress_into   a compressed block decompressed from a map of the file into given memory
+Deferred          a large compressed array a restore decompresses into the run's own array
+deferrable        which blocks of a file a restore may leave compressed (``Deferred``)
 """
 
 from __future__ import annotations
@@ -45,11 +49,13 @@ from .blocks import MemorySpan, Progress, Source, submit_or_run, write_all
 from .chunktable import ChunkTable
 from .constants import ALIGN, CODECS, COMPRESSED_FEATURE, MAX_CHUNK, MIN_CHUNK
 from .crc import crc_concat
+from ..errors import FormatError
 from .header import ArrayEntry, BlockEntry, Header, fail
 
 __all__ = ["Compression", "compression_argument", "compressed_blocks", "write_block",
            "read_block", "verify_block", "compress_chunk", "chunk_pieces", "workers", "CHUNK",
-           "FEATURE", "AUTO", "AUTO_DTYPES"]
+           "FEATURE", "AUTO", "AUTO_DTYPES", "Deferred", "deferrable", "check_stored",
+           "decompress_into"]
 
 #: Raw bytes per chunk (the last chunk of a block may be shorter). Read when
 #: ``save`` checks its argument: tests set it (and MIN_BLOCK) lower to cross
@@ -468,3 +474,188 @@ def verify_block(stored: np.ndarray, header: Header, index: int,
         return submit_or_run(pool, check_one, k, stored_at, raw_len)
 
     _run(header, index, True, progress, job)
+
+
+# --------------------------------------------------------------------------
+# Restores: decompressed straight into the run's own arrays
+# --------------------------------------------------------------------------
+
+def check_stored(stored: np.ndarray, header: Header, index: int, check: bool) -> None:
+    """The pass a restore makes before it writes anywhere: compressed block ``index``'s
+    stored bytes (``stored``, a map of the file) checked chunk by chunk.
+
+    Every compressed chunk's CRC-32 (and, with ``check``, every raw chunk's too) and the
+    size each compressed frame declares. Reads only the stored bytes (a fraction of the
+    raw ones for frames) and allocates nothing; what it cannot see, a frame whose bytes
+    are intact but decompress to other bytes than were saved (a file written wrong, not
+    one damaged since), :func:`decompress_into` still refuses, loudly.
+    """
+    table = _table(header, index)
+    zstd = zstd_module(header.block_field(index))
+    whole = stored.data.cast("B")
+
+    def check_one(k: int, stored_at: int, raw_len: int) -> int:
+        size, crc = table.chunks[k]
+        frame = whole[stored_at:stored_at + size]
+        if size == raw_len and not check:
+            return 0
+        _check_chunk(header, index, k, frame, crc)
+        if size != raw_len:
+            try:
+                declared = zstd.frame_content_size(frame)
+            except zstd.ZstdError as exc:
+                fail(header.name, f"field {header.block_field(index)!r} is corrupt: "
+                     f"compressed chunk {k} has no valid frame header ({exc})", exc)
+            if declared != raw_len:
+                fail(header.name, f"field {header.block_field(index)!r} is corrupt: "
+                     f"compressed chunk {k} declares {declared} bytes, the chunk holds "
+                     f"{raw_len}")
+        return 0
+
+    def job(k: int, stored_at: int, raw_at: int, raw_len: int, pool: Any) -> Future:
+        return submit_or_run(pool, check_one, k, stored_at, raw_len)
+
+    _run(header, index, False, None, job)
+
+
+def decompress_into(stored: np.ndarray, header: Header, index: int, out: memoryview,
+                    check: bool) -> None:
+    """Decompress block ``index`` from its ``stored`` bytes (a map of the file) into
+    ``out``, a writable byte view of the block's size: chunk by chunk, by the pool, each
+    compressed chunk's CRC-32 checked before it is decompressed (and, with ``check``, the
+    raw chunks' and the block's raw CRC-32 after). Memory: nothing beyond ``out``."""
+    table = _table(header, index)
+    zstd_module(header.block_field(index))
+    whole = stored.data.cast("B")
+
+    def job(k: int, stored_at: int, raw_at: int, raw_len: int, pool: Any) -> Future:
+        frame = whole[stored_at:stored_at + table.chunks[k][0]]
+        return submit_or_run(pool, _decode, header, index, k, frame,
+                             out[raw_at:raw_at + raw_len], check)
+
+    _run(header, index, check, None, job)
+
+
+class Deferred:
+    """A compressed array of a checkpoint a restore reads, left compressed until used.
+
+    A restore (``RunCheckpoint.restore`` and the rows of ``training/state_kinds.py``)
+    loads the file with its large compressed arrays as these: ``shape``, ``dtype``,
+    ``ndim``, ``size`` and ``nbytes`` are known without decompressing anything, and
+    :meth:`copy_into` (called by ``mapped.copy_from_map``) decompresses straight into
+    the run's own array, chunk by chunk, with no whole-array copy in between. Anything
+    else (``np.asarray``, indexing, any other attribute) decompresses the array into
+    new memory once and works on that, so a reader that needs the values gets the
+    right ones, at the memory cost of an ordinary load.
+
+    The chunks' stored checksums were checked when the file was loaded
+    (:func:`check_stored`); a chunk that still fails while it is written into an array
+    (the file changed since, or was written wrong) raises a FormatError that says the
+    array was partly overwritten.
+    """
+
+    __slots__ = ("shape", "dtype", "_stored", "_header", "_index", "_check", "_entry",
+                 "_value", "__weakref__")
+
+    def __init__(self, stored: np.ndarray, header: Header, index: int, entry: ArrayEntry,
+                 check: bool):
+        self.shape, self.dtype = tuple(entry.shape), np.dtype(entry.dtype)
+        self._stored, self._header, self._index = stored, header, index
+        self._entry, self._check = entry, check
+        self._value: np.ndarray | None = None
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * self.dtype.itemsize
+
+    def __len__(self) -> int:
+        if not self.shape:
+            raise TypeError("len() of unsized object")
+        return self.shape[0]
+
+    def __repr__(self) -> str:
+        return (f"<compressed array {self._entry.path!r} {self.dtype} {self.shape} of "
+                f"{self._header.name!r}>")
+
+    def value(self) -> np.ndarray:
+        """The array decompressed into new memory (once; kept)."""
+        if self._value is None:
+            block = self._header.blocks[self._index]
+            dest = aligned_empty(block.nbytes)
+            decompress_into(self._stored, self._header, self._index, dest.data, self._check)
+            e = self._entry
+            self._value = np.ndarray(e.shape, self.dtype, buffer=dest, offset=e.offset,
+                                     strides=e.strides)
+        return self._value
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        value = self.value()
+        return value if dtype is None else value.astype(dtype, copy=False)
+
+    def __getitem__(self, key: Any) -> Any:
+        return self.value()[key]
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(self.value(), name)
+
+    def copy_into(self, target: np.ndarray) -> None:
+        """``np.copyto(target, self, casting="no")``, decompressing into ``target``'s own
+        memory when it is C-contiguous (through new memory otherwise)."""
+        if target.shape != self.shape or target.dtype != self.dtype:
+            raise ValueError(f"cannot copy {self!r} into an array of {target.dtype} "
+                             f"{target.shape}")
+        if self._value is not None or not target.flags.c_contiguous \
+                or not target.flags.writeable or self._entry.offset != 0:
+            np.copyto(target, self.value(), casting="no")
+            return
+        try:
+            decompress_into(self._stored, self._header, self._index,
+                            target.reshape(-1).view(np.uint8).data, self._check)
+        except FormatError as exc:
+            raise FormatError(
+                f"{exc}; the array it was being restored into ({target.dtype} "
+                f"{target.shape}) was partly overwritten: it now holds part of the "
+                "checkpoint and part of what it held before (restore again from an "
+                "intact checkpoint, or start the run afresh)") from exc
+
+
+def deferrable(header: Header) -> dict[int, ArrayEntry]:
+    """The compressed blocks a restore may leave compressed (:class:`Deferred`): those
+    holding exactly one numpy array, C-contiguous from the block's start over all of
+    it, of at least ``MIN_DEFERRED`` bytes; ``{block: its array}``."""
+    count: dict[int, int] = collections.Counter(
+        a.block for a in header.arrays if a.block is not None)
+    out = {}
+    for a in header.arrays:
+        if a.block is None or a.torch is not None or count[a.block] != 1:
+            continue
+        block = header.blocks[a.block]
+        if block.table is None or block.nbytes < MIN_DEFERRED or a.offset != 0:
+            continue
+        dtype = np.dtype(a.dtype)
+        if a.nbytes != block.nbytes or tuple(a.strides) != _c_strides(a.shape, dtype.itemsize):
+            continue
+        out[a.block] = a
+    return out
+
+
+def _c_strides(shape: Sequence[int], itemsize: int) -> tuple[int, ...]:
+    strides, step = [], itemsize
+    for n in reversed(shape):
+        strides.append(step)
+        step *= max(int(n), 1)
+    return tuple(reversed(strides))
+
+
+#: Compressed arrays smaller than this are decompressed when a restore loads the file.
+MIN_DEFERRED = 2**20

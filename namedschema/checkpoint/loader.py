@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, BinaryIO, Literal, cast, overload
 
 from .._core.instance import printable
@@ -18,6 +18,7 @@ from ..errors import (
 from . import compression, pickled
 from .arrays import make_arrays
 from .blocks import MMAP_ACCESS, Progress, map_blocks, read_blocks, verify
+from .blocks import verify as verify_blocks_crc
 from .header import fail, read_header
 from .inflight import reading, recover, written
 from .metadata import check_metadata_argument
@@ -217,6 +218,58 @@ def _load(source: Any, mmap_mode: str | None, allow_pickle: bool, check: bool,
     return _rebuild(header, blocks_data, name)
 
 
+def load_for_restore(path: str | os.PathLike[str], *, allow_pickle: bool = False,
+                     verify: bool = False, expect_metadata: Mapping[str, str] | None = None,
+                     defer: Callable[[str], bool] = lambda path: False) -> Any:
+    """A checkpoint loaded to be copied into a run's own objects (a restore's load).
+
+    Raw blocks are mapped read-only, as with ``mmap_mode="r"``: copies out of them
+    (``mapped.copy_from_map``) read the file straight into their targets. A large
+    compressed array (``compression.deferrable``) whose path ``defer`` accepts comes
+    back as a ``compression.Deferred``, which ``copy_from_map`` decompresses straight
+    into its target, chunk by chunk: restoring a compressed replay buffer costs no
+    second copy of it. Other compressed blocks are decompressed into memory.
+
+    Before this returns, what can be checked without writing anywhere is: with
+    ``verify``, every raw block's CRC-32, every compressed block read in memory, and
+    every stored chunk of a deferred block (its CRC-32, and the size a compressed
+    frame declares); without, still each deferred block's compressed chunks (as every
+    load of a compressed chunk checks them). So a file damaged since it was written is
+    refused before the restore changes anything, as an uncompressed one is. The one
+    check left for the copy is a deferred block's raw CRC-32 (with ``verify``), which
+    only a file written wrong fails: the copy then raises, saying its target was
+    partly overwritten.
+    """
+    name = os.fsdecode(os.fspath(path))
+    written(name)
+    expected = check_metadata_argument(expect_metadata, "load: expect_metadata")
+    recover(name)
+    with file_errors(name), open_checkpoint(name) as f, reading(f, name):
+        header = read_header(f, name, os.fstat(f.fileno()).st_size)
+        _refuse(header, name, allow_pickle, expected)
+        if not any(b.table is not None for b in header.blocks):
+            blocks_data = map_blocks(f, header, "r")
+            if verify:
+                verify_blocks_crc(header, blocks_data, None)
+            return _rebuild(header, blocks_data, name)
+        blocks_data = map_blocks(f, header, "r", stored=True)
+        if verify:
+            verify_blocks_crc(header, blocks_data, None)
+        candidates = compression.deferrable(header)
+        deferred: dict[int, Any] = {}
+        for index, b in enumerate(header.blocks):
+            if b.table is None:
+                continue
+            entry = candidates.get(index)
+            if entry is not None and defer(entry.path):
+                compression.check_stored(blocks_data[index], header, index, verify)
+                deferred[index] = compression.Deferred(blocks_data[index], header, index,
+                                                       entry, verify)
+            else:
+                blocks_data[index] = compression.read_block(f, header, index, verify)
+    return _rebuild(header, blocks_data, name, deferred)
+
+
 def _bar(header: Any, label: str, enabled: bool) -> Progress:
     return Progress(sum(int(b.nbytes) for b in header.blocks), label, enabled)
 
@@ -239,9 +292,10 @@ def _refuse(header: Any, name: str, allow_pickle: bool, expected: dict[str, str]
                       "file. Pass allow_pickle=True only if you trust it."))
 
 
-def _rebuild(header: Any, blocks_data: list, name: str) -> Any:
+def _rebuild(header: Any, blocks_data: list, name: str,
+             deferred: dict[int, Any] | None = None) -> Any:
     with file_errors(name):
-        arrays = make_arrays(header.arrays, blocks_data, name)
+        arrays = make_arrays(header.arrays, blocks_data, name, deferred)
         if header.description.pickle is not None:
             try:
                 return pickled.loads(blocks_data[header.description.pickle.block], arrays)

@@ -19,7 +19,9 @@ of the map:
 A shared read-only map shows exactly the file's bytes, so both ways copy the
 same bytes as ``np.copyto``. Only read-only maps (``load(mmap_mode="r")``) are
 handled so: copy-on-write maps may hold writes that the file does not, and
-arrays that view no map are copied by ``np.copyto``.
+arrays that view no map are copied by ``np.copyto``. A large compressed array of a
+file a restore loaded (``compression.Deferred``) is decompressed straight into the
+target, chunk by chunk.
 
 copy_from_map   ``np.copyto(target, source)`` holding at most a piece of the map
 read_only_map   the read-only ``mmap`` a numpy array views, and its start address
@@ -88,14 +90,22 @@ def read_only_map(array: np.ndarray) -> tuple[mmap.mmap, int] | None:
     return mapped, start
 
 
-def copy_from_map(target: np.ndarray, source: np.ndarray) -> None:
+def copy_from_map(target: np.ndarray, source: Any) -> None:
     """``np.copyto(target, source, casting="no")``, in bounded resident memory.
 
     When ``source`` views a read-only map (of a checkpoint loaded with
     ``mmap_mode="r"``), at most about ``PIECE`` bytes of the map are resident
     at any time (see the module's docstring). Shapes and dtypes must already
     match (callers check them, naming what differs).
+
+    A ``source`` that is a compressed array a restore left compressed
+    (``compression.Deferred``) is decompressed straight into ``target``.
     """
+    if not isinstance(source, np.ndarray):
+        copy_into = getattr(type(source), "copy_into", None)
+        if copy_into is not None:
+            copy_into(source, target)
+            return
     found = read_only_map(source) if source.nbytes > PIECE else None
     if found is None:
         np.copyto(target, source, casting="no")

@@ -34,6 +34,7 @@ import numpy.typing as npt
 from .._core.instance import NamedArrayTuple
 from .._core.tree import is_named
 from ..buffer import buffer_from_example
+from ..checkpoint.mapped import copy_from_map
 from ..errors import BufferShapeError, ReplayStateError, StructureMismatchError
 from ..state.rng import generator_capture, generator_set, pcg64_words, set_pcg64_words
 from . import sum_tree as _sum_tree
@@ -360,11 +361,11 @@ class ReplayBuffer(Generic[BatchT]):
         check_mode(None if self._frames is None else self._frames.config,
                    config_of(state, where), where)
         given = saved_leaves(storage, self.storage, self.capacity, where)
-        if any(np.shape(g) != s.shape or np.asarray(g).dtype != s.dtype
+        if any(np.shape(g) != s.shape or _dtype(g) != s.dtype
                for g, s in zip(given, self._stored, strict=True)):
             raise ReplayStateError(
                 f"{where}: the saved storage "
-                f"{[(np.asarray(g).dtype.str, np.shape(g)) for g in given]} does not fit "
+                f"{[(_dtype(g).str, np.shape(g)) for g in given]} does not fit "
                 f"this buffer's {[(s.dtype.str, s.shape) for s in self._stored]} (built with "
                 "another example or capacity?)")
         try:
@@ -387,12 +388,19 @@ class ReplayBuffer(Generic[BatchT]):
     def _commit(self, checked: dict[str, Any]) -> None:
         """Put a state :meth:`_checked` accepted in place."""
         for stored, value in zip(self._stored, checked["leaves"], strict=True):
-            if stored is not value:
-                np.copyto(stored, value, casting="no")
+            if stored is not value:   # a mapped or compressed array read straight into it
+                copy_from_map(stored, value)
         generator_set(self._rng, checked["rng"])
         self._cursor, self._size = checked["cursor"], checked["size"]
         if self._frames is not None:
             self._frames.commit(checked["frames"])
+
+
+def _dtype(value: Any) -> np.dtype:
+    """The dtype of a saved array, read without making one (a restore's compressed arrays
+    are decompressed only into the buffer)."""
+    dtype = getattr(value, "dtype", None)
+    return dtype if isinstance(dtype, np.dtype) else np.asarray(value).dtype
 
 
 class PrioritizedReplayBuffer(ReplayBuffer[BatchT]):

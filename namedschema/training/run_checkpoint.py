@@ -31,11 +31,12 @@ import warnings
 from collections.abc import Iterable
 from typing import Any, Literal
 
-from ..checkpoint import load, save
+from .._core.tree import join_path
+from ..checkpoint import save
 from ..checkpoint.background import written
 from ..checkpoint.compression import compression_argument
 from ..checkpoint.destination import free_bytes, state_bytes
-from ..checkpoint.inspector import mappable
+from ..checkpoint.loader import load_for_restore
 from ..errors import FormatError, RunCheckpointError, RunCheckpointWarning, UnexpectedKindError
 from ..state import plain as _plain_state
 from ..state import rng as _rng_state
@@ -307,9 +308,10 @@ class RunCheckpoint:
         if not os.path.exists(self.path):
             return False
         try:  # with allow_pickle, only a file whose header says it is ours is unpickled
-            data = load(
-                self.path, mmap_mode=mappable(self.path), allow_pickle=self.allow_pickle, verify=self.verify,
-                expect_metadata={"kind": FORMAT} if self.allow_pickle else None)
+            data = load_for_restore(
+                self.path, allow_pickle=self.allow_pickle, verify=self.verify,
+                expect_metadata={"kind": FORMAT} if self.allow_pickle else None,
+                defer=self._copied())
         except UnexpectedKindError as exc:
             raise RunCheckpointError(
                 f"RunCheckpoint: {self.path!r} is not a RunCheckpoint file (its header does "
@@ -334,6 +336,19 @@ class RunCheckpoint:
         if self._audit is not None:
             self._audit.record_restore(self.step)
         return True
+
+    def _copied(self) -> Any:
+        """Which arrays of the file the rows copy into the run's own (``StateKind.copied``):
+        left compressed by the load, they are decompressed straight into them."""
+        prefixes = []
+        for name, (kind, obj) in self._components.items():
+            state = join_path(join_path("components", name), "state")
+            for part in kind.copied(obj) if kind.copied is not None else ():
+                prefixes.append(join_path(state, part) if part else state)
+
+        def defer(path: str) -> bool:
+            return any(path == p or path.startswith((p + ".", p + "[")) for p in prefixes)
+        return defer
 
     def _say_resumed(self) -> None:
         message = (f"namedschema: resumed from {self.path} at step {self.step:,} (delete it "

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..checkpoint.mapped import copy_from_map
 from ..errors import RunCheckpointError
 
 if TYPE_CHECKING:
@@ -129,11 +130,12 @@ def check(obj: Any, state: Any, ctx: KindContext) -> None:
 
 
 def _copy_into(built: Any, saved: Any) -> None:
+    # copy_from_map: a mapped or compressed saved array is read straight into the buffer's
     if isinstance(built, dict):
         for key, array in built.items():
-            np.copyto(array, saved[key], casting="no")
+            copy_from_map(array, saved[key])
     else:
-        np.copyto(built, saved, casting="no")
+        copy_from_map(built, saved)
 
 
 def apply(obj: Any, state: Any, ctx: KindContext) -> None:

@@ -43,6 +43,7 @@ from typing import Any
 import numpy as np
 
 from .._core.optional import torch_if_loaded
+from ..checkpoint.mapped import copy_from_map
 from ..errors import RunCheckpointError
 from ..state import plain as _plain_state
 from ..state import rng as _rng
@@ -108,6 +109,12 @@ class StateKind:
     accepts: str = ""                # how the TypeError of an unknown object lists this row
     settings: Settings | None = None           # what was chosen in code: name -> plain value
     keep_settings: KeepSettings | None = None  # put accepted settings back after apply
+    # The parts of an object's saved state (dotted keys below it; "" the state itself)
+    # whose large compressed arrays a restore hands to check and apply still compressed
+    # (``checkpoint.compression.Deferred``): check reads only their shape and dtype, and
+    # apply copies them with ``checkpoint.mapped.copy_from_map``, which decompresses
+    # straight into the object's own arrays. None: every array comes decompressed.
+    copied: Callable[[Any], tuple[str, ...]] | None = None
 
 
 def qualified_name(cls: type) -> str:
@@ -507,7 +514,7 @@ def _array_check(obj: Any, state: Any, ctx: KindContext) -> None:
 
 
 def _array_apply(obj: Any, state: Any, ctx: KindContext) -> None:
-    np.copyto(obj, state, casting="no")
+    copy_from_map(obj, state)
 
 
 KINDS: tuple[StateKind, ...] = (
@@ -528,12 +535,14 @@ KINDS: tuple[StateKind, ...] = (
               accepts="Atari emulators (ale-py's ALEInterface, atari_py's)"),
     StateKind("sb3_replay_buffer", _sb3_buffers.is_sb3_replay_buffer, _sb3_buffers.capture,
               _sb3_buffers.apply, _sb3_buffers.check,
-              accepts="Stable-Baselines3 ReplayBuffer/DictReplayBuffer"),
+              accepts="Stable-Baselines3 ReplayBuffer/DictReplayBuffer",
+              copied=lambda obj: ("arrays",)),
     StateKind("state_dict", _has_state_dict, _state_dict_capture, _state_dict_apply,
               _state_dict_check,
               accepts="state_dict()/load_state_dict() (torch modules, optimizers, "
                       "schedulers, namedschema replay buffers)",
-              settings=_state_dict_settings, keep_settings=_state_dict_keep),
+              settings=_state_dict_settings, keep_settings=_state_dict_keep,
+              copied=lambda obj: ("storage",) if isinstance(obj, ReplayBuffer) else ()),
     StateKind("sb3_vec_env", _sb3_vec_envs.is_sb3_vec_env, _sb3_vec_envs.capture,
               _sb3_vec_envs.apply, _sb3_vec_envs.check,
               accepts="Stable-Baselines3 VecEnvs (SubprocVecEnv included)"),
@@ -542,7 +551,7 @@ KINDS: tuple[StateKind, ...] = (
     StateKind("dict", lambda obj: type(obj) is dict, _dict_capture, _dict_apply, _dict_check,
               accepts="dicts (counters)"),
     StateKind("array", lambda obj: isinstance(obj, np.ndarray), _array_capture, _array_apply,
-              _array_check, accepts="numpy arrays"),
+              _array_check, accepts="numpy arrays", copied=lambda obj: ("",)),
 )
 
 _lock = threading.Lock()
