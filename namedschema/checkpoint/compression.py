@@ -44,12 +44,12 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
+from ..errors import FormatError
 from .arrays import aligned_empty
 from .blocks import MemorySpan, Progress, Source, submit_or_run, write_all
 from .chunktable import ChunkTable
 from .constants import ALIGN, CODECS, COMPRESSED_FEATURE, MAX_CHUNK, MIN_CHUNK
 from .crc import crc_concat
-from ..errors import FormatError
 from .header import ArrayEntry, BlockEntry, Header, fail
 
 __all__ = ["Compression", "compression_argument", "compressed_blocks", "write_block",
