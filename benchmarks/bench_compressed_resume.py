@@ -4,8 +4,9 @@
 A ``ReplayBuffer`` of ``--mib`` MiB of uint8 84x84 frames (real Pong frames when
 ale-py and OpenCV are installed, else synthetic ones; see
 ``benchmarks/suite/compression.py``) is checkpointed by ``RunCheckpoint`` with
-``compression=None`` and ``"auto"``; then, each in a fresh process, a run builds the
-same buffer and restores it. Printed per policy and round: the restore time and the
+``compression=None`` and ``"auto"`` (a full save, then three saves after 1% of the
+rows changed, as a ring writes them; each timed); then, each in a fresh process, a
+run builds the same buffer and restores it. Printed per policy and round: the restore time and the
 peak anonymous memory (``RssAnon``, sampled every 2 ms by a thread) beyond what the
 process held before ``restore`` (its own live buffer); then, per policy, the best
 round, its time against the uncompressed restore of the same run, and its extra
@@ -45,7 +46,20 @@ def _run(mode: str, path: str, policy: str, mib: int) -> None:
     if mode == "save":
         frames, _what = _frames(rows, quick=False)
         rb.extend(Step(frames, np.zeros(rows, np.float32)))
+        began = time.perf_counter()
         ckpt.save(0)
+        full = time.perf_counter() - began
+        step = max(1, rows // 100)      # then 1% of the rows, as a ring writes them
+        saves = []
+        for k in range(1, 4):
+            rb.extend(Step(frames[(k * 7919) % (rows - step):][:step],
+                           np.full(step, k, np.float32)))
+            began = time.perf_counter()
+            ckpt.save(k)
+            saves.append(time.perf_counter() - began)
+        print(f"{policy:>5}: full save {full:.2f} s, saves after 1% of the rows changed "
+              f"{', '.join(f'{t:.3f}' for t in saves)} s", flush=True)
+        print(f"SAVED {policy} {full:.4f} {min(saves):.4f}", flush=True)
         return
     base, peak, stop = _anon(), [0], threading.Event()
 
@@ -89,6 +103,7 @@ def main(argv: list[str] | None = None) -> int:
         paths = {p: os.path.join(directory, f"{p}.nsc") for p in ("none", "auto")}
         print(f"{args.mib} MiB of frames; load average {os.getloadavg()[0]:.1f}", flush=True)
         results: dict[str, list[tuple[float, int]]] = {p: [] for p in paths}
+        saved: dict[str, tuple[float, float]] = {}
         for mode in ["save"] + ["restore"] * args.rounds:
             for policy, path in paths.items():
                 done = subprocess.run([sys.executable, __file__, "--mib", str(args.mib),
@@ -98,10 +113,17 @@ def main(argv: list[str] | None = None) -> int:
                     if line.startswith("RESULT "):
                         _tag, name, took, extra = line.split()
                         results[name].append((float(took), int(extra)))
+                    elif line.startswith("SAVED "):
+                        _tag, name, full, part = line.split()
+                        saved[name] = (float(full), float(part))
                     else:
                         print(line, flush=True)
         print("files: " + ", ".join(f"{p} {os.path.getsize(path) / 2**20:.1f} MiB"
                                     for p, path in paths.items()))
+    if len(saved) == len(paths):
+        for policy, (full, part) in saved.items():
+            print(f"{policy:>5}: full save {full / saved['none'][0]:.2f}x, 1% save "
+                  f"{part / saved['none'][1]:.2f}x the uncompressed run's")
     if all(results.values()):
         raw_time = min(t for t, _m in results["none"])
         for policy, rounds in results.items():
