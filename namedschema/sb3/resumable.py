@@ -114,7 +114,7 @@ class _Run:
     """The checkpointing of one wrapped model (its learn, its save points)."""
 
     def __init__(self, model: Any, path: str, every_steps: int,
-                 accept: tuple[str, ...] | Literal[True], compression: Any = None):
+                 accept: tuple[str, ...] | Literal[True], compression: Any = "auto"):
         self.model, self.path, self.every_steps, self.accept = model, path, every_steps, accept
         self.compression = compression
         self.learn_original = model.learn
@@ -210,7 +210,7 @@ class _Run:
 
 def resumable(model: Any, path: str | os.PathLike[str], *, every_steps: int,
               accept_changes: Literal[True] | str | Iterable[str] = (),
-              compression: str | tuple[str, int] | None = None) -> Any:
+              compression: str | tuple[str, int] | None = "auto") -> Any:
     """Make ``model.learn(total_timesteps=N)`` resume the run checkpointed at ``path``.
 
     Args:
@@ -235,8 +235,10 @@ def resumable(model: Any, path: str | os.PathLike[str], *, every_steps: int,
             the saved state (``buffer_size``, ``n_envs``, ``policy_class``, the
             replay buffer's class and arguments, ``optimize_memory_usage``) are
             always refused.
-        compression: as in :func:`namedschema.save` (``"auto"``: frames compressed,
-            float arrays raw); checked here.
+        compression: as in :func:`namedschema.save`; ``"auto"`` (the default, as
+            for :class:`~namedschema.RunCheckpoint`): frames and other one-byte arrays
+            compressed, float arrays raw, all raw where ``zstandard`` is missing;
+            None writes raw files. Checked here.
 
     Returns the model itself; ``N`` is the run's total, so rerunning the same
     script after a kill finishes the same run, as if it had never stopped.

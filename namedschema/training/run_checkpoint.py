@@ -99,10 +99,12 @@ class RunCheckpoint:
         quiet: :meth:`restore` says that it resumed on a logging INFO record of
             the ``"namedschema"`` logger, and also on one line of stderr unless
             ``quiet``.
-        compression: as in :func:`namedschema.save`: None (raw), ``"zstd"``,
-            ``("zstd", level)``, or ``"auto"`` (uint8/int8/bool arrays such as
-            frames compressed, float arrays raw; raw where ``zstandard`` is
-            missing). Checked here. See :doc:`/checkpoints`, "Compression".
+        compression: as in :func:`namedschema.save`: ``"auto"`` (the default:
+            uint8/int8/bool arrays such as frames compressed, float arrays raw;
+            all raw where ``zstandard`` is missing), None (raw), ``"zstd"`` or
+            ``("zstd", level)``. Checked here. A restore decompresses a replay
+            buffer's frames straight into the buffer. See :doc:`/checkpoints`,
+            "Compressed checkpoints of a run", for what the default costs and saves.
 
     The folder of ``path`` must exist and be writable when the checkpoint is
     made (a :class:`~namedschema.errors.RunCheckpointError` names it otherwise), and the first save
@@ -128,7 +130,7 @@ class RunCheckpoint:
                  allow_pickle: bool = False, verify: bool = True,
                  accept_changes: Literal[True] | str | Iterable[str] = (),
                  quiet: bool = False,
-                 compression: str | tuple[str, int] | None = None):
+                 compression: str | tuple[str, int] | None = "auto"):
         self.path = os.fspath(path)
         compression_argument(compression, caller="RunCheckpoint")   # refused now, not later
         self.compression = compression
