@@ -11,7 +11,9 @@ size, nor read outside its tensor.
 
 A table may also place its chunks (``offsets``, written by incremental compressed
 saves): each chunk's position in the tensor, which then also holds free space;
-placed chunks must lie inside the tensor and not overlap.
+placed chunks must lie inside the tensor and not overlap. It may list each chunk's
+raw CRC-32 (``raw_crc32``, written by incremental compressed saves): one per chunk,
+eight lower-case hex digits each.
 
 ChunkTable    codec, raw bytes per chunk, ``(stored size, CRC-32)`` per chunk
 first_fields  the first field of each block, named in messages about blocks
@@ -40,6 +42,7 @@ class ChunkTable:
     chunks: tuple[tuple[int, int], ...]
     stored: int                         # the block's bytes in the file: its tensor's size
     offsets: tuple[int, ...] | None = None   # each chunk's place in the tensor, if placed
+    raw_crcs: tuple[int, ...] | None = None  # each chunk's raw CRC-32, if listed
 
     def raw_size(self, k: int, nbytes: int) -> int:
         """Raw bytes of chunk ``k`` of a block of ``nbytes``."""
@@ -65,6 +68,8 @@ class ChunkTable:
                                "chunks": [[size, f"{crc:08x}"] for size, crc in self.chunks]}
         if self.offsets is not None:
             out["offsets"] = list(self.offsets)
+        if self.raw_crcs is not None:
+            out["raw_crc32"] = [f"{crc:08x}" for crc in self.raw_crcs]
         return out
 
     @classmethod
@@ -112,14 +117,28 @@ class ChunkTable:
                 raise ValueError(f"its chunks hold more stored bytes than its tensor "
                                  f"({stored_total})")
             chunks.append((size, int(entry[1], 16)))
+        raw_crcs = _raw_crcs(raw.get("raw_crc32"), count)
         placed = raw.get("offsets")
         if placed is None:
             if total != stored_total:
                 raise ValueError(f"its chunks hold {total} stored bytes, its tensor "
                                  f"{stored_total}")
-            return cls(codec, chunk, tuple(chunks), total)
+            return cls(codec, chunk, tuple(chunks), total, None, raw_crcs)
         return cls(codec, chunk, tuple(chunks), stored_total,
-                   _offsets(placed, chunks, stored_total))
+                   _offsets(placed, chunks, stored_total), raw_crcs)
+
+
+def _raw_crcs(listed: Any, count: int) -> tuple[int, ...] | None:
+    """The ``raw_crc32`` of a table checked: absent, or one CRC text per chunk."""
+    if listed is None:
+        return None
+    if not isinstance(listed, list) or len(listed) != count:
+        got = len(listed) if isinstance(listed, list) else type(listed).__name__
+        raise ValueError(f"the chunk table has {got} raw checksums for {count} chunks")
+    for k, text in enumerate(listed):
+        if not isinstance(text, str) or not _CRC_TEXT.fullmatch(text):
+            raise ValueError(f"chunk {k}'s raw checksum is not 8 hex digits: {text!r:.40}")
+    return tuple(int(text, 16) for text in listed)
 
 
 def _offsets(placed: Any, chunks: list[tuple[int, int]], stored_total: int) -> tuple[int, ...]:

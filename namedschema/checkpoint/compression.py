@@ -397,6 +397,11 @@ def _run(header: Header, index: int, check: bool, progress: Progress | None,
         for done, future in in_flight:
             crcs[done] = future.result()
     if check:
+        for k, listed in enumerate(table.raw_crcs or ()):
+            if crcs[k] != listed:
+                fail(header.name, f"field {header.block_field(index)!r} is corrupt: chunk {k} "
+                     f"holds raw bytes of checksum {crcs[k]:08x}, its table lists "
+                     f"{listed:08x}")
         value = crc_concat(crcs, table.chunk, table.raw_size(n - 1, block.nbytes))
         if value != block.crc32:
             fail(header.name, f"field {header.block_field(index)!r} is corrupt: checksum "

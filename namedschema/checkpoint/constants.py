@@ -15,11 +15,14 @@ READ_MAJOR = 1                              # readers accept any 1.x file ...
 # ... that lists only these features ("numpy-defaults": a schema default is a
 # numpy scalar or array, held in a "numpy" node; "zstd-chunks": blocks stored
 # as chunks, compressed with zstd or raw, listed in a chunk table; "zstd-chunk-offsets":
-# chunk tables that place their chunks, written by incremental compressed saves)
+# chunk tables that place their chunks, written by incremental compressed saves;
+# "zstd-chunk-raw-crcs": chunk tables that also list each chunk's raw CRC-32, which a
+# save in a new process compares memory with)
 COMPRESSED_FEATURE = "zstd-chunks"
 PLACED_FEATURE = "zstd-chunk-offsets"
+RAW_CRCS_FEATURE = "zstd-chunk-raw-crcs"
 KNOWN_FEATURES: frozenset[str] = frozenset({"numpy-defaults", COMPRESSED_FEATURE,
-                                            PLACED_FEATURE})
+                                            PLACED_FEATURE, RAW_CRCS_FEATURE})
 
 ALIGN = 64                  # every block starts at a multiple of this in the file
 CHUNK = 16 * 2**20          # bytes per write, read and checksum step

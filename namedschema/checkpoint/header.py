@@ -51,6 +51,7 @@ from .constants import (
     MAX_NBYTES,
     MAX_NDIM,
     PLACED_FEATURE,
+    RAW_CRCS_FEATURE,
     READ_MAJOR,
     ST_ITEMSIZE,
     TORCH_DTYPES,
@@ -498,6 +499,10 @@ def read_header(f: BinaryIO, name: str, file_size: int) -> Header:
             PLACED_FEATURE not in desc.get("features", []):
         fail(name, f"has chunk tables with offsets but does not list the feature "
              f"{PLACED_FEATURE!r}")
+    if any(b.table and b.table.raw_crcs is not None for b in blocks) and \
+            RAW_CRCS_FEATURE not in desc.get("features", []):
+        fail(name, f"has chunk tables with raw checksums but does not list the feature "
+             f"{RAW_CRCS_FEATURE!r}")
     arrays = tuple(ArrayEntry.from_json(name, i, a, tuple(blocks))
                    for i, a in enumerate(raw_arrays))
     # Truncation is reported per field, naming the first array in the block.

@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import bisect
 import ctypes
+import itertools
 import os
 import struct
 import threading
@@ -73,7 +74,7 @@ from .compression import (
     workers,
     write_block,
 )
-from .constants import ALIGN, COMPRESSED_FEATURE, PLACED_FEATURE
+from .constants import ALIGN, COMPRESSED_FEATURE, PLACED_FEATURE, RAW_CRCS_FEATURE
 from .crc import crc_concat
 from .graph import EncodedGraph
 from .header import BlockEntry, Header, SaveRecord, TensorEntry, read_header
@@ -105,6 +106,8 @@ class _Baseline:
     identity: tuple[int, ...]
     checkpoint_id: str
     blocks: list[_Block | None]
+    #: read from the file's chunk tables (``_from_file``): nothing known of the memory
+    from_file: bool = False
 
 
 _lock = threading.Lock()
@@ -197,7 +200,8 @@ def _sorted_table(tensors: dict[str, TensorEntry]) -> dict[str, TensorEntry]:
 def _description(enc: EncodedGraph, plan: layout.Layout, blocks: tuple[BlockEntry, ...],
                  saved: SaveRecord) -> Any:
     desc = writer.describe(enc, plan, blocks, saved)
-    return replace(desc, features=(*desc.features, COMPRESSED_FEATURE, PLACED_FEATURE))
+    return replace(desc, features=(*desc.features, COMPRESSED_FEATURE, PLACED_FEATURE,
+                                   RAW_CRCS_FEATURE))
 
 
 # --------------------------------------------------------------------------
@@ -264,7 +268,7 @@ def _write_full(enc: EncodedGraph, plan: layout.Layout, path: str, progress: boo
             worst_blocks.append(replace(b, start=widest, table=ChunkTable(
                 compression.codec, chunk, tuple((min(chunk, b.nbytes - k * chunk), 0)
                                                 for k in range(n)), widest,
-                tuple([widest] * n))))
+                tuple([widest] * n), tuple([0] * n))))
         else:
             worst_blocks.append(replace(b, start=10**15))
     declared = [plan.tensors[b.tensor] for b in plan.blocks]
@@ -289,7 +293,8 @@ def _write_full(enc: EncodedGraph, plan: layout.Layout, path: str, progress: boo
                     table, crc = write_block(fd, source, block.nbytes, compression, bar,
                                              pool, 2 * n_workers, raw)
                     size = _capacity(table.stored, block.nbytes, chunk)
-                    table = replace(table, stored=size, offsets=tuple(table.starts()))
+                    table = replace(table, stored=size, offsets=tuple(table.starts()),
+                                    raw_crcs=tuple(raw))
                     blocks.append(replace(block, start=offset, crc32=crc, table=table))
                     all_crcs.append(raw)
                 else:
@@ -352,9 +357,40 @@ def _compatible(old: Header, plan: layout.Layout, enc: EncodedGraph,
     return None
 
 
+def _from_file(old: Header) -> _Baseline | None:
+    """The baseline the file's own chunk tables give: each chunk's raw CRC-32.
+
+    For a save in a process that did not write the file's current state (a resumed
+    run): nothing is known of its memory (no address, no write protection), so every
+    chunk of memory is checksummed and compared with the file's. None when a table lists
+    no raw checksums, or they disagree with what else the file says (a raw chunk's
+    stored checksum, the block's CRC-32): a full save then.
+    """
+    blocks: list[_Block | None] = []
+    for b in old.blocks:
+        t = b.table
+        if t is None:
+            blocks.append(None)
+            continue
+        if t.raw_crcs is None:
+            return None
+        n = len(t.chunks)
+        for k, ((size, crc), raw) in enumerate(zip(t.chunks, t.raw_crcs, strict=True)):
+            if size == t.raw_size(k, b.nbytes) and crc != raw:
+                return None
+        if crc_concat(list(t.raw_crcs), t.chunk, t.raw_size(n - 1, b.nbytes)) != b.crc32:
+            return None
+        blocks.append(_Block(None, b.nbytes, None, (0, 0), np.asarray(t.raw_crcs, np.uint32)))
+    return _Baseline((), old.description.checkpoint_id, blocks, from_file=True)
+
+
 def _find(enc: EncodedGraph, plan: layout.Layout, path: str, real: str, fd: int,
-          compression: Compression) -> _Candidates:
-    """Step 1 (module docstring): the candidate chunks, copied; raises _Stop."""
+          compression: Compression, caller_half: bool = False) -> _Candidates:
+    """Step 1 (module docstring): the candidate chunks, copied; raises _Stop.
+
+    ``caller_half`` (a background save's): a baseline read from the file is not used
+    (checksumming all memory would stall the caller: a snapshot child does it).
+    """
     st = os.fstat(fd)
     try:
         with open(fd, "rb", buffering=0, closefd=False) as f:
@@ -370,9 +406,14 @@ def _find(enc: EncodedGraph, plan: layout.Layout, path: str, real: str, fd: int,
         raise _Stop("the file's free space passed its bound: a full save packs it")
     base = _lookup(real, st, old)
     if base is None:
-        raise _Stop("this process did not write the file's current state (no baseline of "
-                    "its chunks): a compressed file is updated only by the process that "
-                    "saved it last")
+        base = _from_file(old)
+        if base is None:
+            raise _Stop("this process did not write the file's current state and the file "
+                        "lists no raw checksums of its chunks to compare memory with (no "
+                        "baseline of its chunks)")
+        if caller_half:
+            raise _Stop("this process did not write the file's current state: a snapshot "
+                        "child compares every chunk with the file's raw checksums")
     budget = int(FULL_FRACTION * max(plan.data_bytes, 1))
     found = _Candidates(st, old, base, {}, {}, {}, {})
     spent = 0
@@ -426,14 +467,31 @@ def _chunks_of(source: Source, nbytes: int, known: _Block | None, chunk: int,
         armed = tracking.arm_for_full_save([source], [nbytes])[0]
         found.tokens[i] = None if armed is None else armed.token
         found.edges[i] = _edge_crcs(lo, nbytes)
-    out = {}
-    for k, (piece, _live) in enumerate(chunk_pieces(source, chunk)):
-        data = bytes(piece)
-        if not same or known is None or zlib.crc32(data) != int(known.crcs[k]):
-            out[k] = data
-            budget -= len(data)
+    out: dict[int, bytes] = {}
+    if not same or known is None:
+        for k, (piece, _live) in enumerate(chunk_pieces(source, chunk)):
+            budget -= memoryview(piece).nbytes
             if budget < 0:
                 raise too_much
+            out[k] = bytes(piece)
+        return out
+    # Checksums of the chunks as they are (zlib releases the GIL: a pool's threads share
+    # the work), a window of them at a time; only the chunks that differ are copied.
+    window = 4 * workers()
+    pieces = chunk_pieces(source, chunk)
+    with ThreadPoolExecutor(workers(), thread_name_prefix="namedschema-crc") as pool:
+        k = 0
+        while True:
+            batch = [p for p, _live in itertools.islice(pieces, window)]
+            if not batch:
+                break
+            for piece, crc in zip(batch, pool.map(zlib.crc32, batch), strict=True):
+                if crc != int(known.crcs[k]):
+                    budget -= memoryview(piece).nbytes
+                    if budget < 0:
+                        raise too_much
+                    out[k] = bytes(piece)
+                k += 1
     return out
 
 
@@ -554,7 +612,9 @@ def _place(found: _Candidates, plan: layout.Layout, fd: int, budget: int | None,
             changed[k] = stored
             entries[k] = (len(stored), crc)
         crcs[i] = block_crcs
+        raw_crcs = tuple(int(c) for c in block_crcs)
         if not changed and not resized:
+            blocks[i] = replace(b, table=replace(table, raw_crcs=raw_crcs))
             continue
         keep = [] if resized else [(starts[k], starts[k] + entries[k][0])
                                    for k in range(n) if k not in changed]
@@ -603,7 +663,8 @@ def _place(found: _Candidates, plan: layout.Layout, fd: int, budget: int | None,
         block_crc = crc_concat([int(c) for c in block_crcs], table.chunk,
                                table.raw_size(n - 1, nbytes))
         blocks[i] = replace(b, start=start, nbytes=nbytes, crc32=block_crc, table=replace(
-            table, chunks=tuple(entries), stored=sizes[i], offsets=tuple(starts)))
+            table, chunks=tuple(entries), stored=sizes[i], offsets=tuple(starts),
+            raw_crcs=raw_crcs))
     for lo, hi in moved:
         zeros = bytes(hi - lo)
         pieces.append((base + lo, zeros, zlib.crc32(zeros)))
@@ -678,7 +739,7 @@ def begin(enc: EncodedGraph, plan: layout.Layout, path: str, real: str, fd: int,
           ) -> Callable[[], SaveRecord | str] | str:
     """The caller's half of a background update: the candidates, copied; the rest to run
     in the writer thread (a SaveRecord, or why nothing was written). Or why not."""
-    found = _or_why(real, lambda: _find(enc, plan, path, real, fd, compression))
+    found = _or_why(real, lambda: _find(enc, plan, path, real, fd, compression, True))
     if isinstance(found, str):
         return found
 
