@@ -4,15 +4,16 @@
 ``incremental``, which locks the file, settles its journal and finishes the save).
 Nothing else imports this module: plain saves and loads never load it.
 
-Layout (``full_save``). As a compressed save (``compression.write_block``), with:
-every block ``compression.compressed_blocks`` selects (at least ``min_block`` bytes; with
-``"auto"``, of one-byte dtypes only), and the pickle block whatever its size,
-stored as a chunk table that places its chunks (``offsets``, the feature
-``"zstd-chunk-offsets"``) in a tensor with room to spare (``capacity``: a quarter
-of its chunks, at least ``ROOM_CHUNKS`` chunks' raw size or an eighth of the block,
-whichever is less); smaller blocks raw; the header with room to grow; a ``saved``
-record. The baseline of the next save (``_Baseline``) is kept in memory: each
-chunk's raw CRC-32, and the write-protect token of the block's memory.
+Layout (``full_save``): ``writer.write`` with the ``PAGE_ALIGNED`` policy and
+compression writes the file (``writer`` writes every new file; this module only
+updates one in place): every block ``compression.compressed_blocks`` selects (at
+least ``min_block`` bytes; with ``"auto"``, of one-byte dtypes only), and the pickle
+block whatever its size, stored as a chunk table that places its chunks (``offsets``,
+the feature ``"zstd-chunk-offsets"``) and lists their raw CRC-32s (``raw_crc32``, the
+feature ``"zstd-chunk-raw-crcs"``) in a tensor with room to spare
+(``writer.placed_capacity``); smaller blocks raw; the header with room to grow; a
+``saved`` record. The baseline of the next save (``_Baseline``) is kept in memory:
+each chunk's raw CRC-32, and the write-protect token of the block's memory.
 
 An update (``update``, or ``begin`` and its second half for background saves):
 
@@ -35,8 +36,13 @@ An update (``update``, or ``begin`` and its second half for background saves):
 5. The changed chunks, the moved blocks and the new header go through the journal
    (``journal.py``), then into the file in place, as any incremental save.
 
-Without a baseline (a file this process did not save, or one changed since) the save
-is full. A compressed file is not made incremental by uncompressed saves, nor the
+Without a baseline in memory (a file this process did not save: a resumed run; or one
+changed since) the file's own chunk tables give one (``_from_file``): each chunk's raw
+CRC-32 as the file lists it, trusted only where it agrees with the rest of the file (a
+raw chunk's stored checksum, the block's CRC-32). Nothing is then known of the memory,
+so every chunk of it is checksummed (a thread pool) and compared; the chunks that
+differ are rewritten as above. A background save does this in its snapshot child, not
+in the caller. A file whose tables list no raw checksums is saved in full. A compressed file is not made incremental by uncompressed saves, nor the
 other way round: switching writes a full file.
 
 full_save  a full compressed save laid out for these updates
@@ -62,19 +68,15 @@ from typing import Any
 import numpy as np
 
 from . import journal, layout, tracking, writeprotect, writer
-from .atomic import AtomicFile
 from .baselines import identity
-from .blocks import MemorySpan, Progress, Source, write_all, write_blocks
-from .chunktable import ChunkTable
+from .blocks import MemorySpan, Progress, Source
 from .compression import (
     Compression,
     chunk_pieces,
     compress_chunk,
-    compressed_blocks,
     workers,
-    write_block,
 )
-from .constants import ALIGN, COMPRESSED_FEATURE, PLACED_FEATURE, RAW_CRCS_FEATURE
+from .constants import ALIGN
 from .crc import crc_concat
 from .graph import EncodedGraph
 from .header import BlockEntry, Header, SaveRecord, TensorEntry, read_header
@@ -84,8 +86,6 @@ __all__ = ["full_save", "update", "begin", "report", "adopt", "forget", "FULL_FR
 
 #: Above this share of a full save's cost, an update is not worth it.
 FULL_FRACTION = 0.25
-#: Least room of a block's tensor, in chunks (capped at an eighth of the block).
-ROOM_CHUNKS = 2
 #: Padding an update may leave beyond half the blocks' tensors before a full save packs.
 SLACK = 8 * 2**20
 
@@ -149,62 +149,6 @@ os.register_at_fork(after_in_child=_clear_in_child)
 
 
 # --------------------------------------------------------------------------
-# Layout
-# --------------------------------------------------------------------------
-
-def _chunked(plan: layout.Layout, enc: EncodedGraph, compression: Compression) -> list[bool]:
-    """Which blocks are stored as chunk tables: those ``compression`` compresses (the
-    large ones; with ``"auto"``, of one-byte dtypes only), and the pickle."""
-    last = len(plan.blocks) - 1 if enc.pickle_bytes is not None else -1
-    chosen = compressed_blocks(plan.blocks, plan.arrays, compression)
-    return [i == last or c for i, c in enumerate(chosen)]
-
-
-def _capacity(live: int, nbytes: int, chunk: int) -> int:
-    """The tensor size given to chunks of ``live`` stored bytes of a block of ``nbytes``."""
-    room = max(live // 4, min(ROOM_CHUNKS * chunk, nbytes // 8), ALIGN)
-    size = live + room
-    return size + (-size % ALIGN)
-
-
-def _header_length(header: Header) -> int:
-    return writer.PAGE_ALIGNED.header_length(header)
-
-
-def _tensors(blocks: list[BlockEntry], sizes: list[int], declared: list[TensorEntry],
-             end: int) -> dict[str, TensorEntry]:
-    """The tensor table: every block's tensor at its place, padding in the gaps up to ``end``."""
-    table: dict[str, TensorEntry] = {}
-    spans = sorted(range(len(blocks)), key=lambda i: blocks[i].start)
-    at = pads = 0
-    for i in spans:
-        b = blocks[i]
-        if b.start > at:
-            table[f"__pad__.{pads}"] = TensorEntry("U8", (b.start - at,), at, b.start)
-            pads += 1
-        if b.table is None:
-            table[b.tensor] = TensorEntry(declared[i].dtype, declared[i].shape, b.start,
-                                          b.start + b.nbytes)
-        else:
-            table[b.tensor] = TensorEntry("U8", (sizes[i],), b.start, b.start + sizes[i])
-        at = b.start + sizes[i]
-    if end > at:
-        table[f"__pad__.{pads}"] = TensorEntry("U8", (end - at,), at, end)
-    return table
-
-
-def _sorted_table(tensors: dict[str, TensorEntry]) -> dict[str, TensorEntry]:
-    return dict(sorted(tensors.items(), key=lambda kv: kv[1].start))
-
-
-def _description(enc: EncodedGraph, plan: layout.Layout, blocks: tuple[BlockEntry, ...],
-                 saved: SaveRecord) -> Any:
-    desc = writer.describe(enc, plan, blocks, saved)
-    return replace(desc, features=(*desc.features, COMPRESSED_FEATURE, PLACED_FEATURE,
-                                   RAW_CRCS_FEATURE))
-
-
-# --------------------------------------------------------------------------
 # Full saves
 # --------------------------------------------------------------------------
 
@@ -215,7 +159,11 @@ def full_save(enc: EncodedGraph, plan: layout.Layout, path: str, progress: bool,
     known = tracking.arm_for_full_save(plan.sources, [b.nbytes for b in plan.blocks])
     edges = [_edge_crcs(s.lo, b.nbytes) if isinstance(s, MemorySpan) and not s.lead
              else (0, 0) for s, b in zip(plan.sources, plan.blocks, strict=True)]
-    blocks, header, crcs, st = _write_full(enc, plan, path, progress, compression)
+    written = writer.write(enc, plan, path, writer.PAGE_ALIGNED, progress=progress,
+                           compression=compression)
+    header, st = written.header, written.stat
+    crcs = [None if b.table is None or b.table.raw_crcs is None else b.table.raw_crcs
+            for b in header.blocks]
     saved = header.description.saved
     assert saved is not None
     try:
@@ -233,7 +181,8 @@ def full_save(enc: EncodedGraph, plan: layout.Layout, path: str, progress: bool,
     return saved
 
 
-def _new_block(source: Source, nbytes: int, token: int | None, crcs: list[int] | np.ndarray,
+def _new_block(source: Source, nbytes: int, token: int | None,
+               crcs: list[int] | tuple[int, ...] | np.ndarray,
                edges: tuple[int, int]) -> _Block:
     lo = source.lo if isinstance(source, MemorySpan) and not source.lead else None
     return _Block(lo, nbytes, token if lo is not None else None, edges,
@@ -251,67 +200,6 @@ def _edge_crcs(lo: int, nbytes: int) -> tuple[int, int]:
 def _memory(lo: int, nbytes: int) -> np.ndarray:
     """A view (no copy) of ``nbytes`` of this process's memory at address ``lo``."""
     return np.frombuffer(memoryview((ctypes.c_ubyte * nbytes).from_address(lo)), np.uint8)
-
-
-def _write_full(enc: EncodedGraph, plan: layout.Layout, path: str, progress: bool,
-                compression: Compression
-                ) -> tuple[tuple[BlockEntry, ...], Header, list[list[int] | None], Any]:
-    chunked = _chunked(plan, enc, compression)
-    chunk = compression.chunk
-    # The header's room: that of the largest header this file can need (every chunk raw,
-    # offsets and capacities at their widest), and as much again.
-    worst_blocks = []
-    for b, c in zip(plan.blocks, chunked, strict=True):
-        if c:
-            n = -(-b.nbytes // chunk)
-            widest = 10**15
-            worst_blocks.append(replace(b, start=widest, table=ChunkTable(
-                compression.codec, chunk, tuple((min(chunk, b.nbytes - k * chunk), 0)
-                                                for k in range(n)), widest,
-                tuple([widest] * n), tuple([0] * n))))
-        else:
-            worst_blocks.append(replace(b, start=10**15))
-    declared = [plan.tensors[b.tensor] for b in plan.blocks]
-    widest_saved = SaveRecord("incremental", 10**17, 10**13, plan.data_bytes)
-    worst = Header(_description(enc, plan, tuple(worst_blocks), widest_saved),
-                   _tensors(worst_blocks, [10**15] * len(worst_blocks), declared, 10**16))
-    length = _header_length(worst)
-    data_start = 8 + length
-    bar = Progress(plan.data_bytes, "saving", progress)
-    blocks: list[BlockEntry] = []
-    sizes: list[int] = []
-    all_crcs: list[list[int] | None] = []
-    offset = 0
-    with AtomicFile(path) as fd:
-        write_all(fd, struct.pack("<Q", length) + b" " * length)
-        n_workers = workers()
-        with ThreadPoolExecutor(n_workers, thread_name_prefix="namedschema-zstd") as pool:
-            for block, source, c in zip(plan.blocks, plan.sources, chunked, strict=True):
-                os.lseek(fd, data_start + offset, os.SEEK_SET)
-                if c:
-                    raw: list[int] = []
-                    table, crc = write_block(fd, source, block.nbytes, compression, bar,
-                                             pool, 2 * n_workers, raw)
-                    size = _capacity(table.stored, block.nbytes, chunk)
-                    table = replace(table, stored=size, offsets=tuple(table.starts()),
-                                    raw_crcs=tuple(raw))
-                    blocks.append(replace(block, start=offset, crc32=crc, table=table))
-                    all_crcs.append(raw)
-                else:
-                    (crc,) = write_blocks(fd, (source,), bar)
-                    size = block.nbytes
-                    blocks.append(replace(block, start=offset, crc32=crc))
-                    all_crcs.append(None)
-                sizes.append(size)
-                offset += size + (-size % ALIGN)
-        saved = SaveRecord("full", plan.data_bytes, len(blocks), plan.data_bytes)
-        header = Header(_description(enc, plan, tuple(blocks), saved),
-                        _sorted_table(_tensors(blocks, sizes, declared, offset)), name=path)
-        os.ftruncate(fd, data_start + offset)
-        os.lseek(fd, 8, os.SEEK_SET)
-        write_all(fd, header.encode(length))
-        st = os.fstat(fd)
-    return tuple(blocks), header, all_crcs, st
 
 
 # --------------------------------------------------------------------------
@@ -337,7 +225,7 @@ class _Candidates:
 
 def _compatible(old: Header, plan: layout.Layout, enc: EncodedGraph,
                 compression: Compression) -> str | None:
-    chunked = _chunked(plan, enc, compression)
+    chunked = writer.chunked_blocks(plan, enc, compression)
     has_pickle = enc.pickle_bytes is not None
     if (len(old.blocks) != len(plan.blocks) or old.arrays != plan.arrays
             or (old.description.pickle is not None) != has_pickle):
@@ -644,7 +532,7 @@ def _place(found: _Candidates, plan: layout.Layout, fd: int, budget: int | None,
             total = sum(len(p) for p in parts)
             if total > sizes[i]:
                 # too big for its tensor: move it (padding, else the end of the file)
-                size = _capacity(total, nbytes, table.chunk)
+                size = writer.placed_capacity(total, nbytes, table.chunk)
                 at = region_space.take(size, PAGE)
                 if at is None:
                     at = end + (-end % PAGE)
@@ -690,9 +578,9 @@ def _commit(enc: EncodedGraph, plan: layout.Layout, path: str, real: str, fd: in
     placed = _place(found, plan, fd, budget, squeezed)
     declared = [plan.tensors[b.tensor] for b in plan.blocks]
     saved = SaveRecord("incremental", placed.written, len(placed.pieces), plan.data_bytes)
-    header = Header(_description(enc, plan, tuple(placed.blocks), saved),
-                    _sorted_table(_tensors(placed.blocks, placed.sizes, declared,
-                                           placed.end)), name=path)
+    header = Header(writer.placed_description(enc, plan, tuple(placed.blocks), saved),
+                    writer.placed_tensors(placed.blocks, placed.sizes, declared, placed.end),
+                    name=path)
     length = old.data_start - 8
     raw = header.encode()
     if len(raw) > length:

@@ -13,16 +13,22 @@ PAGE_ALIGNED  what later in-place updates need: large blocks at the page offset 
 Both leave aligned all-zero stretches of the data as holes (``blocks.HOLE``): the
 file's content is the same, an empty buffer takes no disk space.
 
-With ``compression`` (``PLAIN`` only) the blocks it selects (``compression.compressed_blocks``:
+With ``compression`` and ``PLAIN`` the blocks it selects (``compression.compressed_blocks``:
 at least ``compression.min_block`` bytes, of its dtypes) are written as chunk tables (``compression.write_block``); their stored sizes
 are known only once written, so the header's room is that of the largest header
 they could need (every chunk at its raw size, padding after every block), and the
-header written is padded with spaces to it.
+header written is padded with spaces to it. With ``compression`` and ``PAGE_ALIGNED``
+(a full incremental compressed save) the file is the one ``squeezed`` updates in place:
+chunk tables that place their chunks and list their raw CRC-32s, each block's tensor
+with room for its chunks to grow, the header with room as ``PAGE_ALIGNED`` gives it, and
+a ``saved`` record (the package docstring, "Placed chunks").
 
 LayoutPolicy    what a policy is: ``place``, ``header_length``, ``finish``
 Written         what ``write`` returns: the header written and the file's ``stat``
 describe        the header description of an encoded graph (in-place updates use it too)
 write           write an encoded, planned graph to a file, atomically
+chunked_blocks, placed_capacity, placed_tensors, placed_description
+                the layout of placed compressed files (``squeezed``'s updates use it too)
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from __future__ import annotations
 import os
 import struct
 import uuid
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Protocol
@@ -40,14 +47,15 @@ from .atomic import AtomicFile
 from .blocks import Progress, Source, write_all, write_blocks
 from .chunktable import ChunkTable
 from .compression import Compression
-from .constants import ALIGN, COMPRESSED_FEATURE, MAX_HEADER
+from .constants import ALIGN, COMPRESSED_FEATURE, MAX_HEADER, PLACED_FEATURE, RAW_CRCS_FEATURE
 from .graph import EncodedGraph
 from .header import BlockEntry, Description, Header, PickleEntry, SaveRecord, TensorEntry
 from .nodes import features_of
 from .pages import PAGE
 
 __all__ = ["LayoutPolicy", "PLAIN", "PAGE_ALIGNED", "Written", "describe", "write",
-           "HEADER_HEADROOM"]
+           "HEADER_HEADROOM", "ROOM_CHUNKS", "chunked_blocks", "placed_capacity",
+           "placed_tensors", "placed_description"]
 
 #: The least room for the header to grow in files laid out for incremental saves (they
 #: get as much again as their header when that is more).
@@ -176,8 +184,9 @@ def write(graph: EncodedGraph, plan: layout.Layout, path: str, policy: LayoutPol
     ``PLAIN`` only) stores large blocks compressed.
     """
     if compression is not None:
-        if policy is not PLAIN:
-            raise ValueError("internal error: compression needs the PLAIN layout")
+        if policy is PAGE_ALIGNED:
+            return _write_placed(graph, plan, path, compression,
+                                 path if shown is None else shown, progress)
         return _write_compressed(graph, plan, path, compression,
                                  path if shown is None else shown, progress)
     tensors, blocks = policy.place(plan, graph.pickle_bytes is not None)
@@ -287,6 +296,125 @@ def _write_compressed(graph: EncodedGraph, plan: layout.Layout, path: str,
         header = header_of(tables, crcs, False)
         end = max((t.end for t in header.tensors.values()), default=0)
         os.ftruncate(fd, 8 + length + end)  # a last hole included
+        os.lseek(fd, 8, os.SEEK_SET)
+        write_all(fd, header.encode(length))
+        st = os.fstat(fd)
+    return Written(header, st)
+
+
+# --------------------------------------------------------------------------
+# Placed compressed files (``PAGE_ALIGNED`` with compression), updated by ``squeezed``
+# --------------------------------------------------------------------------
+
+#: Least room of a placed block's tensor, in chunks (capped at an eighth of the block).
+ROOM_CHUNKS = 2
+
+
+def chunked_blocks(plan: layout.Layout, graph: EncodedGraph,
+                   compression: Compression) -> list[bool]:
+    """Which blocks a placed file stores as chunk tables: those ``compression``
+    compresses (the large ones; with ``"auto"``, of one-byte dtypes only), and the
+    pickle."""
+    last = len(plan.blocks) - 1 if graph.pickle_bytes is not None else -1
+    chosen = _compression.compressed_blocks(plan.blocks, plan.arrays, compression)
+    return [i == last or c for i, c in enumerate(chosen)]
+
+
+def placed_capacity(live: int, nbytes: int, chunk: int) -> int:
+    """The tensor size given to chunks of ``live`` stored bytes of a block of ``nbytes``:
+    a quarter more, at least ``ROOM_CHUNKS`` chunks or an eighth of the block."""
+    room = max(live // 4, min(ROOM_CHUNKS * chunk, nbytes // 8), ALIGN)
+    size = live + room
+    return size + (-size % ALIGN)
+
+
+def placed_tensors(blocks: Sequence[BlockEntry], sizes: Sequence[int],
+                   declared: Sequence[TensorEntry], end: int) -> dict[str, TensorEntry]:
+    """The tensor table of a placed file, in file order: every block's tensor at its
+    place (``sizes``: a chunked block's tensor size), padding in the gaps up to ``end``."""
+    table: dict[str, TensorEntry] = {}
+    spans = sorted(range(len(blocks)), key=lambda i: blocks[i].start)
+    at = pads = 0
+    for i in spans:
+        b = blocks[i]
+        if b.start > at:
+            table[f"__pad__.{pads}"] = TensorEntry("U8", (b.start - at,), at, b.start)
+            pads += 1
+        if b.table is None:
+            table[b.tensor] = TensorEntry(declared[i].dtype, declared[i].shape, b.start,
+                                          b.start + b.nbytes)
+        else:
+            table[b.tensor] = TensorEntry("U8", (sizes[i],), b.start, b.start + sizes[i])
+        at = b.start + sizes[i]
+    if end > at:
+        table[f"__pad__.{pads}"] = TensorEntry("U8", (end - at,), at, end)
+    return dict(sorted(table.items(), key=lambda kv: kv[1].start))
+
+
+def placed_description(graph: EncodedGraph, plan: layout.Layout,
+                       blocks: tuple[BlockEntry, ...], saved: SaveRecord) -> Description:
+    """``describe`` for a placed file: its features listed."""
+    desc = describe(graph, plan, blocks, saved)
+    return replace(desc, features=(*desc.features, COMPRESSED_FEATURE, PLACED_FEATURE,
+                                   RAW_CRCS_FEATURE))
+
+
+def _write_placed(graph: EncodedGraph, plan: layout.Layout, path: str,
+                  compression: Compression, shown: str, progress: bool) -> Written:
+    """A full compressed save laid out for incremental ones (the package docstring,
+    "Placed chunks"): chunk tables with offsets and raw checksums, tensors with room
+    to spare, the header with room to grow, a ``saved`` record."""
+    chunked = chunked_blocks(plan, graph, compression)
+    chunk = compression.chunk
+    # The header's room: that of the largest header this file can need (every chunk raw,
+    # offsets and capacities at their widest), and as much again.
+    widest = 10**15
+    worst_blocks = []
+    for b, c in zip(plan.blocks, chunked, strict=True):
+        if c:
+            n = -(-b.nbytes // chunk)
+            worst_blocks.append(replace(b, start=widest, table=ChunkTable(
+                compression.codec, chunk, tuple((min(chunk, b.nbytes - k * chunk), 0)
+                                                for k in range(n)), widest,
+                tuple([widest] * n), tuple([0] * n))))
+        else:
+            worst_blocks.append(replace(b, start=widest))
+    declared = [plan.tensors[b.tensor] for b in plan.blocks]
+    widest_saved = SaveRecord("incremental", 10**17, 10**13, plan.data_bytes)
+    worst = Header(placed_description(graph, plan, tuple(worst_blocks), widest_saved),
+                   placed_tensors(worst_blocks, [widest] * len(worst_blocks), declared,
+                                  10**16))
+    length = PAGE_ALIGNED.header_length(worst)
+    data_start = 8 + length
+    bar = Progress(plan.data_bytes, "saving", progress)
+    blocks: list[BlockEntry] = []
+    sizes: list[int] = []
+    offset = 0
+    with AtomicFile(path) as fd:
+        write_all(fd, struct.pack("<Q", length) + b" " * length)
+        workers = _compression.workers()
+        with ThreadPoolExecutor(workers, thread_name_prefix="namedschema-zstd") as pool:
+            for block, source, c in zip(plan.blocks, plan.sources, chunked, strict=True):
+                os.lseek(fd, data_start + offset, os.SEEK_SET)
+                if c:
+                    raw: list[int] = []
+                    table, crc = _compression.write_block(fd, source, block.nbytes,
+                                                          compression, bar, pool,
+                                                          2 * workers, raw)
+                    size = placed_capacity(table.stored, block.nbytes, chunk)
+                    table = replace(table, stored=size, offsets=tuple(table.starts()),
+                                    raw_crcs=tuple(raw))
+                    blocks.append(replace(block, start=offset, crc32=crc, table=table))
+                else:
+                    (crc,) = write_blocks(fd, (source,), bar)
+                    size = block.nbytes
+                    blocks.append(replace(block, start=offset, crc32=crc))
+                sizes.append(size)
+                offset += size + (-size % ALIGN)
+        saved = SaveRecord("full", plan.data_bytes, len(blocks), plan.data_bytes)
+        header = Header(placed_description(graph, plan, tuple(blocks), saved),
+                        placed_tensors(blocks, sizes, declared, offset), name=shown)
+        os.ftruncate(fd, data_start + offset)
         os.lseek(fd, 8, os.SEEK_SET)
         write_all(fd, header.encode(length))
         st = os.fstat(fd)

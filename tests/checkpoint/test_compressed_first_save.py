@@ -148,8 +148,8 @@ def test_raw_checksums_that_disagree_with_the_file_are_not_trusted(tmp_path):
     new_rows[k * CHUNK:(k + 1) * CHUNK] = 42
 
     def forge(desc):   # chunk k "holds" what memory will hold: a save that trusts it skips k
-        desc["blocks"][0]["raw_crc32"][k] = "%08x" % zlib.crc32(
-            new_rows[k * CHUNK:(k + 1) * CHUNK].tobytes())
+        crc = zlib.crc32(new_rows[k * CHUNK:(k + 1) * CHUNK].tobytes())
+        desc["blocks"][0]["raw_crc32"][k] = f"{crc:08x}"
     _rewrite_header(path, forge)
     with pytest.raises(FormatError, match=f"chunk {k} holds raw bytes of checksum"):
         verify(path)
