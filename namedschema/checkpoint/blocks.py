@@ -181,6 +181,37 @@ class _Crc:
         self.value = zlib.crc32(chunk, self.value)
 
 
+class EarlySync:
+    """A background fdatasync of ``fd`` every SYNC_EVERY bytes written (one at a time),
+    for writers that write through ``write_all`` (compressed blocks): the disk starts
+    early, as in ``write_blocks``. ``close`` waits for the last one (raising its error)."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.unsynced = 0
+        self.syncing: Future | None = None
+        self.pool: ThreadPoolExecutor | None = None
+
+    def wrote(self, nbytes: int) -> None:
+        self.unsynced += nbytes
+        if self.unsynced >= SYNC_EVERY and (self.syncing is None or self.syncing.done()):
+            if self.syncing is not None:
+                self.syncing.result()  # raise its error, if any
+            if self.pool is None:
+                self.pool = ThreadPoolExecutor(1, thread_name_prefix="namedschema-sync")
+            self.syncing = submit_or_run(self.pool, getattr(os, "fdatasync", os.fsync),
+                                         self.fd)
+            self.unsynced = 0
+
+    def close(self) -> None:
+        try:
+            if self.syncing is not None:
+                self.syncing.result()
+        finally:
+            if self.pool is not None:
+                self.pool.shutdown(wait=True)
+
+
 def submit_or_run(pool: ThreadPoolExecutor, fn: Callable[..., Any], *args: Any) -> Future:
     """``pool.submit(fn, *args)``, or the call made here when the pool takes no more work.
 

@@ -46,7 +46,7 @@ import numpy as np
 
 from ..errors import FormatError
 from .arrays import aligned_empty
-from .blocks import MemorySpan, Progress, Source, submit_or_run, write_all
+from .blocks import EarlySync, MemorySpan, Progress, Source, submit_or_run, write_all
 from .chunktable import ChunkTable
 from .constants import ALIGN, CODECS, COMPRESSED_FEATURE, MAX_CHUNK, MIN_CHUNK
 from .crc import crc_concat
@@ -275,24 +275,31 @@ def write_block(fd: int, source: Source, nbytes: int, compression: Compression,
     raw_crcs = [] if raw_crcs is None else raw_crcs
     stored = 0
 
+    sync = EarlySync(fd)
+
     def drain(keep: int) -> None:
         nonlocal stored
         while len(in_flight) > keep:
             future, raw = in_flight.popleft()
             data, crc, raw_crc = future.result()
             write_all(fd, data)
+            sync.wrote(len(data))
             chunks.append((len(data), crc))
             raw_crcs.append(raw_crc)
             stored += len(data)
             progress.advance(raw)
 
     seen = 0
-    for piece, live in chunk_pieces(source, compression.chunk):
-        size = memoryview(piece).nbytes
-        seen += size
-        in_flight.append((submit_or_run(pool, compress_chunk, piece, live, compression.level), size))
-        drain(limit)
-    drain(0)
+    try:
+        for piece, live in chunk_pieces(source, compression.chunk):
+            size = memoryview(piece).nbytes
+            seen += size
+            in_flight.append((submit_or_run(pool, compress_chunk, piece, live,
+                                            compression.level), size))
+            drain(limit)
+        drain(0)
+    finally:
+        sync.close()
     if seen != nbytes:  # pragma: no cover - the layout and its sources agree
         raise RuntimeError(f"internal error: a block of {nbytes} bytes gave {seen}")
     pad = -stored % ALIGN
