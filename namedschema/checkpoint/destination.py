@@ -8,7 +8,8 @@ clean up) that is removed at once.
 
 unwritable   why a checkpoint cannot be written at a path, or None
 free_bytes   bytes a checkpoint at a path may use: free space plus the file it replaces
-state_bytes  bytes of the arrays and tensors in a nested state (what its checkpoint holds)
+state_bytes  bytes of the arrays and tensors in a nested state (what its checkpoint holds;
+             with a compression, those it stores raw for sure)
 """
 
 from __future__ import annotations
@@ -17,9 +18,14 @@ import os
 import secrets
 import shutil
 import stat
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from .atomic import file_kind, final_target, host_tag, temp_prefix
+
+if TYPE_CHECKING:
+    from .compression import Compression
 
 __all__ = ["unwritable", "free_bytes", "state_bytes"]
 
@@ -74,9 +80,16 @@ def free_bytes(path: str) -> int:
     return int(usage.free) + held
 
 
-def state_bytes(state: Any) -> int:
+def state_bytes(state: Any, compression: Compression | None = None) -> int:
     """Bytes of the numpy arrays and torch tensors in ``state`` (dicts, lists, tuples and
-    objects' ``__dict__`` walked), each memory counted once (views of one base too)."""
+    objects' ``__dict__`` walked), each memory counted once (views of one base too).
+
+    With ``compression``, the memory it would compress is not counted: its stored size
+    is known only once written (from a 32,768th of it to its own size, where it does
+    not shrink), so what is left is the least the file needs. A space check on this
+    refuses only a state that cannot fit; a compressed save that does not fit fails as
+    it writes, the file it would replace untouched.
+    """
     seen: set[int] = set()
     total = 0
     stack = [(state, 0)]
@@ -87,7 +100,7 @@ def state_bytes(state: Any) -> int:
         if depth > _MAX_DEPTH or id(obj) in seen:
             continue
         seen.add(id(obj))
-        size = _array_bytes(obj, seen)
+        size = _array_bytes(obj, seen, compression)
         if size is not None:
             total += size
         elif isinstance(obj, dict):
@@ -99,8 +112,30 @@ def state_bytes(state: Any) -> int:
     return total
 
 
-def _array_bytes(obj: Any, seen: set[int]) -> int | None:
-    """The bytes of an array or tensor not counted yet (0 if its base was), or None."""
+#: torch's one-byte dtypes as numpy's ``dtype.str`` (what ``compression="auto"`` selects)
+_TORCH_DTYPES = {"torch.uint8": "|u1", "torch.int8": "|i1", "torch.bool": "|b1"}
+
+
+def _compressed(obj: Any, nbytes: int, compression: Compression | None) -> bool:
+    """Whether ``compression`` would store the memory of ``obj`` (``nbytes``) compressed."""
+    if compression is None or nbytes < compression.min_block:
+        return False
+    if compression.dtypes is None:
+        return True
+    dtype = getattr(obj, "dtype", None)
+    name = _TORCH_DTYPES.get(str(dtype))
+    if name is None:
+        try:
+            name = np.dtype(dtype).str
+        except TypeError:
+            return False
+    return name in compression.dtypes
+
+
+def _array_bytes(obj: Any, seen: set[int], compression: Compression | None = None
+                 ) -> int | None:
+    """The bytes of an array or tensor not counted yet (0 if its base was, or if
+    ``compression`` compresses it), or None."""
     nbytes = getattr(obj, "nbytes", None)
     if not isinstance(nbytes, int) or not hasattr(obj, "shape"):
         return None
@@ -112,4 +147,6 @@ def _array_bytes(obj: Any, seen: set[int]) -> int | None:
             return 0
         seen.add(id(base))
         nbytes = getattr(base, "nbytes", nbytes)
-    return int(nbytes) if isinstance(nbytes, int) else None
+    if not isinstance(nbytes, int):
+        return None
+    return 0 if _compressed(base, nbytes, compression) else int(nbytes)

@@ -33,10 +33,12 @@ chunked_blocks, placed_capacity, placed_tensors, placed_description
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
 import struct
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Protocol
@@ -258,6 +260,28 @@ def _compressed_layout(plan: layout.Layout, tables: list[ChunkTable | None], crc
     return table, tuple(blocks)
 
 
+@contextlib.contextmanager
+def _compressed_file(path: str, shown: str, data_bytes: int) -> Iterator[int]:
+    """``AtomicFile`` for a compressed save, whose size is known only as it is written: a
+    full disk is an OSError (its errno kept) saying how far the save got and that the
+    file at ``path`` was left as it was (the temporary file is removed)."""
+    with AtomicFile(path) as fd:
+        try:
+            yield fd
+        except OSError as exc:
+            if exc.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+                raise
+            try:
+                at = f"{os.lseek(fd, 0, os.SEEK_CUR):,} bytes"
+            except OSError:
+                at = "part of it"
+            raise OSError(exc.errno, f"{os.strerror(exc.errno)}: the compressed checkpoint "
+                          f"did not fit after {at} of it were written (its "
+                          f"{data_bytes:,} bytes of data take what they compress to, known "
+                          "only as they are written); the file there was left as it was",
+                          shown) from exc
+
+
 def _write_compressed(graph: EncodedGraph, plan: layout.Layout, path: str,
                       compression: Compression, shown: str, progress: bool) -> Written:
     """``write`` with large blocks compressed (see the module docstring)."""
@@ -280,7 +304,7 @@ def _write_compressed(graph: EncodedGraph, plan: layout.Layout, path: str,
     bar = Progress(plan.data_bytes, "saving", progress)
     tables: list[ChunkTable | None] = []
     crcs: list[int] = []
-    with AtomicFile(path) as fd:
+    with _compressed_file(path, shown, plan.data_bytes) as fd:
         write_all(fd, struct.pack("<Q", length) + b" " * length)
         workers = _compression.workers()
         with ThreadPoolExecutor(workers, thread_name_prefix="namedschema-zstd") as pool:
@@ -390,7 +414,7 @@ def _write_placed(graph: EncodedGraph, plan: layout.Layout, path: str,
     blocks: list[BlockEntry] = []
     sizes: list[int] = []
     offset = 0
-    with AtomicFile(path) as fd:
+    with _compressed_file(path, shown, plan.data_bytes) as fd:
         write_all(fd, struct.pack("<Q", length) + b" " * length)
         workers = _compression.workers()
         with ThreadPoolExecutor(workers, thread_name_prefix="namedschema-zstd") as pool:

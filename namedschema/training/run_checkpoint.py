@@ -218,7 +218,8 @@ class RunCheckpoint:
             kwargs["allow_pickle"] = True
         state = self.state(step, **loop)
         if self.step is None:     # a new run's first save: refused now if it cannot fit
-            _check_room(self.path, state)
+            _check_room(self.path, state, compression_argument(
+                self.compression, caller="RunCheckpoint"))
         self.wait()       # the previous save's error, if any, is raised here, not lost
         if self._audit is not None:
             self._audit.progress(step)
@@ -525,19 +526,25 @@ def _accepted(value: Any) -> Literal[True] | tuple[str, ...]:
     return names
 
 
-def _check_room(path: str, state: Any) -> None:
+def _check_room(path: str, state: Any, compression: Any = None) -> None:
     """Refuse, before the first save writes anything, a state larger than the space there
-    (free space plus the file it replaces: what ``resumable`` checks at startup)."""
+    (free space plus the file it replaces: what ``resumable`` checks at startup).
+
+    With ``compression`` only what it stores raw counts (``state_bytes``): the size of
+    the rest is known once written, and a save that does not fit fails as it writes,
+    leaving the previous file as it was."""
     try:
         free = free_bytes(path)
     except OSError:       # the folder went away: the save itself says so
         return
-    need = state_bytes(state)
+    need = state_bytes(state, compression)
     if need > free:
+        what = ("the tracked arrays and tensors, replay buffers included" if compression
+                is None else "the tracked arrays and tensors that are not compressed")
         raise RunCheckpointError(
             f"RunCheckpoint: the checkpoint {path!r} needs about {need:,} bytes "
-            f"({need / 2**30:.2f} GiB: the tracked arrays and tensors, replay buffers "
-            f"included), but only {free:,} bytes ({free / 2**30:.2f} GiB) are free there; "
+            f"({need / 2**30:.2f} GiB: {what}), but only {free:,} bytes "
+            f"({free / 2**30:.2f} GiB) are free there; "
             "free some space or give a path on another file system")
 
 

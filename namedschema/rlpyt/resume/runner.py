@@ -152,14 +152,19 @@ def check_target(path: str) -> None:
         raise ResumeError(f"resumable: cannot write checkpoints to {path!r}: {why}")
 
 
-def lack_of_room(path: str, state: Any) -> str | None:
+def lack_of_room(path: str, state: Any, compression: Any = None) -> str | None:
     """Why the run's state (its replay buffer full) does not fit the space a checkpoint at
-    ``path`` may take, or None if it fits."""
-    need, free = state_bytes(state), free_bytes(path)
+    ``path`` may take, or None if it fits. With ``compression`` (a ``compression=``
+    argument) only what it stores raw counts: the rest's size is known once written (a
+    save that does not fit fails as it writes, the previous file kept)."""
+    codec = compression_argument(compression, caller="resumable")
+    need, free = state_bytes(state, codec), free_bytes(path)
     if need <= free:
         return None
-    return (f"resumable: the checkpoints at {path!r} need about {_human(need)} (the run's "
-            f"state, its replay buffer included), but only {_human(free)} are free there; "
+    what = ("the run's state, its replay buffer included" if codec is None else
+            "the run's state that is not compressed")
+    return (f"resumable: the checkpoints at {path!r} need about {_human(need)} ({what}), "
+            f"but only {_human(free)} are free there; "
             "free some space or pass a path on another file system")
 
 
@@ -386,7 +391,7 @@ class _Resume:
             self._stop_sampler()
             raise ResumeError(f"resumable: the run's state cannot be checkpointed ({why}): "
                               "give its class a handler (namedschema.rlpyt.register_handler)")
-        short = lack_of_room(self.path, captured)
+        short = lack_of_room(self.path, captured, getattr(self.writer, "compression", None))
         if short:
             self._stop_sampler()
             raise ResumeError(short)
