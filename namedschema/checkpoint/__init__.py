@@ -195,7 +195,11 @@ the table has exactly ``ceil(n / c)`` entries, no more than the stored
 bytes; every ``s_i`` is between 1 and its chunk's raw size, and the raw size
 is at most 32,768 times ``s_i`` (no zstd frame expands more: a file cannot
 make a load allocate more than that times its size); the ``s_i`` add up to
-the tensor's size (without ``offsets``, below); the file lists the feature ``"zstd-chunks"``. Loading
+the tensor's size (without ``offsets``, below); the file lists the feature ``"zstd-chunks"``.
+A table may also list ``"raw_crc32": ["8 hex digits", ...]``, the CRC-32 of each
+chunk's raw bytes (exactly one per chunk, eight lower-case hex digits; the file then
+lists the feature ``"zstd-chunk-raw-crcs"``, which readers before it refuse);
+``verify`` checks each against the chunk's decompressed bytes. Loading
 decompresses each chunk into the block's memory (raw chunks are read into
 it); a frame that declares or yields another size than its chunk's is a
 ``FormatError`` naming the block's first field. Every load checks the
@@ -213,7 +217,8 @@ space (the stored sizes add up to at most its size). A reader checks that there
 is one integer offset per chunk, that every chunk lies inside the tensor, that no
 two overlap, and that the file lists the feature ``"zstd-chunk-offsets"``
 (readers before it refuse such a file). Incremental compressed saves write every
-block of at least 4 KiB, and the pickle block, this way, each tensor with room for
+block of at least 4 KiB, and the pickle block, this way (with ``raw_crc32``), each
+tensor with room for
 its chunks to grow (a quarter of their size, and at least two chunks' raw size or
 an eighth of the block, whichever is less), and the header with room to grow as
 in other incremental-mode files. A later save rewrites only the chunks whose data
@@ -224,7 +229,10 @@ again as it needs) and its old place is zeroed and becomes ``__pad__.K``. It
 updates the chunk's entry and offset, and the block's ``crc32`` (the CRC-32 of its
 raw bytes, combined from the chunks'); a save that would leave more padding than
 half of the blocks' tensors (plus 8 MiB) is a full save instead, which packs the
-file. Files written without ``incremental`` (and all uncompressed files) have no
+file. A save in a process that did not write the file's current state compares each
+chunk of memory with its ``raw_crc32`` (used only where the listed checksums combine
+to the block's ``crc32`` and equal the stored checksum of every raw chunk) and
+rewrites the chunks that differ. Files written without ``incremental`` (and all uncompressed files) have no
 ``offsets`` and are exactly as before.
 
 Incremental saves (``save(..., incremental=True)``) write files of this same
