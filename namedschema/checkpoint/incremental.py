@@ -594,7 +594,8 @@ def _begin(enc: EncodedGraph, plan: layout.Layout, path: str, real: str, fd: int
             _write_changes, enc, plan, path, real, fd, *found, progress=progress)
     rest = _squeezed().begin(enc, plan, path, real, fd, progress, compression)
     if isinstance(rest, str):
-        _note(real, rest)
+        if rest:         # "": a snapshot child compares the chunks (no full save)
+            _note(real, rest)
         return None
 
     def write() -> SaveRecord | None:

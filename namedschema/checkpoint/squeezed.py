@@ -210,6 +210,14 @@ class _Stop(Exception):
     """Why the update is not made (a full save is)."""
 
 
+class _ToChild(_Stop):
+    """Not in the caller: a snapshot child compares the chunks (not a full save). Its
+    text is empty: there is no reason for a full save to note."""
+
+    def __init__(self) -> None:
+        super().__init__("")
+
+
 @dataclass
 class _Candidates:
     """What the first half found: per chunked block, ``{chunk: a private copy}``."""
@@ -299,9 +307,8 @@ def _find(enc: EncodedGraph, plan: layout.Layout, path: str, real: str, fd: int,
             raise _Stop("this process did not write the file's current state and the file "
                         "lists no raw checksums of its chunks to compare memory with (no "
                         "baseline of its chunks)")
-        if caller_half:
-            raise _Stop("this process did not write the file's current state: a snapshot "
-                        "child compares every chunk with the file's raw checksums")
+        if caller_half:   # checksumming all memory here would stall the caller
+            raise _ToChild()
     budget = int(FULL_FRACTION * max(plan.data_bytes, 1))
     found = _Candidates(st, old, base, {}, {}, {}, {})
     spent = 0
@@ -626,7 +633,9 @@ def begin(enc: EncodedGraph, plan: layout.Layout, path: str, real: str, fd: int,
           progress: bool, compression: Compression
           ) -> Callable[[], SaveRecord | str] | str:
     """The caller's half of a background update: the candidates, copied; the rest to run
-    in the writer thread (a SaveRecord, or why nothing was written). Or why not."""
+    in the writer thread (a SaveRecord, or why nothing was written). Or why not: ``""``
+    when a snapshot child is to compare the chunks with the file (no baseline in memory,
+    raw checksums in the file), which is no reason for a full save."""
     found = _or_why(real, lambda: _find(enc, plan, path, real, fd, compression, True))
     if isinstance(found, str):
         return found
