@@ -4,40 +4,52 @@ Every class also subclasses the builtin exception it refines, so code that
 already catches ``ValueError`` / ``TypeError`` / ``IndexError`` keeps working.
 
 NamedSchemaError        base of everything namedschema raises on purpose
-SchemaDefinitionError   a schema definition is invalid (ValueError)
-SchemaClassError        a class statement cannot define a schema (also a TypeError)
-SchemaConflictError     an unpickled schema disagrees with one this process has
+SchemaError             a schema definition is invalid, or an unpickled one conflicts (ValueError)
+SchemaClassError        a class statement cannot define a schema (a SchemaError, also a TypeError)
 StructureMismatchError  a value does not have the expected structure (TypeError)
-FieldError              reading or writing a field failed; names schema and field
-Field*Error             FieldError plus the builtin type of the failure (IndexError, ...)
+FieldError              reading or writing a field failed; names schema and field; also the
+                        builtin class of the failure (IndexError, KeyError...), see below
 FormatError             a checkpoint file is not valid (ValueError)
-UnsafeLoadError         a checkpoint needs pickle and allow_pickle was not given
-BackgroundSaveError     a background save's writer died, or its error could not come back (OSError)
 UnexpectedKindError     a valid checkpoint of another kind than load was told to expect
-NotRegularFileError     save refused a target that is not a regular file (an OSError)
+UnsafeLoadError         a checkpoint needs pickle and allow_pickle was not given
+SaveError               save refused a target that is not a regular file, or a background
+                        save's writer died or its error could not come back (OSError)
 NotDataError            save met a value that is not data and allow_pickle was not given
-BufferShapeError        buffer arrays disagree in leading dimensions (ValueError)
-BufferSizeError         a buffer too large to allocate (a BufferShapeError and MemoryError)
-ReplayStateError        a saved replay buffer state that does not fit the buffer (a BufferShapeError)
 UnpicklableError        an attribute of an object being pickled cannot be (TypeError)
 MissingModuleError      unpickling needs a module this process cannot import (ModuleNotFoundError)
 MissingClassError       unpickling needs a name its module lacks here (AttributeError)
 SchemaEvolutionError    saved data does not map onto today's schemas (ValueError)
-MissingFieldError       a new field without a default (a SchemaEvolutionError)
-FillLimitError          new fields would fill more memory than the file justifies (likewise)
-ExtraFieldError         a saved field today's schema lacks (a SchemaEvolutionError)
-FieldMismatchError      a saved dtype/shape differs from the declared one (likewise)
+FillLimitError          new fields would fill more memory than the file justifies (also MemoryError)
+BufferShapeError        buffer arrays disagree in leading dimensions, or a saved replay buffer
+                        state does not fit the buffer (ValueError)
+BufferSizeError         a buffer too large to allocate (a BufferShapeError and MemoryError)
 EnvStateError           a captured env state does not fit the env it goes into (ValueError)
 RunCheckpointError      a run checkpoint that does not fit the run (ValueError)
-ShardedReplayError      a shard of a ShardedReplay failed, or its checkpoint (RuntimeError)
-RlpytImportError        rlpyt cannot be imported for patch_rlpyt (ImportError)
-ResumeError             an rlpyt runner or checkpoint that cannot be resumed (RuntimeError)
 StateMismatchError      a saved rlpyt component state does not fit the new one (ValueError)
-SamplerWorkerError      a parallel sampler's worker failed in a resumable run (RuntimeError)
+ResumeError             an rlpyt runner or checkpoint that cannot be resumed (RuntimeError)
+WorkerError             a worker failed: a sampler worker of a resumable run, a shard of a
+                        ShardedReplay (RuntimeError)
+RlpytImportError        rlpyt cannot be imported for patch_rlpyt (ImportError)
 
 NamedSchemaWarning      base of namedschema's warnings (a UserWarning)
 RunCheckpointWarning    part of a run that RunCheckpoint restarts rather than resumes
 ResumeWarning           part of an rlpyt run that resumable cannot restore exactly
+
+A FieldError is also the builtin class of the failure it reports: ``field_error_class``
+makes one subclass per builtin, so ``except IndexError`` around an indexing still
+catches it. The common ones have names here: FieldIndexError, FieldKeyError,
+FieldTypeError, FieldValueError, FieldRuntimeError, and FieldOverflowError (also an
+IndexError, as numpy reports most out-of-range indices).
+
+Deprecated names (issue 29 merged classes that users could not tell apart by what they
+catch): each is a name of the class that replaced it, so ``except OldName`` still catches
+everything it caught, and pickles made before still load.
+
+SchemaDefinitionError, SchemaConflictError            SchemaError
+NotRegularFileError, BackgroundSaveError              SaveError
+MissingFieldError, ExtraFieldError, FieldMismatchError SchemaEvolutionError
+ReplayStateError                                      BufferShapeError
+ShardedReplayError, SamplerWorkerError                WorkerError
 
 Every class is defined here, the lowest layer, so that one import reaches them all
 and ``import namedschema`` stays light; the modules that raise them re-export
@@ -55,44 +67,49 @@ from collections.abc import Mapping
 
 __all__ = [
     "NamedSchemaError",
-    "SchemaDefinitionError",
+    "SchemaError",
     "SchemaClassError",
-    "SchemaConflictError",
     "StructureMismatchError",
     "FieldError",
+    "FormatError",
+    "UnexpectedKindError",
+    "UnsafeLoadError",
+    "SaveError",
+    "NotDataError",
+    "UnpicklableError",
+    "MissingModuleError",
+    "MissingClassError",
+    "SchemaEvolutionError",
+    "FillLimitError",
+    "BufferShapeError",
+    "BufferSizeError",
+    "EnvStateError",
+    "RunCheckpointError",
+    "StateMismatchError",
+    "ResumeError",
+    "WorkerError",
+    "RlpytImportError",
+    "NamedSchemaWarning",
+    "RunCheckpointWarning",
+    "ResumeWarning",
+    # FieldError's subclasses for one builtin (made by field_error_class)
     "FieldIndexError",
     "FieldKeyError",
     "FieldOverflowError",
     "FieldTypeError",
     "FieldValueError",
     "FieldRuntimeError",
-    "FormatError",
-    "UnsafeLoadError",
-    "BackgroundSaveError",
+    # deprecated names of the classes above (DEPRECATED_NAMES)
+    "SchemaDefinitionError",
+    "SchemaConflictError",
     "NotRegularFileError",
-    "UnexpectedKindError",
-    "NotDataError",
-    "BufferShapeError",
-    "BufferSizeError",
+    "BackgroundSaveError",
     "ReplayStateError",
-    "UnpicklableError",
-    "MissingModuleError",
-    "MissingClassError",
-    "SchemaEvolutionError",
     "MissingFieldError",
-    "FillLimitError",
     "ExtraFieldError",
     "FieldMismatchError",
-    "EnvStateError",
-    "RunCheckpointError",
     "ShardedReplayError",
-    "RlpytImportError",
-    "ResumeError",
-    "StateMismatchError",
     "SamplerWorkerError",
-    "NamedSchemaWarning",
-    "RunCheckpointWarning",
-    "ResumeWarning",
 ]
 
 _short = reprlib.Repr()
@@ -109,16 +126,17 @@ class NamedSchemaError(Exception):
     """Base class of the errors namedschema raises deliberately."""
 
 
-class SchemaDefinitionError(NamedSchemaError, ValueError):
-    """A typename, field name or default is invalid."""
+class SchemaError(NamedSchemaError, ValueError):
+    """A typename, field name or default is invalid, or an unpickled schema's id is taken
+    by a different schema in this process."""
 
 
-class SchemaClassError(SchemaDefinitionError, TypeError):
+class SchemaClassError(SchemaError, TypeError):
     """A class statement cannot define a schema; a TypeError too, as with typing.NamedTuple."""
 
 
-class SchemaConflictError(NamedSchemaError, ValueError):
-    """An unpickled schema's id is taken by a different schema in this process."""
+SchemaDefinitionError = SchemaError   # deprecated names (issue 29)
+SchemaConflictError = SchemaError
 
 
 class StructureMismatchError(NamedSchemaError, TypeError):
@@ -131,9 +149,12 @@ class StructureMismatchError(NamedSchemaError, TypeError):
     """
 
     def __init__(self, path: str, expected: str, got: str, detail: str = ""):
-        self.path, self.expected, self.got = path, expected, got
+        self.path, self.expected, self.got, self.detail = path, expected, got, detail
         msg = f"{path}: expected {expected}, got {got}"
         super().__init__(msg + (f"; {detail}" if detail else ""))
+
+    def __reduce__(self):  # (a background save's child sends its errors by pickle)
+        return type(self), (self.path, self.expected, self.got, self.detail)
 
 
 class FieldError(NamedSchemaError):
@@ -171,42 +192,11 @@ class FieldError(NamedSchemaError):
                              self.written, self.assigning))
 
 
-class FieldIndexError(FieldError, IndexError):
-    """A field failed with IndexError."""
-
-
-class FieldKeyError(FieldError, KeyError):
-    """A field failed with KeyError."""
-
-    __str__ = Exception.__str__  # KeyError would quote the whole message
-
-
-class FieldTypeError(FieldError, TypeError):
-    """A field failed with TypeError (for example a None field assigned to)."""
-
-
-class FieldValueError(FieldError, ValueError):
-    """A field failed with ValueError (for example a shape mismatch)."""
-
-
-class FieldOverflowError(FieldError, OverflowError, IndexError):
-    """A field failed with OverflowError (an index too large for the array).
-
-    Also an IndexError, as numpy reports most out-of-range indices.
-    """
-
-
-class FieldRuntimeError(FieldError, RuntimeError):
-    """A field failed with RuntimeError (what torch raises for shape and device mismatches)."""
-
-
-# The classes above, by the builtin exception they add to FieldError.
-_NAMED_FIELD_ERRORS: dict[type[BaseException], type[FieldError]] = {
-    IndexError: FieldIndexError, KeyError: FieldKeyError, TypeError: FieldTypeError,
-    ValueError: FieldValueError, OverflowError: FieldOverflowError,
-    RuntimeError: FieldRuntimeError,
-}
-# Classes made on demand for other builtins (and combinations), by builtin names.
+# Builtins a FieldError made for one builtin adds as well: numpy reports most out-of-range
+# indices as IndexError, so an OverflowError (an index too large for the array) is one too.
+_ALSO: dict[type[BaseException], tuple[type[BaseException], ...]] = {
+    OverflowError: (IndexError,)}
+# Classes made on demand, by the names of the builtins asked for.
 _made: dict[tuple[str, ...], type[FieldError]] = {}
 
 
@@ -218,29 +208,30 @@ def _builtin_bases(cls: type) -> list[type]:
 
 
 def _field_error_for(builtins: tuple[type, ...]) -> type[FieldError]:
-    """FieldError combined with ``builtins`` (made once per combination)."""
-    if len(builtins) == 1 and builtins[0] in _NAMED_FIELD_ERRORS:
-        return _NAMED_FIELD_ERRORS[builtins[0]]
+    """FieldError combined with ``builtins`` (made once per combination).
+
+    One builtin ``B``: ``FieldBError(FieldError, B)``; several: a subclass of each one's.
+    """
     key = tuple(b.__name__ for b in builtins)
     made = _made.get(key)
     if made is None:
-        bases = tuple(_NAMED_FIELD_ERRORS.get(b) or _field_error_for((b,)) if len(builtins) > 1
-                      else b for b in builtins)
         if len(builtins) == 1:
-            bases = (FieldError, *bases)
+            bases: tuple[type, ...] = (FieldError, *builtins, *_ALSO.get(builtins[0], ()))
+        else:
+            bases = tuple(_field_error_for((b,)) for b in builtins)
         name = "Field" + "".join(b.__name__.removesuffix("Error") for b in builtins) + "Error"
         made = type(name, bases, {
             "__module__": __name__, "__qualname__": name,
             "__doc__": f"A field failed with {' and '.join(key)}.",
             "__str__": Exception.__str__,  # the builtin's own might quote or reformat it
-            "__reduce__": _reduce_made})
+            "__reduce__": _reduce_made, "_builtins": key})
         made("S", (), None, "probe")  # a builtin whose __init__ needs more arguments fails
         made = _made.setdefault(key, made)
     return made
 
 
 def _reduce_made(self):
-    return (rebuild_field_error, (tuple(b.__name__ for b in _builtin_bases(type(self))),
+    return (rebuild_field_error, (type(self)._builtins,
                                   (self.schema, self.path, self.loc, self.reason,
                                    self.written, self.assigning)))
 
@@ -273,19 +264,36 @@ def field_error_class(exc: BaseException) -> type[FieldError]:
     return FieldError
 
 
+# FieldError's subclasses for one builtin, by name (pickles name them, and load by name).
+FieldIndexError = _field_error_for((IndexError,))
+FieldKeyError = _field_error_for((KeyError,))
+FieldTypeError = _field_error_for((TypeError,))
+FieldValueError = _field_error_for((ValueError,))
+FieldOverflowError = _field_error_for((OverflowError,))
+FieldRuntimeError = _field_error_for((RuntimeError,))
+
+
 class FormatError(NamedSchemaError, ValueError):
     """A file is not a namedschema checkpoint, or is damaged or unsupported."""
 
 
-class NotRegularFileError(NamedSchemaError, OSError):
-    """``save`` refused a target that is not a regular file (directory, FIFO, socket, device).
+class SaveError(NamedSchemaError, OSError):
+    """A save failed before or while writing, in a way an OSError of its own does not say.
 
-    An OSError whose ``errno`` is EISDIR for a directory, else EEXIST, and
-    whose ``filename`` is the path given to ``save``; nothing was written.
+    * ``save`` refused a target that is not a regular file (directory, FIFO, socket,
+      device): ``errno`` is EISDIR for a directory, else EEXIST, ``filename`` is the
+      path given to ``save``; nothing was written.
+    * A background save failed and the error raised in its writer could not be carried
+      back, or the writer process died (killed by a signal, out of memory) before it
+      finished: the file holds the last complete checkpoint.
     """
 
     def __str__(self) -> str:
-        return str(self.strerror)
+        return str(self.strerror) if self.strerror is not None else super().__str__()
+
+
+NotRegularFileError = SaveError   # deprecated names (issue 29)
+BackgroundSaveError = SaveError
 
 
 class UnexpectedKindError(FormatError):
@@ -309,14 +317,6 @@ class UnsafeLoadError(FormatError):
     """A checkpoint holds pickled objects and ``allow_pickle`` was not set."""
 
 
-class BackgroundSaveError(NamedSchemaError, OSError):
-    """A background save failed, and the error raised in its writer could not be carried back.
-
-    Also raised when the writer process died (killed by a signal, out of
-    memory) before it finished. The file holds the last complete checkpoint.
-    """
-
-
 class NotDataError(NamedSchemaError, TypeError):
     """``save`` met a value that is not data, and ``allow_pickle`` was not set.
 
@@ -337,7 +337,13 @@ class NotDataError(NamedSchemaError, TypeError):
 
 
 class BufferShapeError(NamedSchemaError, ValueError):
-    """Buffer arrays disagree in their leading dimensions, or a shape is invalid."""
+    """Buffer arrays disagree in their leading dimensions, a shape is invalid, or a saved
+    replay buffer state does not fit the buffer.
+
+    A replay buffer's ``load_state_dict`` / ``from_state_dict`` raise it before anything
+    of the buffer changed: fields that do not map by name, another capacity, a cursor or
+    size out of range, a sum tree that is not the sum of its leaves.
+    """
 
 
 class BufferSizeError(BufferShapeError, MemoryError):
@@ -347,14 +353,7 @@ class BufferSizeError(BufferShapeError, MemoryError):
     """
 
 
-class ReplayStateError(BufferShapeError):
-    """A saved replay buffer state does not fit the buffer, or does not hold together.
-
-    Raised by ``load_state_dict`` / ``from_state_dict`` of the replay buffers before
-    anything of the buffer changed: fields that do not map by name, another capacity,
-    a cursor or size out of range, a sum tree that is not the sum of its leaves.
-    A BufferShapeError, so also a ValueError.
-    """
+ReplayStateError = BufferShapeError   # deprecated name (issue 29)
 
 
 class UnpicklableError(NamedSchemaError, TypeError):
@@ -425,16 +424,24 @@ class SchemaEvolutionError(NamedSchemaError, ValueError):
     Raised by :func:`namedschema.upgrade` (and ``load(schemas=...)``) before
     anything was changed. See the rules in the "Schema evolution" docs page.
 
+    A field of the current schema absent from the saved data without a default, a saved
+    field the current schema lacks (with ``extra="error"``), a saved dtype or shape that
+    differs from the declared one.
+
     Attributes:
         schema: typename of the current schema concerned (or None).
         field: the field concerned (or None).
         path: where in the structure the instance was found.
+        saved: the saved dtype (text) or shape, when they differ (else None).
+        expected: the declared dtype (text) or shape, when they differ (else None).
     """
 
     def __init__(self, message: str, *, schema: str | None = None,
-                 field: str | None = None, path: str = ""):
+                 field: str | None = None, path: str = "", saved: object = None,
+                 expected: object = None):
         super().__init__(message)
         self.schema, self.field, self.path = schema, field, path
+        self.saved, self.expected = saved, expected
 
 
 class FillLimitError(SchemaEvolutionError, MemoryError):
@@ -448,26 +455,9 @@ class FillLimitError(SchemaEvolutionError, MemoryError):
     """
 
 
-class MissingFieldError(SchemaEvolutionError):
-    """A field of the current schema is absent from the saved data and has no default."""
-
-
-class ExtraFieldError(SchemaEvolutionError):
-    """A saved field is absent from the current schema, and ``extra="error"``."""
-
-
-class FieldMismatchError(SchemaEvolutionError):
-    """A saved dtype or shape differs from what the current schema declares.
-
-    Attributes:
-        saved: the saved dtype (text) or shape.
-        expected: the declared dtype (text) or shape.
-    """
-
-    def __init__(self, message: str, *, saved: object = None, expected: object = None,
-                 schema: str | None = None, field: str | None = None, path: str = ""):
-        super().__init__(message, schema=schema, field=field, path=path)
-        self.saved, self.expected = saved, expected
+MissingFieldError = SchemaEvolutionError   # deprecated names (issue 29)
+ExtraFieldError = SchemaEvolutionError
+FieldMismatchError = SchemaEvolutionError
 
 
 # --------------------------------------------------------------------------
@@ -482,8 +472,14 @@ class RunCheckpointError(NamedSchemaError, ValueError):
     """A checkpoint that does not fit the run (``RunCheckpoint.restore``)."""
 
 
-class ShardedReplayError(NamedSchemaError, RuntimeError):
-    """A shard failed, or a checkpoint could not be taken or restored."""
+class WorkerError(NamedSchemaError, RuntimeError):
+    """A worker failed: a sampler worker process of a resumable run (raised in the main
+    process, naming it and why), or a shard of a ShardedReplay (or its checkpoint could
+    not be taken or restored)."""
+
+
+ShardedReplayError = WorkerError   # deprecated names (issue 29)
+SamplerWorkerError = WorkerError
 
 
 class RlpytImportError(NamedSchemaError, ImportError):
@@ -498,8 +494,14 @@ class StateMismatchError(NamedSchemaError, ValueError):
     """A checkpoint's state does not fit the freshly built component (config changed)."""
 
 
-class SamplerWorkerError(NamedSchemaError, RuntimeError):
-    """A sampler worker process failed; raised in the main process, naming it and why."""
+# Deprecated name -> the class it names now (issue 29); the docs and changelog list them.
+DEPRECATED_NAMES: dict[str, str] = {
+    "SchemaDefinitionError": "SchemaError", "SchemaConflictError": "SchemaError",
+    "NotRegularFileError": "SaveError", "BackgroundSaveError": "SaveError",
+    "MissingFieldError": "SchemaEvolutionError", "ExtraFieldError": "SchemaEvolutionError",
+    "FieldMismatchError": "SchemaEvolutionError", "ReplayStateError": "BufferShapeError",
+    "ShardedReplayError": "WorkerError", "SamplerWorkerError": "WorkerError",
+}
 
 
 class NamedSchemaWarning(UserWarning):

@@ -41,7 +41,7 @@ only ever gets a class whose definition is exactly the one it states
 
 * an id already held by a class this program defined (a factory call in
   its own code) is never replaced: a different definition under that id is
-  a SchemaConflictError;
+  a SchemaError;
 * an id held by a class built from another file with a different
   definition is no reason to fail: the new definition is registered under
   an id derived from the claimed id and its exact definition, so each file
@@ -82,7 +82,7 @@ import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from ..errors import SchemaConflictError, SchemaDefinitionError
+from ..errors import SchemaError
 
 __all__ = ["arrays_kept_apart", "keeping_arrays_apart"]
 
@@ -230,18 +230,18 @@ def rebuild_schema(kind, schema_id, typename, fields, defaults, module):
     try:
         _metaclass, build = KINDS[kind]
     except (KeyError, TypeError):
-        raise SchemaDefinitionError(
+        raise SchemaError(
             f"unpickled schema {typename!r} has unknown kind {kind!r}; "
             f"expected one of {sorted(KINDS)}") from None
     if not isinstance(schema_id, str):
-        raise SchemaDefinitionError(
+        raise SchemaError(
             f"unpickled schema {typename!r} has an invalid id {schema_id!r}")
     with _lock:
         existing = _registry.get(schema_id)
         if existing is not None and not _same_definition(existing, kind, typename, fields,
                                                          defaults):
             if _REBUILT_FROM not in existing.__dict__:
-                raise SchemaConflictError(
+                raise SchemaError(
                     f"unpickled schema {typename!r} ({kind}) with fields "
                     f"({', '.join(fields)}) and defaults {tuple(defaults)!r:.200} claims "
                     f"id {schema_id}, which this program already registered as "

@@ -19,7 +19,7 @@ gigabytes building one class.
 
 MAX_FIELDS           the most fields a schema may have (and a checkpoint's
                      schemas together)
-check_field_count    raise SchemaDefinitionError past MAX_FIELDS
+check_field_count    raise SchemaError past MAX_FIELDS
 
 Generated indexing code
 -----------------------
@@ -143,7 +143,7 @@ import uuid
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast, overload
 
-from ..errors import SchemaClassError, SchemaConflictError, SchemaDefinitionError
+from ..errors import SchemaClassError, SchemaError
 from . import pickling as _pickle
 from .instance import (
     SCALAR_RULES,
@@ -176,7 +176,7 @@ MAX_FIELDS = 100_000
 def check_field_count(kind: str, typename: str, count: int) -> None:
     """Refuse a schema of more than MAX_FIELDS fields, naming it."""
     if count > MAX_FIELDS:
-        raise SchemaDefinitionError(
+        raise SchemaError(
             f"{kind} {typename!r}: {count:,} fields, more than the limit of "
             f"{MAX_FIELDS:,} fields a schema may have")
 
@@ -369,29 +369,29 @@ def _normalize_names(kind, typename, field_names, rename, reserved):
 
     for name, what in [(typename, "type name")] + [(n, "field name") for n in field_names]:
         if not name.isidentifier():
-            raise SchemaDefinitionError(
+            raise SchemaError(
                 f"{kind} {typename!r}: {what} {name!r} is not a valid identifier")
         if unicodedata.normalize("NFKC", name) != name:
             # Python reads identifiers in NFKC form ('\ufb01' is read as 'fi'), so
             # such a name could never be used as an attribute or keyword.
-            raise SchemaDefinitionError(
+            raise SchemaError(
                 f"{kind} {typename!r}: {what} {name!r} is not in NFKC normal form "
                 f"(Python would read it as {unicodedata.normalize('NFKC', name)!r})")
         if keyword.iskeyword(name):
-            raise SchemaDefinitionError(
+            raise SchemaError(
                 f"{kind} {typename!r}: {what} {name!r} is a keyword")
 
     seen = set()
     for name in field_names:
         if name.startswith("_") and not rename:
-            raise SchemaDefinitionError(
+            raise SchemaError(
                 f"{kind} {typename!r}: field name {name!r} starts with an "
                 "underscore (reserved for schema methods such as _fields)")
         if name in seen:
-            raise SchemaDefinitionError(
+            raise SchemaError(
                 f"{kind} {typename!r}: duplicate field name {name!r}")
         if name in reserved:
-            raise SchemaDefinitionError(
+            raise SchemaError(
                 f"{kind} {typename!r}: field name {name!r} would hide the "
                 f"method {kind}.{name}() that every instance has "
                 f"(reserved: {', '.join(sorted(reserved))})")
@@ -497,7 +497,7 @@ class NamedTupleSchema(SchemaBaseMeta):
         module: value for ``__module__`` (defaults to the caller's module).
 
     Raises:
-        SchemaDefinitionError: (a ValueError) a name is invalid, a keyword,
+        SchemaError: (a ValueError) a name is invalid, a keyword,
             duplicated, starts with an underscore, or is not NFKC-normal.
         TypeError: ``field_names`` or ``defaults`` is not iterable, or there
             are more defaults than fields.
@@ -987,11 +987,11 @@ def _class_syntax(base, name, namespace):
     try:
         cls = build_schema(kind, name, fields, defaults=defaults or None, module=module,
                            module_level="<locals>" not in qualname)
-    except SchemaDefinitionError as exc:  # a name Python itself would reject
+    except SchemaError as exc:  # a name Python itself would reject
         message = str(exc).removeprefix(f"{kind.__name__} {name!r}: ")
         _refuse(base, name, message, exc)
     if BODY_MARK in cls.__dict__:  # pragma: no cover - module-level ids are unique
-        raise SchemaConflictError(f"class {name}: schema id {cls._schema_id} is already "
+        raise SchemaError(f"class {name}: schema id {cls._schema_id} is already "
                                   "taken by another class-syntax schema")
     # A new class, or one loaded by value before this module-level statement
     # ran (same id): either way it gets the body, so instances already loaded
@@ -1072,7 +1072,7 @@ def _resolve(schema, field, annotation):
     try:
         return eval(annotation, scope, dict(vars(schema)))  # the user's own annotation
     except Exception as exc:  # reported with schema and field
-        raise SchemaDefinitionError(
+        raise SchemaError(
             f"{schema._typename}.{field}: cannot evaluate the annotation {annotation!r} "
             f"to find its declared dtype ({type(exc).__name__}: {exc})") from exc
 
@@ -1114,7 +1114,7 @@ def declared_dtypes(schema: type[Any]) -> dict[str, numpy.dtype[Any] | None]:
     defining module.
 
     Raises:
-        SchemaDefinitionError: a string annotation cannot be evaluated.
+        SchemaError: a string annotation cannot be evaluated.
         TypeError: ``schema`` is not a schema (or named tuple) class.
     """
     fields = getattr(schema, "_fields", None)

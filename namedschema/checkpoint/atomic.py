@@ -29,7 +29,7 @@ import socket
 import stat
 from types import TracebackType
 
-from ..errors import NotRegularFileError
+from ..errors import SaveError
 
 # A live process whose start time is this much after a temp file's mtime did
 # not write it; the slack covers the 1 s resolution of the boot time and
@@ -55,7 +55,7 @@ class AtomicFile:
 
     Only a regular file (or nothing) at the target is ever replaced: a
     directory, FIFO, socket or device node there raises
-    :class:`~namedschema.errors.NotRegularFileError` before the temporary
+    :class:`~namedschema.errors.SaveError` before the temporary
     file is made, and again (the temporary file removed) if one appeared
     there while it was written. Errors name ``path`` as given, not the
     temporary file.
@@ -113,7 +113,7 @@ class AtomicFile:
 
     def _name_user_path(self, exc: BaseException) -> None:
         """Make an OSError about the temporary file name the user's path instead."""
-        if not isinstance(exc, OSError) or isinstance(exc, NotRegularFileError):
+        if not isinstance(exc, OSError) or isinstance(exc, SaveError):
             return
         if exc.filename in (None, self.tmp) or exc.filename2 == self.tmp:
             if exc.errno is not None and exc.strerror is not None:  # else str() has no name
@@ -159,7 +159,7 @@ def check_target(path: str, shown: str | None = None) -> None:
     if stat.S_ISREG(mode):
         return
     shown = path if shown is None else shown
-    raise NotRegularFileError(
+    raise SaveError(
         errno.EISDIR if stat.S_ISDIR(mode) else errno.EEXIST,
         f"refusing to save to {shown!r}: it is {file_kind(mode)}, not a regular file; "
         "save only ever replaces regular files (give the path of a file"

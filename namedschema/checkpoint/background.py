@@ -37,7 +37,7 @@ training process leaves the last complete checkpoint (and a temporary file
 or journal that the next save or load settles).
 
 BackgroundSave    the handle: ``wait()``, ``done()``
-BackgroundSaveError  (namedschema.errors) the writer died, or its error could not come back
+SaveError         (namedschema.errors) the writer died, or its error could not come back
 save_in_background  the background half of ``save``: picks the route below
 start             run a save job in a snapshot child (``forked``), return its handle
 start_thread      run the rest of a save whose changes are copied aside, in a thread
@@ -66,13 +66,13 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from ..errors import BackgroundSaveError
+from ..errors import BackgroundSaveError, SaveError
 from . import baselines, forked, incremental, tracking, writelog, writer
 from .blocks import CompactCopy, MemorySpan, RawBytes
 from .header import SaveRecord, read_header
 from .inflight import handles, register, serialized, settle, written
 
-__all__ = ["BackgroundSave", "BackgroundSaveError", "start", "settle", "written",
+__all__ = ["BackgroundSave", "SaveError", "BackgroundSaveError", "start", "settle", "written",
            "serialized", "freeze_shared"]
 
 #: States with at most this many bytes of data are copied aside whole and written by
@@ -117,7 +117,7 @@ class BackgroundSave:
             Exception: the error the save raised in the background (an
                 ``OSError`` such as a full disk, with a note naming the
                 background save), or
-                :class:`~namedschema.BackgroundSaveError` if its writer
+                :class:`~namedschema.SaveError` if its writer
                 died. Raised once: later calls return None.
         """
         if not self._finished.wait(timeout):
@@ -247,7 +247,7 @@ def _collect(handle: BackgroundSave, pid: int, read_end: int,
     elif report is not None and report[0] == "error":
         error = report[1]
         if not isinstance(error, BaseException):
-            error = BackgroundSaveError(f"the background save of {handle.path!r} failed "
+            error = SaveError(f"the background save of {handle.path!r} failed "
                                         f"({_what_is_left(handle.path)}):\n"
                                         f"{report[2]}")
         else:
@@ -257,7 +257,7 @@ def _collect(handle: BackgroundSave, pid: int, read_end: int,
         how = ("ended without a report" if status is None
                else f"was killed by signal {os.WTERMSIG(status)}" if os.WIFSIGNALED(status)
                else f"exited with status {os.waitstatus_to_exitcode(status)}")
-        error = BackgroundSaveError(f"the process {pid} writing the background save of "
+        error = SaveError(f"the process {pid} writing the background save of "
                                     f"{handle.path!r} {how} before it finished; "
                                     f"{_what_is_left(handle.path)}")
     try:

@@ -15,13 +15,7 @@ from .._core.optional import is_tensor, torch_if_loaded
 from .._core.schema import is_namedarraytuple_class
 from .._core.tree import is_named
 from .._core.writes import cast_checked, describe_change, quiet_cast
-from ..errors import (
-    ExtraFieldError,
-    FieldMismatchError,
-    FillLimitError,
-    MissingFieldError,
-    SchemaEvolutionError,
-)
+from ..errors import FillLimitError, SchemaEvolutionError
 from .reports import MISSING, MappingRecord, field_dtype, stored_typename
 
 __all__ = ["Plan", "Upgrader", "all_tensors", "dtype_text"]
@@ -145,7 +139,7 @@ class Upgrader:
             if default is MISSING:
                 default = target._field_defaults.get(name, MISSING)
             if default is MISSING:
-                raise MissingFieldError(
+                raise SchemaEvolutionError(
                     f"{path}: the saved {saved_name} ({', '.join(saved_fields)}) has no "
                     f"field {name!r}, and the current {target_name} gives it no default; "
                     f"give the schema a default for it or pass "
@@ -156,7 +150,7 @@ class Upgrader:
         extras = tuple((i, n) for i, n in enumerate(saved_fields) if n not in wanted)
         if extras and self.extra == "error":
             names = ", ".join(repr(n) for _i, n in extras)
-            raise ExtraFieldError(
+            raise SchemaEvolutionError(
                 f"{path}: the saved {saved_name} has field{'s' * (len(extras) > 1)} "
                 f"{names} that the current {target_name} ({', '.join(target._fields)}) "
                 f"lacks; pass extra='ignore' to drop {'them' if len(extras) > 1 else 'it'} "
@@ -189,7 +183,7 @@ class Upgrader:
             saved_dtype = _tensor_dtype(value) if tensor else value.dtype
             saved_shape = tuple(value.shape)
         else:
-            raise FieldMismatchError(
+            raise SchemaEvolutionError(
                 f"{path}: {target_name}.{name} is declared as {dtype_text(dtype)}"
                 f"{'' if shape is None else f' with element shape {shape}'}, but the "
                 "saved value is a "
@@ -207,7 +201,7 @@ class Upgrader:
             saved_element = saved_shape
         if not ok:
             lead = "" if leading is None else f" (leading shape {leading})"
-            raise FieldMismatchError(
+            raise SchemaEvolutionError(
                 f"{path}: {target_name}.{name} has saved shape {saved_shape}{lead}, but "
                 f"the current schema declares element shape {shape}; shapes are never "
                 "changed", schema=target_name, field=name, path=path,
@@ -216,7 +210,7 @@ class Upgrader:
             return None
         if tensor:
             saved_text = str(value.dtype)
-            raise FieldMismatchError(
+            raise SchemaEvolutionError(
                 f"{path}: {target_name}.{name} is a tensor of {saved_text}, but the "
                 f"current schema declares {dtype_text(dtype)}; tensors are not cast "
                 "(their storage may be shared with arrays elsewhere): convert the "
@@ -224,7 +218,7 @@ class Upgrader:
                 "yourself", schema=target_name, field=name, path=path,
                 saved=saved_text, expected=dtype_text(dtype))
         if not np.can_cast(saved_dtype, dtype, casting=self.casting):
-            raise FieldMismatchError(
+            raise SchemaEvolutionError(
                 f"{path}: {target_name}.{name} has saved dtype "
                 f"{dtype_text(saved_dtype)}, but the current schema declares "
                 f"{dtype_text(dtype)}; casting={self.casting!r} does not allow "
@@ -236,7 +230,7 @@ class Upgrader:
         return dtype
 
     def cast(self, value, dtype, path, schema=None, field=None):
-        """``value`` cast to ``dtype``; FieldMismatchError if a value would change.
+        """``value`` cast to ``dtype``; SchemaEvolutionError if a value would change.
 
         Under ``casting="unsafe"`` values may change (the explicit opt-in);
         under every other rule a cast must keep each value (``_casting``):
@@ -251,7 +245,7 @@ class Upgrader:
             out, where = cast_checked(src, dtype)
             if where is not None:
                 saved = dtype_text(src.dtype)
-                raise FieldMismatchError(
+                raise SchemaEvolutionError(
                     f"{path}: casting {saved} -> {dtype_text(dtype)} would change values "
                     f"({describe_change(src, dtype, where)}); casting={self.casting!r} "
                     "allows only casts that keep every value: pass casting='unsafe' to "
@@ -303,7 +297,7 @@ class Upgrader:
                     schema=target_name, field=name, path=path) from exc
             shape = _leaf_shape(value)
             if shape is not None and shape[:len(leading)] != leading:
-                raise FieldMismatchError(
+                raise SchemaEvolutionError(
                     f"{where}: the default callable returned shape {shape} for "
                     f"leading shape {leading}", schema=target_name, field=name,
                     path=path, saved=shape, expected=leading)

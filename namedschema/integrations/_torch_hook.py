@@ -38,7 +38,7 @@ import sys
 import threading
 
 from .._core import pickling as _pickle
-from ..errors import SchemaDefinitionError
+from ..errors import SchemaError
 
 __all__ = ["ANY_SCHEMA", "checked_rebuild_schema", "safe_globals", "register",
            "register_if_loaded", "is_registered", "install", "uninstall"]
@@ -100,14 +100,14 @@ def checked_rebuild_schema(kind, schema_id, typename, fields, defaults, module):
         The live schema class for ``schema_id``.
 
     Raises:
-        SchemaDefinitionError: an argument has the wrong type or a name is
+        SchemaError: an argument has the wrong type or a name is
             invalid.
-        SchemaConflictError: the id belongs to a different schema here.
+        SchemaError: the id belongs to a different schema here.
     """
     if not (type(kind) is str and type(schema_id) is str and type(typename) is str
             and _is_str_tuple(fields) and type(defaults) is tuple
             and (module is None or type(module) is str)):
-        raise SchemaDefinitionError(
+        raise SchemaError(
             f"weights-only load: schema record for {typename!r} does not hold "
             "plain strings and tuples (kind, id, typename, fields, defaults, "
             f"module); got types {type(kind).__name__}, {type(schema_id).__name__}, "

@@ -253,7 +253,7 @@ class ReplayShard:
         become the buffer's own. Raises FormatError before anything changes.
         """
         from ..checkpoint import load
-        from ..errors import ReplayStateError
+        from ..errors import BufferShapeError
         from .shard_files import check_loaded_shard
         where = f"replay shard {self.index}: {path!r}"
         saved = load(path, verify=True)
@@ -266,7 +266,7 @@ class ReplayShard:
         cls = PrioritizedReplayBuffer if self.prioritized else ReplayBuffer
         try:
             buffer = cls.from_state_dict(state)
-        except ReplayStateError as exc:
+        except BufferShapeError as exc:
             raise FormatError(f"{where}: {exc}") from exc
         self.buffer, self.capacity, self.applied = buffer, buffer.capacity, applied
         return len(buffer)

@@ -25,7 +25,7 @@ import numpy as np
 
 from .._core.instance import NamedArrayTuple
 from .._core.tree import is_named
-from ..errors import FormatError, ShardedReplayError
+from ..errors import FormatError, ShardedReplayError, WorkerError
 from ..integrations import hook_loaded
 from ..state.rng import pcg64_words, set_pcg64_words
 from ..training.replay import BatchT, PrioritizedSample
@@ -33,7 +33,7 @@ from . import manifest as _manifest
 from .shard import CUT_WAIT_SECONDS, ReplayShard, ordered_rows, route
 from .shard_files import check_shard_files, expected_shard
 
-__all__ = ["ShardedReplay", "ShardedReplayError", "CheckpointInfo"]
+__all__ = ["ShardedReplay", "WorkerError", "ShardedReplayError", "CheckpointInfo"]
 
 if TYPE_CHECKING:   # a default, as for BatchT (see namedschema.training.replay)
     from typing_extensions import TypeVar as DefaultTypeVar
@@ -199,11 +199,11 @@ class ShardedReplay(Generic[BatchT, SampleT]):
         try:
             return ray.get(refs)
         except ray.exceptions.RayActorError as exc:
-            raise ShardedReplayError(
+            raise WorkerError(
                 f"ShardedReplay.{what}: a shard actor died ({exc.__class__.__name__}); "
                 "restore the last checkpoint with ShardedReplay.restore(path)") from exc
         except ray.exceptions.RayTaskError as exc:
-            raise ShardedReplayError(f"ShardedReplay.{what}: a shard failed: "
+            raise WorkerError(f"ShardedReplay.{what}: a shard failed: "
                                      f"{exc.cause!r}") from exc
 
     # -- writing ---------------------------------------------------------------------
@@ -298,7 +298,7 @@ class ShardedReplay(Generic[BatchT, SampleT]):
         file (checked before anything is held).
         """
         if not self._owner:
-            raise ShardedReplayError("ShardedReplay.checkpoint: only the handle that made "
+            raise WorkerError("ShardedReplay.checkpoint: only the handle that made "
                                      "or restored the replay can checkpoint it (this is a "
                                      "copy sent to another process)")
         from ..checkpoint.compression import compression_argument
@@ -383,7 +383,7 @@ class ShardedReplay(Generic[BatchT, SampleT]):
         shard is sized by the data its file holds. Each shard verifies its
         file's checksums as it loads it. A file that does not agree or is
         damaged raises FormatError (the shards started for it are ended); a
-        shard that dies raises ShardedReplayError.
+        shard that dies raises WorkerError.
         """
         directory = os.fspath(path)
         m = _manifest.read_manifest(directory)

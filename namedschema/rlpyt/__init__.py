@@ -3,9 +3,9 @@
 resumable   make an rlpyt runner continue from its checkpoint (namedschema.rlpyt.resume)
 checkpoint_history, CheckpointStat
             what each checkpoint of a resumable runner wrote (kind, bytes, why full)
-SamplerWorkerError
-            a parallel sampler's worker failed in a resumable run (raised in the
-            main process instead of rlpyt's wait forever)
+WorkerError a parallel sampler's worker failed in a resumable run (raised in the
+            main process instead of rlpyt's wait forever; ``SamplerWorkerError``,
+            its deprecated name, is the same class)
 patch_rlpyt, unpatch_rlpyt, is_patched, RlpytPatch, RlpytImportError
             the drop-in (namedschema.rlpyt.patch)
 namedschema.rlpyt.atari_py_adapter
@@ -31,6 +31,7 @@ if TYPE_CHECKING:  # what the lazy names below are, for type checkers (``x as x`
     from ..errors import ResumeWarning as ResumeWarning
     from ..errors import RlpytImportError as RlpytImportError
     from ..errors import SamplerWorkerError as SamplerWorkerError
+    from ..errors import WorkerError as WorkerError
     from .patch.install import RlpytPatch as RlpytPatch
     from .patch.install import is_patched as is_patched
     from .patch.install import patch_rlpyt as patch_rlpyt
@@ -48,6 +49,7 @@ _LAZY = {
     "ResumeError": "resume.runner",
     "ResumeWarning": "resume.runner",
     "SamplerWorkerError": "resume.workers",
+    "WorkerError": "resume.workers",
     "register_handler": "resume.state",
     "patch_rlpyt": "patch.install",
     "unpatch_rlpyt": "patch.install",

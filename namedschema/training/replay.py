@@ -35,7 +35,7 @@ from .._core.instance import NamedArrayTuple
 from .._core.tree import is_named
 from ..buffer import buffer_from_example
 from ..checkpoint.mapped import copy_from_map
-from ..errors import BufferShapeError, ReplayStateError, StructureMismatchError
+from ..errors import BufferShapeError, StructureMismatchError
 from ..state.rng import generator_capture, generator_set, pcg64_words, set_pcg64_words
 from . import sum_tree as _sum_tree
 from .replay_checks import (
@@ -306,10 +306,10 @@ class ReplayBuffer(Generic[BatchT]):
             leaves = _leaves(storage)
             capacity = len(leaves[0])
         except (KeyError, TypeError, IndexError) as exc:
-            raise ReplayStateError(f"{where}: not a buffer state ({exc!r})") from None
+            raise BufferShapeError(f"{where}: not a buffer state ({exc!r})") from None
         if not is_named(storage) or any(np.ndim(a) < 1 or len(a) != capacity
                                         for a in leaves) or capacity < 1:
-            raise ReplayStateError(
+            raise BufferShapeError(
                 f"{where}: the saved storage's fields must all hold the same number of "
                 f"steps (at least 1), got {[np.shape(a) for a in leaves]}")
         try:
@@ -321,7 +321,7 @@ class ReplayBuffer(Generic[BatchT]):
             else:
                 buffer = cls(storage[0], capacity, **cls._options(state))
         except (TypeError, ValueError) as exc:
-            raise ReplayStateError(f"{where}: the saved state cannot make a buffer "
+            raise BufferShapeError(f"{where}: the saved state cannot make a buffer "
                                    f"({exc})") from exc
         buffer.load_state_dict(state)
         return buffer
@@ -345,25 +345,25 @@ class ReplayBuffer(Generic[BatchT]):
         were reordered, added with a default or removed since the save goes
         through the rules of :func:`namedschema.upgrade`). The whole state is
         checked before anything changes; a state that does not fit or does not
-        hold together raises ReplayStateError and leaves the buffer as it was.
+        hold together raises BufferShapeError and leaves the buffer as it was.
         """
         self._commit(self._checked(state))
 
     def _checked(self, state: Any) -> dict[str, Any]:
-        """Everything :meth:`_commit` puts in place, checked (ReplayStateError otherwise)."""
+        """Everything :meth:`_commit` puts in place, checked (BufferShapeError otherwise)."""
         where = f"{self._name}.load_state_dict"
         try:
             storage, cursor, size, rng = (state["storage"], state["cursor"], state["size"],
                                           state["rng"])
         except (KeyError, TypeError, IndexError) as exc:
-            raise ReplayStateError(f"{where}: not a {type(self).__name__} state ({exc!r} "
+            raise BufferShapeError(f"{where}: not a {type(self).__name__} state ({exc!r} "
                                    "missing)") from None
         check_mode(None if self._frames is None else self._frames.config,
                    config_of(state, where), where)
         given = saved_leaves(storage, self.storage, self.capacity, where)
         if any(np.shape(g) != s.shape or _dtype(g) != s.dtype
                for g, s in zip(given, self._stored, strict=True)):
-            raise ReplayStateError(
+            raise BufferShapeError(
                 f"{where}: the saved storage "
                 f"{[(_dtype(g).str, np.shape(g)) for g in given]} does not fit "
                 f"this buffer's {[(s.dtype.str, s.shape) for s in self._stored]} (built with "
@@ -374,11 +374,11 @@ class ReplayBuffer(Generic[BatchT]):
             scratch = np.random.Generator(np.random.PCG64())
             set_pcg64_words(scratch, rng, where)
         except (TypeError, ValueError) as exc:
-            raise ReplayStateError(str(exc)) from None
+            raise BufferShapeError(str(exc)) from None
         if cursor >= self.capacity or size > self.capacity or (
                 size < self.capacity and cursor != size):
             # a ring is written from row 0: until it is full, the cursor is the size
-            raise ReplayStateError(f"{where}: cursor {cursor} / size {size} do not fit "
+            raise BufferShapeError(f"{where}: cursor {cursor} / size {size} do not fit "
                                    f"capacity {self.capacity}")
         return {"leaves": given, "cursor": cursor, "size": size,
                 "rng": generator_capture(scratch),
@@ -570,29 +570,29 @@ class PrioritizedReplayBuffer(ReplayBuffer[BatchT]):
             trees = (state["sum_tree"], state["min_tree"])
             max_priority, alpha, beta = state["max_priority"], state["alpha"], state["beta"]
         except (KeyError, TypeError) as exc:
-            raise ReplayStateError(f"{where}: not a PrioritizedReplayBuffer state ({exc!r} "
+            raise BufferShapeError(f"{where}: not a PrioritizedReplayBuffer state ({exc!r} "
                                    "missing)") from None
         try:
             alpha, beta = self._exponent(alpha, "alpha"), self._exponent(beta, "beta")
         except (TypeError, ValueError) as exc:
-            raise ReplayStateError(f"{where}: {exc}") from None
+            raise BufferShapeError(f"{where}: {exc}") from None
         try:
             max_priority = float(max_priority)
         except (TypeError, ValueError):
-            raise ReplayStateError(f"{where}: max_priority must be a number, got "
+            raise BufferShapeError(f"{where}: max_priority must be a number, got "
                                    f"{type(max_priority).__name__}") from None
         if not (math.isfinite(max_priority) and max_priority > 0):
-            raise ReplayStateError(f"{where}: max_priority must be finite and > 0, got "
+            raise BufferShapeError(f"{where}: max_priority must be finite and > 0, got "
                                    f"{max_priority!r}")
         with np.errstate(all="ignore"):
             new_leaf = np.float64(max_priority) ** alpha
         if _sum_tree.out_of_bounds(np.array([new_leaf]), self.capacity)[0]:
-            raise ReplayStateError(f"{where}: max_priority {max_priority!r} ** alpha "
+            raise BufferShapeError(f"{where}: max_priority {max_priority!r} ** alpha "
                                    f"{alpha!r} is outside what the sum tree holds")
         sum_tree, min_tree = (np.asarray(t) for t in trees)
         problem = _sum_tree.tree_problem(sum_tree, min_tree, self.capacity, checked["size"])
         if problem is not None:
-            raise ReplayStateError(f"{where}: the saved trees do not hold together: "
+            raise BufferShapeError(f"{where}: the saved trees do not hold together: "
                                    f"{problem}")
         checked.update(trees=(sum_tree, min_tree), max_priority=max_priority, alpha=alpha,
                        beta=beta)

@@ -27,8 +27,9 @@ import numpy as np
 from .._core.tree import is_named
 from .._core.writes import cast_checked, quiet_cast
 from ..errors import (
+    BufferShapeError,
+    FieldError,
     FieldValueError,
-    ReplayStateError,
     SchemaEvolutionError,
     StructureMismatchError,
 )
@@ -142,7 +143,7 @@ def _within(value: np.ndarray, low: int, high: int) -> bool:
 
 
 def refuse_change(storage: Any, path: tuple[str, ...], value: np.ndarray, dtype: np.dtype,
-                  index: tuple, where: str) -> FieldValueError:
+                  index: tuple, where: str) -> FieldError:
     """The error for a batch value the stored dtype cannot hold (nothing was written).
 
     Its ``loc`` is the row of the batch (with the element's index for fields
@@ -204,10 +205,10 @@ def saved_leaves(saved: Any, storage: Any, capacity: int, where: str) -> list:
     from its default, a removed one refused), which needs every saved field to
     hold ``capacity`` rows. The saved schema must have the buffer's typename
     (a renamed schema maps through ``load(..., schemas={old: new})``). Raises
-    ReplayStateError, with the cause chained.
+    BufferShapeError, with the cause chained.
     """
     if is_named(saved) and _typename(saved) != _typename(storage):
-        raise ReplayStateError(
+        raise BufferShapeError(
             f"{where}: the saved storage is a {_describe_fields(saved)}, this buffer stores "
             f"{_describe_fields(storage)} (for a renamed schema, load the file with "
             f"schemas={{{_typename(saved)!r}: {_typename(storage)}}})")
@@ -215,19 +216,19 @@ def saved_leaves(saved: Any, storage: Any, capacity: int, where: str) -> list:
         return batch_leaves(saved, storage, where)
     except StructureMismatchError as exc:
         if not is_named(saved):
-            raise ReplayStateError(f"{where}: the saved storage is not a schema instance "
+            raise BufferShapeError(f"{where}: the saved storage is not a schema instance "
                                    f"({exc})") from exc
         mismatch = exc
     for leaf in _saved_arrays(saved):
         if np.ndim(leaf) < 1 or np.shape(leaf)[0] != capacity:
-            raise ReplayStateError(f"{where}: the saved storage holds an array of shape "
+            raise BufferShapeError(f"{where}: the saved storage holds an array of shape "
                                    f"{np.shape(leaf)}, not {capacity} steps") from mismatch
     from ..evolution import upgrade
     try:
         upgraded = upgrade(saved, _schema_classes(storage, {}))
         return batch_leaves(upgraded, storage, where)
     except (SchemaEvolutionError, StructureMismatchError) as exc:
-        raise ReplayStateError(f"{where}: the saved storage does not map onto this "
+        raise BufferShapeError(f"{where}: the saved storage does not map onto this "
                                f"buffer's fields by name: {exc}") from exc
 
 

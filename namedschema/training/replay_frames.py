@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from .._core.tree import is_named
-from ..errors import BufferShapeError, ReplayStateError, StructureMismatchError
+from ..errors import BufferShapeError, StructureMismatchError
 from .replay_checks import first_change, refuse_change
 
 __all__ = ["FramesOnce", "config_of", "check_mode", "example_once",
@@ -236,28 +236,28 @@ class FramesOnce:
         return {"frames_once": self.config, "next_pool": self.pool, "next_rows": self.owner}
 
     def checked(self, state: dict, cursor: int, size: int, where: str) -> dict[str, Any]:
-        """The pool of ``state`` checked against this buffer (ReplayStateError otherwise)."""
+        """The pool of ``state`` checked against this buffer (BufferShapeError otherwise)."""
         try:
             pool, owner = np.asarray(state["next_pool"]), np.asarray(state["next_rows"])
         except KeyError as exc:
-            raise ReplayStateError(f"{where}: not a frames-once state ({exc!r} "
+            raise BufferShapeError(f"{where}: not a frames-once state ({exc!r} "
                                    "missing)") from None
         if pool.ndim != len(self.shape) + 1 or pool.dtype != self.dtype or \
                 pool.shape[1:] != self.shape or owner.ndim != 1 or \
                 owner.shape[0] != pool.shape[0] or owner.dtype.kind not in "iu":
-            raise ReplayStateError(
+            raise BufferShapeError(
                 f"{where}: the saved next-observation pool ({pool.dtype.str}, {pool.shape}; "
                 f"rows {owner.dtype.str}, {owner.shape}) does not fit this buffer's "
                 f"{self.next} ({self.dtype.str}, (k, *{self.shape}))")
         rows = owner[owner >= 0].astype(np.int64)
         if rows.size and (rows.max() >= size or owner.min() < -1):
-            raise ReplayStateError(f"{where}: the saved pool names rows outside the "
+            raise BufferShapeError(f"{where}: the saved pool names rows outside the "
                                    f"{size} stored")
         if np.unique(rows).size != rows.size:
-            raise ReplayStateError(f"{where}: the saved pool holds two frames for one row")
+            raise BufferShapeError(f"{where}: the saved pool holds two frames for one row")
         newest = (cursor - 1 - np.arange(min(self.n_envs, size))) % self.capacity
         if not np.isin(newest, rows).all():
-            raise ReplayStateError(
+            raise BufferShapeError(
                 f"{where}: the saved pool lacks the next observations of the newest rows "
                 f"(their successors are not written; no {self.obs} holds them)")
         return {"pool": pool, "owner": owner.astype(np.int64, copy=False)}
@@ -283,7 +283,7 @@ def config_of(state: Any, where: str) -> tuple[str, str, int] | None:
         obs, nxt, n = config
         return str(obs), str(nxt), operator.index(n)
     except (TypeError, ValueError):
-        raise ReplayStateError(f"{where}: frames_once must be (observation field, next "
+        raise BufferShapeError(f"{where}: frames_once must be (observation field, next "
                                f"field, n_envs), got {config!r}") from None
 
 
@@ -297,7 +297,7 @@ def check_mode(mine: tuple[str, str, int] | None, saved: tuple[str, str, int] | 
     def mode(config: Any) -> str:
         return "plain (next observations stored)" if config is None else \
             f"frames-once (frames_once={config[:2]!r}, n_envs={config[2]})"
-    raise ReplayStateError(f"{where}: the state was saved by a {mode(saved)} buffer, this "
+    raise BufferShapeError(f"{where}: the state was saved by a {mode(saved)} buffer, this "
                            f"buffer is {mode(mine)}: build it as the saved one was (one "
                            "mode's state is not converted into the other)")
 

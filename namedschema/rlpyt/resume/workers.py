@@ -51,10 +51,10 @@ the other's death:
   (which never reaps them) and the error queue; when a worker ends while
   the run still needs it, it stops the other workers, breaks rlpyt's
   barriers, and interrupts the main thread wherever it waits with a
-  :class:`SamplerWorkerError` that names the worker and the cause (a signal
+  :class:`WorkerError` that names the worker and the cause (a signal
   whose handler raises it; nothing else of the run's changes).
 
-SamplerWorkerError  a sampler worker failed (raised in the main process)
+WorkerError         a sampler worker failed (raised in the main process)
 die_with_parent     in a worker: end when the main process ends
 report              in a worker: send the failure to the main process
 Watch               in the main process: watch the workers
@@ -75,12 +75,12 @@ import traceback
 from multiprocessing.connection import wait as wait_for_ready
 from typing import Any
 
-from ...errors import SamplerWorkerError
+from ...errors import SamplerWorkerError, WorkerError
 from ...state.rng import rng_state, set_rng_state
 from .table import HandlerTable, ResumeContext, fresh_copy, make_traj_infos, traj_infos_state
 
 __all__ = ["WorkerChannel", "install", "capture_workers", "check_workers", "finish",
-           "skip_env_states", "SamplerWorkerError", "PARALLEL_SAMPLER", "die_with_parent",
+           "skip_env_states", "WorkerError", "SamplerWorkerError", "PARALLEL_SAMPLER", "die_with_parent",
            "report", "Watch"]
 
 PARALLEL_SAMPLER = "rlpyt.samplers.parallel.base.ParallelSamplerBase"
@@ -320,7 +320,7 @@ def check_workers(sampler) -> list:
                    for reason in reply})
 
 
-def finish(sampler, failed: bool) -> SamplerWorkerError | None:
+def finish(sampler, failed: bool) -> WorkerError | None:
     """After training: stop watching; if training ``failed``, end the workers.
 
     rlpyt's workers are not daemons and wait in barriers: after an exception
@@ -413,7 +413,7 @@ class Watch:
         self._errors = errors
         self._stopping = stopping
         self._what = what                  # what the run is doing: "sampling"
-        self.failure: SamplerWorkerError | None = None
+        self.failure: WorkerError | None = None
         self._done = threading.Event()
         self._signal = None
         self._previous = None
@@ -485,12 +485,12 @@ class Watch:
         ranks = {w.pid: i for i, w in enumerate(workers)}
         if message is not None:
             rank, pid, during, cause, text = message
-            error = SamplerWorkerError(
+            error = WorkerError(
                 f"sampler worker {rank} (pid {pid}) failed during {during}: {cause}\n"
                 f"the worker's traceback:\n{text}")
         else:
             pid = worker.pid
-            error = SamplerWorkerError(
+            error = WorkerError(
                 f"sampler worker {ranks.get(pid, '?')} (pid {pid}) ended during "
                 f"{self._what}: {_exit_status(pid)} (its own output may say more)")
         self.failure = error
