@@ -26,7 +26,7 @@ bodies included), and nothing inside the package imports a front door
 (tests/meta/test_layers.py reads this table and checks it):
 
     standalone     rlpyt/atari_py_adapter.py (loaded from its file: imports nothing)
-    leaves         errors.py _version.py
+    leaves         errors.py _process.py _version.py
     core           _core/ _pickle.py
     integrations   integrations/
     state          state/

@@ -32,6 +32,7 @@ import weakref
 
 import numpy as np
 
+from .. import _process
 from .._core.tree import extent
 
 __all__ = ["allocate", "allocate_many", "is_shared", "segment_count"]
@@ -57,7 +58,7 @@ def _reset_lock_in_child() -> None:
     _lock = threading.Lock()
 
 
-os.register_at_fork(after_in_child=_reset_lock_in_child)
+_process.on_fork_child("buffer.shared_memory", _reset_lock_in_child)
 
 
 class _Segment(mmap.mmap):

@@ -52,7 +52,6 @@ handles and locks (``inflight``) and queued writes are dropped in it
 
 from __future__ import annotations
 
-import atexit
 import ctypes
 import os
 import pickle
@@ -66,6 +65,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
+from .. import _process
 from ..errors import BackgroundSaveError, SaveError
 from . import baselines, forked, incremental, tracking, writelog, writer
 from .blocks import CompactCopy, MemorySpan, RawBytes
@@ -156,7 +156,6 @@ def _forget_in_child() -> None:
     _writer, _writes = None, queue.SimpleQueue()
 
 
-@atexit.register
 def _wait_at_exit() -> None:
     """At interpreter exit: let every background save finish; report the failed ones."""
     for handle in handles():
@@ -170,6 +169,9 @@ def _wait_at_exit() -> None:
                              + "".join(traceback.format_exception(handle._error)))
             sys.stderr.flush()
     _stop_writer()
+
+
+_process.at_exit("checkpoint.background", _wait_at_exit)
 
 
 def _stop_writer() -> None:
@@ -334,7 +336,7 @@ def start_thread(path: str, rest: Callable[[], SaveRecord | None],
 _writer_lock = threading.Lock()
 _writer: threading.Thread | None = None
 _writes: queue.SimpleQueue = queue.SimpleQueue()
-os.register_at_fork(after_in_child=_forget_in_child)
+_process.on_fork_child("checkpoint.background", _forget_in_child)
 
 
 def _write_in_order(jobs: queue.SimpleQueue) -> None:

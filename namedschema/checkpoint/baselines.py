@@ -20,12 +20,12 @@ page_crcs   CRC-32 of each memory page of a byte range
 from __future__ import annotations
 
 import os
-import threading
 import zlib
 from dataclasses import dataclass
 
 import numpy as np
 
+from .. import _process
 from .header import Header
 from .pages import PAGE
 
@@ -68,8 +68,7 @@ class Baseline:
         return known
 
 
-_lock = threading.Lock()
-_baselines: dict[str, Baseline] = {}
+_baselines: dict[str, Baseline] = {}   # (guarded by _process.LOCK)
 
 
 def _clear_in_child() -> None:
@@ -77,7 +76,7 @@ def _clear_in_child() -> None:
     _baselines.clear()
 
 
-os.register_at_fork(after_in_child=_clear_in_child)
+_process.on_fork_child("checkpoint.baselines", _clear_in_child)
 
 
 def identity(st: os.stat_result) -> tuple[int, ...]:
@@ -87,7 +86,7 @@ def identity(st: os.stat_result) -> tuple[int, ...]:
 
 def lookup(real_path: str, st: os.stat_result, header: Header) -> Baseline | None:
     """The baseline of ``real_path`` if the file (``st``, ``header``) is as this process left it."""
-    with _lock:
+    with _process.LOCK:
         known = _baselines.get(real_path)
     if known is None or known.identity != identity(st) or \
             known.checkpoint_id != header.description.checkpoint_id:
@@ -97,12 +96,12 @@ def lookup(real_path: str, st: os.stat_result, header: Header) -> Baseline | Non
 
 def record(real_path: str, st: os.stat_result, checkpoint_id: str,
            blocks: list[Block | None]) -> None:
-    with _lock:
+    with _process.LOCK:
         _baselines[real_path] = Baseline(identity(st), checkpoint_id, blocks)
 
 
 def forget(real_path: str) -> None:
-    with _lock:
+    with _process.LOCK:
         _baselines.pop(real_path, None)
 
 

@@ -23,6 +23,8 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
+from .. import _process
+
 __all__ = ["fork", "reap", "CHILD_FAILED"]
 
 _PR_SET_PDEATHSIG = 1
@@ -135,7 +137,7 @@ def _forget_forker_in_child() -> None:
     _forker = _Forker()
 
 
-os.register_at_fork(after_in_child=_forget_forker_in_child)
+_process.on_fork_child("checkpoint.forked", _forget_forker_in_child)
 
 
 def fork(job: Callable[[], Any]) -> tuple[int, int]:

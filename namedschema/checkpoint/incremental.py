@@ -26,7 +26,6 @@ wait           wait for the background sync of this process's last incremental s
 
 from __future__ import annotations
 
-import atexit
 import errno
 import fcntl
 import functools
@@ -39,6 +38,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
+from .. import _process
 from ..errors import FormatError
 from . import baselines, journal, layout, relayout, tracking, writelog, writer
 from .atomic import check_target, final_target, fsync_dir
@@ -86,7 +86,7 @@ def _close_locked_in_child() -> None:
     _pending_lock, _pending = threading.Lock(), {}
 
 
-os.register_at_fork(after_in_child=_close_locked_in_child)
+_process.on_fork_child("checkpoint.incremental", _close_locked_in_child)
 
 
 # --------------------------------------------------------------------------
@@ -677,10 +677,12 @@ def _finish_later(path: str, real: str, fd: int, jpath: str,
         finish()
 
 
-@atexit.register
 def _finish_all() -> None:
     """At exit: wait for the saves still finishing (their journals then are gone)."""
     with _pending_lock:
         handles = list(_pending.values())
     for handle in handles:
         handle.join()
+
+
+_process.at_exit("checkpoint.incremental", _finish_all)

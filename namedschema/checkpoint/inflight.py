@@ -39,6 +39,7 @@ from collections.abc import Iterator
 from importlib import import_module
 from typing import Any, Protocol
 
+from .. import _process
 from .atomic import is_file, journal_path
 
 __all__ = ["recover", "reading", "serialized", "register",
@@ -105,7 +106,7 @@ class Handle(Protocol):
         """Wait for the save to end; raise its error once."""
 
 
-_registry_lock = threading.Lock()
+# (the registries below are guarded by _process.LOCK; each path's save lock is its own)
 _path_locks: dict[str, threading.Lock] = {}
 _latest: dict[str, tuple[Handle, threading.Event]] = {}
 
@@ -118,7 +119,7 @@ def _key(path: str) -> str:
 def serialized(path: str) -> Iterator[None]:
     """Hold ``path``'s save lock: the previous background save of it has ended (see settle)."""
     key = _key(path)
-    with _registry_lock:
+    with _process.LOCK:
         lock = _path_locks.setdefault(key, threading.Lock())
     with lock:
         settle(path)
@@ -127,13 +128,13 @@ def serialized(path: str) -> Iterator[None]:
 
 def register(handle: Handle, finished: threading.Event) -> None:
     """Record ``handle`` as the latest background save of its path; ``finished`` is set at its end."""
-    with _registry_lock:
+    with _process.LOCK:
         _latest[_key(handle.path)] = (handle, finished)
 
 
 def settle(path: str) -> None:
     """Wait for this process's background save of ``path``; raise its error if unreported."""
-    with _registry_lock:
+    with _process.LOCK:
         entry = _latest.get(_key(path))
     if entry is not None:
         entry[0].wait()
@@ -147,7 +148,7 @@ def written(path: str) -> None:
     ``wait()`` or the next save to raise: the file still holds the last
     complete checkpoint, which the reader gets.
     """
-    with _registry_lock:
+    with _process.LOCK:
         entry = _latest.get(_key(path))
     if entry is not None:
         entry[1].wait()
@@ -155,7 +156,7 @@ def written(path: str) -> None:
 
 def handles() -> list[Handle]:
     """Every background save registered in this process (the latest of each path)."""
-    with _registry_lock:
+    with _process.LOCK:
         return [handle for handle, _finished in _latest.values()]
 
 
@@ -164,15 +165,13 @@ def _forget_in_child() -> None:
 
     The parent's handles are finished by the parent's threads, which the child
     does not have: waiting on them (``load`` via ``written``, the next save,
-    exit) would hang for ever; a lock held by another of the parent's threads
-    at the fork is never released here. (The child reads the file as its
+    exit) would hang for ever; a path's lock held by another of the parent's
+    threads at the fork is never released here. (The child reads the file as its
     writer leaves it: a full save renames it whole, an incremental one holds
     the file's lock.)
     """
-    global _registry_lock
-    _registry_lock = threading.Lock()
     _path_locks.clear()
     _latest.clear()
 
 
-os.register_at_fork(after_in_child=_forget_in_child)
+_process.on_fork_child("checkpoint.inflight", _forget_in_child)

@@ -58,7 +58,6 @@ import ctypes
 import itertools
 import os
 import struct
-import threading
 import zlib
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -67,6 +66,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import _process
 from . import journal, layout, tracking, writeprotect, writer
 from .baselines import identity
 from .blocks import MemorySpan, Progress, Source
@@ -110,12 +110,11 @@ class _Baseline:
     from_file: bool = False
 
 
-_lock = threading.Lock()
-_known: dict[str, _Baseline] = {}
+_known: dict[str, _Baseline] = {}   # (guarded by _process.LOCK)
 
 
 def _lookup(real: str, st: os.stat_result, header: Header) -> _Baseline | None:
-    with _lock:
+    with _process.LOCK:
         known = _known.get(real)
     if known is None or known.identity != identity(st) or \
             known.checkpoint_id != header.description.checkpoint_id:
@@ -125,27 +124,27 @@ def _lookup(real: str, st: os.stat_result, header: Header) -> _Baseline | None:
 
 def _record(real: str, st: os.stat_result, checkpoint_id: str,
             blocks: list[_Block | None]) -> None:
-    with _lock:
+    with _process.LOCK:
         _known[real] = _Baseline(identity(st), checkpoint_id, blocks)
 
 
 def forget(real: str) -> None:
     """Drop the baseline of ``real`` (a save that failed after re-arming tracking)."""
-    with _lock:
+    with _process.LOCK:
         _known.pop(real, None)
 
 
 def _clear_in_child() -> None:
     # A fork child keeps the raw CRCs (they describe the file, checked by identity) but
     # not the tokens: its write protection is gone.
-    with _lock:
+    with _process.LOCK:
         for known in _known.values():
             for b in known.blocks:
                 if b is not None:
                     b.token = None
 
 
-os.register_at_fork(after_in_child=_clear_in_child)
+_process.on_fork_child("checkpoint.squeezed", _clear_in_child)
 
 
 # --------------------------------------------------------------------------
@@ -662,7 +661,7 @@ def _or_why(real: str, step: Callable[[], Any]) -> Any:
 def report(path: str) -> tuple[str, os.stat_result, list[_Block | None]] | None:
     """This process's baseline of ``path`` (a snapshot child hands it to its parent)."""
     real = os.path.realpath(path)
-    with _lock:
+    with _process.LOCK:
         known = _known.get(real)
     try:
         st = os.stat(real)

@@ -46,6 +46,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import _process
 from ..errors import FormatError
 from . import baselines, pages, writeprotect
 from .blocks import MemorySpan
@@ -499,7 +500,7 @@ def _forget_spare_in_child() -> None:
     _spare = _Spare()   # a fork child never saves in the background from its parent's buffer
 
 
-os.register_at_fork(after_in_child=_forget_spare_in_child)
+_process.on_fork_child("checkpoint.tracking", _forget_spare_in_child)
 
 
 def warm_spare(data_bytes: int) -> None:

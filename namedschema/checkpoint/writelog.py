@@ -21,10 +21,11 @@ add       rewrites a snapshot child noted (its report)
 from __future__ import annotations
 
 import os
-import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
+
+from .. import _process
 
 __all__ = ["Rewrite", "watch", "unwatch", "watching", "take", "note", "add", "MAX_PENDING"]
 
@@ -43,35 +44,31 @@ class Rewrite:
     ranges: tuple[tuple[int, int], ...]
 
 
-_lock = threading.Lock()
-# real path -> the rewrites noted since the last take; None: more than MAX_PENDING, or a
+# (guarded by _process.LOCK) real path -> the rewrites noted since the last take; None: more than MAX_PENDING, or a
 # save whose rewrites could not be known (a snapshot child that died).
 _pending: dict[str, list[Rewrite] | None] = {}
 
 
 def _forget_in_child() -> None:
     # A fork child keeps watching (a snapshot child reports its rewrites back), but starts
-    # with none noted: the parent's are the parent's to take. (A new lock: another thread
-    # may have held it at the fork.)
-    global _lock
-    _lock = threading.Lock()
+    # with none noted: the parent's are the parent's to take.
     for key in _pending:
         _pending[key] = []
 
 
-os.register_at_fork(after_in_child=_forget_in_child)
+_process.on_fork_child("checkpoint.writelog", _forget_in_child)
 
 
 def watch(path: str | os.PathLike[str]) -> None:
     """Keep the rewrites of ``path`` (the file it names now) from now on."""
     key = os.path.realpath(path)
-    with _lock:
+    with _process.LOCK:
         _pending.setdefault(key, [])
 
 
 def unwatch(path: str | os.PathLike[str]) -> None:
     """Stop keeping the rewrites of ``path``."""
-    with _lock:
+    with _process.LOCK:
         _pending.pop(os.path.realpath(path), None)
 
 
@@ -84,7 +81,7 @@ def take(path: str | os.PathLike[str]) -> list[Rewrite] | None:
     """The rewrites of ``path`` noted since the last take, oldest first; None when they
     are not known (not watched, too many, or a save that could not report them)."""
     key = os.path.realpath(path)
-    with _lock:
+    with _process.LOCK:
         if key not in _pending:
             return None
         found = _pending[key]
@@ -93,7 +90,7 @@ def take(path: str | os.PathLike[str]) -> list[Rewrite] | None:
 
 
 def _put(real: str, rewrites: list[Rewrite] | None) -> None:
-    with _lock:
+    with _process.LOCK:
         if real not in _pending:
             return
         kept = _pending[real]

@@ -52,6 +52,8 @@ from functools import cache
 
 import numpy as np
 
+from .. import _process
+
 __all__ = ["available", "arm", "scan", "scan_and_token", "token", "union",
            "Runs", "NO_RUNS"]
 
@@ -137,7 +139,7 @@ def _drop_in_child() -> None:
     _probe.cache_clear()  # the child may open a userfaultfd of its own
 
 
-os.register_at_fork(after_in_child=_drop_in_child)
+_process.on_fork_child("checkpoint.writeprotect", _drop_in_child)
 
 
 @cache

@@ -47,7 +47,6 @@ FileDigests            the piece digests of one checkpoint file's arrays, kept b
 
 from __future__ import annotations
 
-import atexit
 import json
 import os
 import queue
@@ -57,6 +56,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from .. import _process
 from .._core.optional import torch_if_loaded
 
 __all__ = ["ENV_AUDIT", "ENV_NOTIFY", "ENV_IGNORE", "WALL_CLOCK", "WALL_CLOCK_PARTS", "recorder", "Recorder",
@@ -126,7 +126,7 @@ class Recorder:
         self.last_step: int | None = None
         self._progress = self._open_progress(path + PROGRESS_SUFFIX)
         self.event("start")
-        atexit.register(self._at_exit)
+        _process.at_exit("training.audit", self._at_exit)
 
     @staticmethod
     def _open_progress(path: str) -> Any:
