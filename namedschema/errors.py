@@ -7,28 +7,24 @@ NamedSchemaError        base of everything namedschema raises on purpose
 SchemaError             a schema definition is invalid, or an unpickled one conflicts (ValueError)
 SchemaClassError        a class statement cannot define a schema (a SchemaError, also a TypeError)
 StructureMismatchError  a value does not have the expected structure (TypeError)
-FieldError              reading or writing a field failed; names schema and field; also the
-                        builtin class of the failure (IndexError, KeyError...), see below
+FieldError              reading or writing a field failed; also its builtin class (see below)
 FormatError             a checkpoint file is not valid (ValueError)
 UnexpectedKindError     a valid checkpoint of another kind than load was told to expect
 UnsafeLoadError         a checkpoint needs pickle and allow_pickle was not given
-SaveError               save refused a target that is not a regular file, or a background
-                        save's writer died or its error could not come back (OSError)
+SaveError               save refused a non-regular file, or a background writer failed (OSError)
 NotDataError            save met a value that is not data and allow_pickle was not given
 UnpicklableError        an attribute of an object being pickled cannot be (TypeError)
 MissingModuleError      unpickling needs a module this process cannot import (ModuleNotFoundError)
 MissingClassError       unpickling needs a name its module lacks here (AttributeError)
 SchemaEvolutionError    saved data does not map onto today's schemas (ValueError)
 FillLimitError          new fields would fill more memory than the file justifies (also MemoryError)
-BufferShapeError        buffer arrays disagree in leading dimensions, or a saved replay buffer
-                        state does not fit the buffer (ValueError)
+BufferShapeError        buffer arrays or a saved replay buffer state do not fit (ValueError)
 BufferSizeError         a buffer too large to allocate (a BufferShapeError and MemoryError)
 EnvStateError           a captured env state does not fit the env it goes into (ValueError)
 RunCheckpointError      a run checkpoint that does not fit the run (ValueError)
 StateMismatchError      a saved rlpyt component state does not fit the new one (ValueError)
 ResumeError             an rlpyt runner or checkpoint that cannot be resumed (RuntimeError)
-WorkerError             a worker failed: a sampler worker of a resumable run, a shard of a
-                        ShardedReplay (RuntimeError)
+WorkerError             a sampler worker or a ShardedReplay shard failed (RuntimeError)
 RlpytImportError        rlpyt cannot be imported for patch_rlpyt (ImportError)
 
 NamedSchemaWarning      base of namedschema's warnings (a UserWarning)

@@ -106,8 +106,8 @@ def load(path: _Path, *, mmap_mode: _MmapMode = None, allow_pickle: bool = False
         TypeError: ``path`` is neither a path nor a seekable binary file
             object, or a file object with ``mmap_mode``.
         SchemaEvolutionError: with ``schemas``, the saved data does not map
-            onto today's schemas (``MissingFieldError``, ``ExtraFieldError``,
-            ``FieldMismatchError``), or the new fields, whose leading shape
+            onto today's schemas (a missing or extra field, a dtype or shape
+            that differs), or the new fields, whose leading shape
             comes from the file, would take more bytes than the file's size
             (at least 64 MiB; ``FillLimitError``); nothing is returned.
     """

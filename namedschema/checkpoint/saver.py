@@ -119,13 +119,13 @@ def save(obj: Any, path: str | os.PathLike[str] | io.RawIOBase | io.BufferedIOBa
             message says so when the two arguments look swapped, as in
             ``np.save(path, arr)``), or a file object with ``incremental``
             or ``background``.
-        NotRegularFileError: (an OSError) ``path`` is a directory, FIFO,
+        SaveError: (an OSError) ``path`` is a directory, FIFO,
             socket or device; nothing was written.
         StructureMismatchError: a tensor is not on the CPU or has a dtype
             numpy cannot view.
         OSError: the file cannot be written (the old file stays intact); the
             error names ``path`` as given, not the temporary file.
-        BackgroundSaveError: (an OSError) the previous background save of
+        SaveError: (an OSError) the previous background save of
             ``path`` failed and its error was not raised yet (by ``wait()``),
             or its writer process died.
         ValueError: ``compression`` is not one of the values above.

@@ -148,7 +148,7 @@ def upgrade(obj: Any, schemas: SchemaSpec, *, extra: ExtraChoice = "error",
             current schema (for renames and to settle ambiguity; it wins over
             the rest), or a list of these.
         extra: what to do with a saved field the current schema lacks:
-            ``"error"`` (raise :class:`~namedschema.errors.ExtraFieldError`),
+            ``"error"`` (raise :class:`~namedschema.errors.SchemaEvolutionError`),
             ``"ignore"`` (drop it) or ``"keep"`` (drop it from the instance
             and return it in the report's ``kept``).
         casting: numpy's casting rule for a saved array whose dtype differs
@@ -173,14 +173,12 @@ def upgrade(obj: Any, schemas: SchemaSpec, *, extra: ExtraChoice = "error",
         INFO level.
 
     Raises:
-        MissingFieldError: a current field is missing from the saved data
-            and has no default.
-        ExtraFieldError: a saved field is missing from the current schema and
-            ``extra="error"``.
-        FieldMismatchError: a saved dtype or shape differs from the declared
-            one and ``casting`` does not allow the cast.
-        SchemaEvolutionError: (the base of the three) a typename matches
-            several current schemas, or another rule cannot be followed.
+        SchemaEvolutionError: a current field is missing from the saved data
+            and has no default; a saved field is missing from the current
+            schema and ``extra="error"``; a saved dtype or shape differs from
+            the declared one and ``casting`` does not allow the cast; a
+            typename matches several current schemas, or another rule cannot
+            be followed.
         ValueError: an unknown ``extra``/``casting``, or a ``defaults`` key
             that names no field of the current schemas.
         TypeError: ``schemas`` or ``defaults`` has the wrong form.
