@@ -46,13 +46,14 @@ FORK_ORDER = (
     "checkpoint.forked",        # the snapshot child's forker
     "checkpoint.writelog",      # ranges rewritten, for the audit
 )
-# At exit: check-resume's recorder writes the run's end (as it did when each module had
-# its own hook: the recorder, made while the run goes, registered last and ran first),
-# then background saves are written, then incremental saves finish (their journals go).
+# At exit: background saves are written, then incremental saves finish (their journals
+# go), then check-resume's recorder writes the run's end after every save's record. (With
+# a hook each, the order was the reverse of the imports': RunCheckpoint's recorder ran
+# after the saves, rlpyt's before the incremental ones.)
 EXIT_ORDER = (
-    "training.audit",
     "checkpoint.background",
     "checkpoint.incremental",
+    "training.audit",
 )
 
 LOCK = threading.RLock()

@@ -219,7 +219,7 @@ def test_gpu_sampler_with_envs_that_cannot_be_saved_resumes(tmp_path):
     ("sigkill", "dqn_uniform_cpu"), ("sigkill", "dqn_uniform_gpu")])
 def test_a_failing_worker_raises_in_the_main_process(tmp_path, config, where):
     """A worker failing in a capture round, in its resume (both workers fail: the
-    first to report is named), or SIGKILLed mid-run: the main process raises SamplerWorkerError naming the worker and the cause (instead
+    first to report is named), or SIGKILLed mid-run: the main process raises WorkerError naming the worker and the cause (instead
     of waiting in rlpyt's barriers forever) and no worker outlives it."""
     ckpt, pids = tmp_path / "run.nsc", tmp_path / "run.pids"
     options = ["--ckpt", ckpt, "--pids-file", pids]
@@ -235,11 +235,11 @@ def test_a_failing_worker_raises_in_the_main_process(tmp_path, config, where):
         code, output = run_driver(tmp_path, "failing", config, *options)
         assert code == 1, output[-3000:]
         expected = {
-            "capture": r"SamplerWorkerError: sampler worker [01] \(pid \d+\) failed during a "
+            "capture": r"WorkerError: sampler worker [01] \(pid \d+\) failed during a "
                        r"capture round: RuntimeError: injected failure in the worker's capture",
-            "resume": r"SamplerWorkerError: sampler worker [01] \(pid \d+\) failed during the "
+            "resume": r"WorkerError: sampler worker [01] \(pid \d+\) failed during the "
                       r"resume \(restoring its state\): RuntimeError: injected failure",
-            "sigkill": r"SamplerWorkerError: sampler worker 1 \(pid \d+\) ended during "
+            "sigkill": r"WorkerError: sampler worker 1 \(pid \d+\) ended during "
                        r"sampling: it was killed by SIGKILL",
         }[where]
         assert re.search(expected, output), output[-3000:]
