@@ -10,16 +10,20 @@ import os
 import pytest
 from hypothesis import HealthCheck, settings
 
+from tests.helpers import HYPOTHESIS_PROFILE
+
 settings.register_profile(
     "ci", max_examples=60, deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+# The everyday default: a quarter of CI's examples (tests with their own count scale
+# it with tests.helpers.examples the same way).
 settings.register_profile(
-    "dev", max_examples=30, deadline=None,
+    "dev", max_examples=15, deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 settings.register_profile(
     "long", max_examples=2000, deadline=None,
     suppress_health_check=list(HealthCheck))
-settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
+settings.load_profile(HYPOTHESIS_PROFILE)
 
 
 # ----------------------------------------------------------------- real rlpyt (marker)

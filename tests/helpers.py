@@ -10,6 +10,20 @@ import textwrap
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
+#: The hypothesis profile the suite runs under (tests/conftest.py loads it): ``dev`` by
+#: default (the everyday run), ``ci`` in CI (.ci/run sets HYPOTHESIS_PROFILE=ci), ``long``.
+HYPOTHESIS_PROFILE = os.environ.get("HYPOTHESIS_PROFILE", "dev")
+
+
+def examples(n: int) -> int:
+    """The ``max_examples`` of a property test that runs ``n`` examples in CI.
+
+    Under the ``ci`` and ``long`` profiles it is ``n``; under the default ``dev``
+    profile (the everyday quick run) a quarter of it, at least 3: CI keeps the
+    full search, the local loop stays short.
+    """
+    return n if HYPOTHESIS_PROFILE != "dev" else max(3, n // 4)
+
 
 def run_fresh(code: str, *, stdin: bytes | None = None, timeout: float = 120,
               env: dict | None = None, check: bool = True) -> subprocess.CompletedProcess:

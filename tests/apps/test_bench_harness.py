@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from benchmarks import suite as bench
 from benchmarks.suite import core, pickling
-from tests.helpers import REPO_ROOT
+from tests.helpers import REPO_ROOT, examples
 
 RESULT_KEYS = {"case", "contender", "metric", "value", "unit", "reference", "ratio", "target"}
 
@@ -91,7 +91,7 @@ rows_strategy = st.lists(st.builds(
 
 
 @pytest.mark.subprocess
-@settings(max_examples=25)
+@settings(max_examples=examples(25))
 @given(rows=rows_strategy, quick=st.booleans())
 def test_write_json_round_trip(tmp_path_factory, rows, quick):
     """Rows written by write_json() read back equal, in the shared shape, with no temp file left."""

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from namedschema import NamedArrayTupleSchema, NamedTupleSchema
 from namedschema.apps import demo
 from namedschema.state.rng import pcg64_words
-from tests.helpers import REPO_ROOT, echo_fresh, run_fresh
+from tests.helpers import REPO_ROOT, echo_fresh, examples, run_fresh
 
 Transition = NamedArrayTupleSchema("Transition", demo.FIELDS)
 State = NamedTupleSchema("ReplayState", ("samples", "cursor", "filled", "rng_state"))
@@ -96,7 +96,7 @@ def test_rng_state_round_trip(words, has_uint32, uinteger):
 
 
 @pytest.mark.slow
-@settings(max_examples=20)
+@settings(max_examples=examples(20))
 @given(capacity=st.integers(2, 40), appends=st.lists(st.integers(1, 60), max_size=4),
        draws=st.integers(0, 3), seed=st.integers(0, 2**32 - 1))
 def test_replay_state_pickle_round_trip_resumes_identically(capacity, appends, draws, seed):

@@ -13,6 +13,7 @@ from hypothesis.extra import numpy as hnp
 
 from namedschema import NamedArrayTuple, NamedArrayTupleSchema, NamedTupleSchema
 from namedschema.buffer import buffer_from_example, is_shared_memory, to_shared_memory
+from tests.helpers import examples as n_examples
 from tests.helpers import run_fresh
 
 DTYPES = [np.uint8, np.int16, np.int64, np.float32, np.float64, np.bool_, np.complex64]
@@ -135,7 +136,7 @@ def test_forking_pickler_and_to_shared_keep_values(ex, lead):
 
 
 @pytest.mark.subprocess
-@settings(max_examples=8)
+@settings(max_examples=n_examples(8))
 @given(examples, leading, st.booleans())
 def test_every_protocol_loads_in_fresh_interpreter(ex, lead, shared):
     """Pickles of a buffer with every protocol load in a fresh interpreter, one class per schema."""

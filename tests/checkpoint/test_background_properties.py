@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 import namedschema
 from namedschema.buffer import buffer_from_example
+from tests.helpers import examples
 
 pytestmark = pytest.mark.slow
 
@@ -59,7 +60,7 @@ steps = st.one_of(
 )
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=examples(25), deadline=None)
 @given(source=st.sampled_from(SOURCES), sequence=st.lists(steps, min_size=1, max_size=10))
 def test_background_saves_hold_their_snapshot(tmp_path_factory, source, sequence):
     if source == "torch":
@@ -93,7 +94,7 @@ def test_background_saves_hold_their_snapshot(tmp_path_factory, source, sequence
         np.testing.assert_array_equal(got, want)
 
 
-@settings(max_examples=10, deadline=None)
+@settings(max_examples=examples(10), deadline=None)
 @given(sequence=st.lists(st.tuples(rows, st.integers(1, 40), st.booleans()), min_size=1,
                          max_size=6))
 def test_every_background_save_loads_as_its_snapshot(tmp_path_factory, sequence):

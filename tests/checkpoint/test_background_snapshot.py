@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 import namedschema
 from namedschema.buffer import buffer_from_example
 from namedschema.checkpoint import tracking, writeprotect
+from tests.helpers import examples
 
 PAGE = mmap.PAGESIZE
 needs_writeprotect = pytest.mark.skipif(
@@ -30,7 +31,7 @@ def _naive_union(runs):
     return out
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 200), st.integers(0, 60)), max_size=40))
 def test_union_matches_the_one_run_at_a_time_definition(pairs):
     runs = np.array([(a, a + n) for a, n in pairs], np.int64).reshape(-1, 2)

@@ -7,6 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from namedschema.checkpoint import tracking
+from tests.helpers import examples
 
 
 def _reference(new: np.ndarray, old: np.ndarray) -> list[tuple[int, int]]:
@@ -25,7 +26,7 @@ def _reference(new: np.ndarray, old: np.ndarray) -> list[tuple[int, int]]:
     return [(a, b) for a, b in runs]
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(size=st.integers(0, 6000),
        edits=st.lists(st.tuples(st.integers(0, 5999), st.integers(1, 300)), max_size=12),
        seed=st.integers(0, 2**32 - 1))

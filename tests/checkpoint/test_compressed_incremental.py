@@ -23,6 +23,7 @@ import namedschema
 from namedschema.checkpoint import compression, incremental, squeezed, tracking, verify
 from namedschema.errors import FormatError
 from tests.checkpoint.crafted import join, split
+from tests.helpers import examples
 
 pytest.importorskip("zstandard")
 
@@ -242,7 +243,7 @@ def _tensors(path: str) -> dict:
 # Round trips
 # --------------------------------------------------------------------------
 
-@settings(max_examples=25, deadline=None,
+@settings(max_examples=examples(25), deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(chunk=st.sampled_from([64, 128, 192, 4096]),
        rows=st.integers(1, 60), width=st.integers(1, 70),
@@ -458,7 +459,7 @@ def test_plain_compressed_files_place_no_chunks(tmp_path):
     assert "zstd-chunk-offsets" not in desc_of(path)["features"]
 
 
-@settings(max_examples=60, deadline=None,
+@settings(max_examples=examples(60), deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(offsets=st.lists(st.integers(-5, 3000), min_size=0, max_size=12),
        order=st.none() | st.permutations(range(8)))

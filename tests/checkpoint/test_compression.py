@@ -32,6 +32,7 @@ from namedschema.checkpoint.crc import crc_concat
 from namedschema.checkpoint.inspector import _human
 from namedschema.errors import FormatError
 from tests.checkpoint.crafted import join, split
+from tests.helpers import examples
 
 pytest.importorskip("zstandard")
 
@@ -101,7 +102,7 @@ def arrays(draw):
     return arr
 
 
-@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(120), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(values=st.lists(arrays(), min_size=1, max_size=4),
        chunk=st.sampled_from([64, 128, 192, 4096]),
        level=st.sampled_from([None, 1, 3, -3]),
@@ -123,7 +124,7 @@ def test_round_trip_is_bit_exact(tmp_path_factory, values, chunk, level, share):
     verify(path)
 
 
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(80), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(values=st.lists(arrays(), min_size=1, max_size=4), share=st.booleans(),
        incremental=st.booleans())
 def test_auto_round_trip_compresses_one_byte_blocks_only(tmp_path_factory, values, share,

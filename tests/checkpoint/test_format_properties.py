@@ -14,6 +14,7 @@ from hypothesis.extra import numpy as hnp
 
 import namedschema
 from namedschema.checkpoint.constants import ALLOWED_DTYPES as _ALLOWED_DTYPES
+from tests.helpers import examples
 
 DTYPES = sorted(_ALLOWED_DTYPES)
 SCHEMAS = [namedschema.NamedArrayTupleSchema("Pair", "a b"),
@@ -79,7 +80,7 @@ def save_load(obj, **kwargs):
 
 
 @pytest.mark.slow
-@settings(max_examples=30)
+@settings(max_examples=examples(30))
 @given(structures, st.sampled_from([None, "r", "c"]))
 def test_random_structures_round_trip(obj, mode):
     """Any nested structure of schemas, containers, scalars and arrays round-trips exactly."""
@@ -90,7 +91,7 @@ def test_random_structures_round_trip(obj, mode):
 
 
 @pytest.mark.slow
-@settings(max_examples=30)
+@settings(max_examples=examples(30))
 @given(st.sampled_from(DTYPES), st.integers(1, 40), st.data())
 def test_views_of_views_keep_aliasing(dtype, n, data):
     """Random (nested) views of one base share memory after load exactly when they did before."""
@@ -148,7 +149,7 @@ def expected_tensor(a):
 
 
 @pytest.mark.slow
-@settings(max_examples=20)
+@settings(max_examples=examples(20))
 @given(st.lists(arrays(), min_size=1, max_size=4))
 @example([np.arange(100.0).reshape(10, 10)[::2, ::3],           # sparse: compact copy
           np.arange(100, dtype=">i4").reshape(10, 10)[::3, ::2],  # compact, no st dtype
@@ -174,7 +175,7 @@ def test_safetensors_reads_every_block(arrs):
 
 
 @pytest.mark.slow
-@settings(max_examples=20)
+@settings(max_examples=examples(20))
 @given(st.lists(arrays(), min_size=1, max_size=3))
 def test_pickled_path_round_trips(arrs):
     """Arrays inside a non-data object round-trip through the pickled path with allow_pickle."""
@@ -236,7 +237,7 @@ huge_dims = st.sampled_from([0, 1, 3, 2**20, 2**31, 2**40, 2**59, 2**61, 2**62, 
 
 
 @pytest.mark.slow
-@settings(max_examples=60)
+@settings(max_examples=examples(60))
 @given(st.lists(huge_dims, min_size=1, max_size=4).map(lambda dims: [0] + dims),
        st.sampled_from(DTYPES), st.permutations(range(5)))
 def test_empty_array_shapes_load_exactly_when_numpy_can_make_them(dims, dtype, order):

@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 import namedschema
 from namedschema.checkpoint import incremental
 from namedschema.checkpoint.header import read_header
+from tests.helpers import examples
 
 BIG = 1 << 19     # float64 elements: 4 MiB
 
@@ -134,7 +135,7 @@ def test_wobbling_sizes_keep_the_file_bounded(tmp_path):
     check(path, obj)
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=examples(25), deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 40_000), st.integers(0, 40), st.booleans(),
                           st.integers(0, 3000)), min_size=1, max_size=6))
 def test_any_sequence_of_small_changes_round_trips(tmp_path_factory, steps):

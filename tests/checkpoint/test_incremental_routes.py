@@ -27,6 +27,7 @@ import namedschema
 from namedschema.buffer import buffer_from_example
 from namedschema.checkpoint import incremental, pages
 from namedschema.checkpoint import tracking as tracking_module
+from tests.helpers import examples
 
 pytestmark = [pytest.mark.skipif(not pages.available(), reason="needs Linux"), pytest.mark.slow]
 
@@ -120,7 +121,7 @@ steps = st.lists(st.one_of(
 
 
 @pytest.mark.parametrize("tracking", ["auto", "checksums", "compare"])
-@settings(max_examples=12, deadline=None)
+@settings(max_examples=examples(12), deadline=None)
 @given(source=st.sampled_from(SOURCES), plan=steps)
 def test_every_route_is_seen_by_the_next_save(tracking, source, plan):
     old = tracking_module._forced

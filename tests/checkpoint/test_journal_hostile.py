@@ -27,6 +27,7 @@ from namedschema.checkpoint import incremental, journal
 from namedschema.errors import FormatError
 from tests.bounds import bounded
 from tests.figures import record
+from tests.helpers import examples
 
 MAGIC, END = b"NSJRNL01", b"NSJEND01"
 
@@ -145,7 +146,7 @@ def _journals(draw, ckpt_id: str, size: int = 8192) -> bytes:
 
 
 @pytest.mark.slow
-@settings(max_examples=150, deadline=None,
+@settings(max_examples=examples(150), deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture,
                                  HealthCheck.too_slow])
 @given(data=st.data())

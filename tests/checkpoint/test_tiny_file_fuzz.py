@@ -27,10 +27,11 @@ from namedschema import NamedArrayTupleSchema
 from namedschema.errors import NamedSchemaError, RunCheckpointError
 from tests.bounds import bounded
 from tests.figures import record
+from tests.helpers import examples
 
 pytestmark = pytest.mark.slow
 
-_SETTINGS = settings(max_examples=150, deadline=None, database=None,
+_SETTINGS = settings(max_examples=examples(150), deadline=None, database=None,
                      suppress_health_check=[HealthCheck.too_slow])
 _MARKER = re.compile(rb'"header_crc32":"([0-9a-f]{8})"')
 _NUMBER = re.compile(rb"(?<![0-9a-f\"])[0-9]+")

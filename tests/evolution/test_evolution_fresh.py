@@ -21,7 +21,7 @@ import namedschema
 from namedschema import NamedArrayTupleSchema, upgrade
 from namedschema.errors import SchemaEvolutionError
 from tests.evolution import pairs as ep
-from tests.helpers import run_fresh
+from tests.helpers import examples, run_fresh
 
 pytestmark = pytest.mark.subprocess
 
@@ -51,7 +51,7 @@ def _child(tmp_path, module_name, body):
     return json.loads(proc.stdout.decode().strip().splitlines()[-1])
 
 
-@settings(max_examples=6, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=examples(6), deadline=None, suppress_health_check=list(HealthCheck))
 @given(pair=ep.pairs(), extra=st.sampled_from(ep.EXTRAS),
        casting=st.sampled_from(ep.CASTINGS), leading=st.sampled_from([(5,), (5, 4)]))
 def test_random_pairs_upgrade_alike_in_a_fresh_interpreter(tmp_path_factory, pair, extra,

@@ -17,6 +17,7 @@ import namedschema as ns  # noqa: E402
 from namedschema._core import pickling as _pickle  # noqa: E402
 from namedschema.integrations import _torch_hook  # noqa: E402
 from namedschema.integrations import torch as nst  # noqa: E402
+from tests.helpers import examples  # noqa: E402
 
 _torch_hook.install()
 
@@ -94,7 +95,7 @@ def test_weights_only_shared_storage_kept():
 
 
 @pytest.mark.slow
-@settings(max_examples=20)
+@settings(max_examples=examples(20))
 @given(fields=st.lists(st.from_regex(r"[a-z][a-z0-9]{0,6}", fullmatch=True),
                        min_size=1, max_size=5, unique=True),
        n=st.integers(0, 4), array=st.booleans())

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 import namedschema as ns
 from namedschema.ray.shard import ReplayShard, last_routed, route
+from tests.helpers import examples
 
 Step = ns.NamedArrayTupleSchema("Step", "obs action")
 EXAMPLE = Step(np.zeros(2, np.float32), np.int64(0))
@@ -35,7 +36,7 @@ def test_last_routed_is_the_last_call_routed_to_each_shard(writer, upto, n):
 
 
 @pytest.mark.slow
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(n=st.integers(1, 4), plan=st.lists(st.tuples(st.integers(0, 2), st.booleans()),
                                           min_size=1, max_size=40),
        freeze_at=st.integers(0, 40), shuffle=st.randoms(use_true_random=False))

@@ -25,6 +25,7 @@ from namedschema.ray.shard import ReplayShard
 from namedschema.ray.shard_files import check_shard_files, expected_shard
 from tests.bounds import bounded
 from tests.figures import record
+from tests.helpers import examples
 
 Step = ns.NamedArrayTupleSchema("ShardFileStep", "obs action")
 EXAMPLE = Step(np.zeros(3, np.float32), np.int64(0))
@@ -192,7 +193,7 @@ _KEYS = ["format", "version", "generation", "capacities", "prioritized", "alpha"
 
 
 @pytest.mark.slow
-@settings(max_examples=150, deadline=None,
+@settings(max_examples=examples(150), deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(changes=st.dictionaries(st.sampled_from(_KEYS), _values, max_size=4),
        capacity=st.one_of(st.none(), st.integers(0, 2**60)),

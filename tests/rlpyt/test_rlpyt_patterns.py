@@ -23,7 +23,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import rlpyt_src
-from tests.helpers import run_fresh
+from tests.helpers import examples, run_fresh
 from tests.rlpyt.fake_rlpyt import write_fake_rlpyt
 
 pytestmark = pytest.mark.slow  # real rlpyt or its stand-in, imported in every test
@@ -266,7 +266,7 @@ def patched_rlpyt(rlpyt_tree):
             del sys.modules[name]
 
 
-@settings(max_examples=15)
+@settings(max_examples=examples(15))
 @given(sizes=st.lists(st.integers(1, 9), min_size=1, max_size=12),
        seed=st.integers(0, 2**16))
 def test_property_patched_buffer_pickle_round_trip(patched_rlpyt, sizes, seed):

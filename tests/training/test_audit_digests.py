@@ -23,7 +23,7 @@ from namedschema.checkpoint import background, tracking, writelog
 from namedschema.testing.compare import first_difference, reference_records
 from namedschema.testing.runs import Event, Life
 from namedschema.training import audit
-from tests.helpers import run_fresh
+from tests.helpers import examples, run_fresh
 
 CHUNK = audit.CHUNK
 
@@ -155,7 +155,7 @@ def test_a_save_to_a_resized_buffer_is_digested_right(tmp_path):
     assert moved["objects"] == run.fresh()
 
 
-@settings(max_examples=12, deadline=None,
+@settings(max_examples=examples(12), deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(ops=st.lists(st.tuples(st.sampled_from(["bytes", "rows", "none", "full", "grow"]),
                               st.lists(st.integers(0, 2**20 - 1), min_size=1, max_size=6)),
@@ -186,7 +186,7 @@ def test_every_record_equals_a_fresh_digest(tmp_path_factory, ops, background_sa
 
 @given(size=st.sampled_from([CHUNK - 1, CHUNK, CHUNK + 1, 3 * CHUNK + 5]),
        where=st.floats(0, 1, exclude_max=True), bit=st.integers(0, 7))
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 def test_a_difference_in_any_byte_changes_the_digest(size, where, bit):
     """Piece by piece or whole, any one flipped bit changes the array's digest; equal
     bytes with another dtype or shape differ too."""

@@ -25,7 +25,7 @@ from namedschema.errors import (
     StructureMismatchError,
 )
 from namedschema.training.replay import PrioritizedReplayBuffer, ReplayBuffer
-from tests.helpers import run_fresh
+from tests.helpers import examples, run_fresh
 
 Step = namedschema.NamedArrayTupleSchema("FramesOnceStep", "obs action next_obs done")
 ONCE = ("obs", "next_obs")
@@ -127,7 +127,7 @@ def run(rb, sequence, n_envs, tmp_path=None):
     return out, rb
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(prioritized=st.booleans(), n_envs=st.integers(1, 3), capacity=st.integers(1, 9),
        sequence=st.lists(ops, max_size=25))
 def test_frames_once_samples_equal_the_plain_buffers(tmp_path_factory, prioritized, n_envs,

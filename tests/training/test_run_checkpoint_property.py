@@ -38,12 +38,13 @@ from tests.figures import record
 torch = pytest.importorskip("torch")
 gym = pytest.importorskip("gymnasium")
 
+from tests.helpers import examples  # noqa: E402
 from tests.training.run_checkpoint_fixtures import advance, build, canon, fingerprint  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
 META = {"kind": "namedschema.RunCheckpoint", "version": "1"}
-_SETTINGS = settings(max_examples=60, deadline=None, database=None,
+_SETTINGS = settings(max_examples=examples(60), deadline=None, database=None,
                      suppress_health_check=[HealthCheck.too_slow,
                                             HealthCheck.data_too_large])
 
