@@ -6,6 +6,7 @@ Markers (registered in setup.cfg): ``slow`` (left out of the quick run,
 """
 
 import os
+import re
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -61,6 +62,26 @@ def _require_rlpyt() -> bool:
 
 _rlpyt_ids: set[str] = set()
 _rlpyt_outcomes: dict[str, int] = {}
+
+
+# ----------------------------------------------------------------- the quick run
+# Under -m "not slow" a module whose pytestmark is ``slow`` or ``subprocess`` would
+# only be imported (Ray, rlpyt, torch...) for all its tests to be deselected: it is
+# not collected at all. The line is read, not imported; other marks are left to pytest.
+_WHOLLY_SLOW = re.compile(rb"^pytestmark\s*=\s*\[?[^\n]*\bpytest\.mark\.(slow|subprocess)\b",
+                          re.MULTILINE)
+
+
+def pytest_ignore_collect(collection_path, config):
+    if (config.getoption("markexpr", "") or "").strip() != "not slow":
+        return None
+    if collection_path.suffix != ".py" or not collection_path.name.startswith("test_"):
+        return None
+    try:
+        head = collection_path.read_bytes()
+    except OSError:
+        return None
+    return True if _WHOLLY_SLOW.search(head) else None
 
 
 def pytest_collection_modifyitems(config, items):
