@@ -86,6 +86,7 @@ def _run_checkpoint(tmp_path):
     return path
 
 
+@pytest.mark.slow  # a RunCheckpoint with torch; seconds
 def test_inspect_of_a_run_checkpoint_folds_generator_states(tmp_path, capsys):
     path = _run_checkpoint(tmp_path)
     assert cli.main(["inspect", str(path)]) == 0

@@ -35,6 +35,7 @@ def test_quick_compression_topic_reports_ratios_against_raw_io(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["c.json"]   # files removed
 
 
+@pytest.mark.slow
 def test_policy_case_compares_auto_and_zstd_with_none(tmp_path):
     pytest.importorskip("zstandard")
     pytest.importorskip("torch")

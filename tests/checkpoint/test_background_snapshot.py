@@ -50,6 +50,7 @@ def _buffer(rows):
     return buf
 
 
+@pytest.mark.slow
 @needs_writeprotect
 @pytest.mark.parametrize("split", [False, True])
 def test_background_incremental_saves_hold_the_state_at_their_return(tmp_path, monkeypatch,
@@ -78,6 +79,7 @@ def test_background_incremental_saves_hold_the_state_at_their_return(tmp_path, m
         buf.reward[:] = expected[1]
 
 
+@pytest.mark.slow
 @needs_writeprotect
 def test_the_snapshot_buffer_is_reused_and_a_full_save_readies_one(tmp_path, monkeypatch):
     monkeypatch.setattr(tracking, "_spare", tracking._Spare())

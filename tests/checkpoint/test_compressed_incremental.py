@@ -143,6 +143,7 @@ def test_checksum_tracking_finds_the_same_chunks(tmp_path, monkeypatch):
 # Bounded on disk
 # --------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_many_saves_keep_the_file_bounded(tmp_path):
     """Chunks that grow (noise written into flat frames) and shrink again: they move to
     free space, blocks move to the end, and a full save packs the file once the padding

@@ -36,6 +36,7 @@ assert os.path.exists(journal.journal_path(path))   # still finishing
 """
 
 
+@pytest.mark.subprocess
 def test_the_interpreter_exit_waits_for_the_last_save_to_finish(tmp_path):
     path = tmp_path / "c.nsb"
     run_fresh(SLOW_SYNC.format(path=str(path)) + "print('exiting')\n")
@@ -45,6 +46,7 @@ def test_the_interpreter_exit_waits_for_the_last_save_to_finish(tmp_path):
     assert namedschema.load(path)["a"][5] == 7
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("waits", ["wait", "save"])
 def test_a_fork_child_does_not_wait_for_its_parents_finishing_save(tmp_path, waits):
     """The child has no finishing thread: ``wait`` returns at once (before, the thread

@@ -118,6 +118,7 @@ def test_a_large_array_that_changes_shape_gives_a_full_save(tmp_path):
     check(path, obj)
 
 
+@pytest.mark.slow
 def test_wobbling_sizes_keep_the_file_bounded(tmp_path):
     """Many saves with sizes that go up and down: the file reuses its free space."""
     path = tmp_path / "c.nsb"
@@ -138,6 +139,7 @@ def test_wobbling_sizes_keep_the_file_bounded(tmp_path):
 @settings(max_examples=examples(25), deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 40_000), st.integers(0, 40), st.booleans(),
                           st.integers(0, 3000)), min_size=1, max_size=6))
+@pytest.mark.slow
 def test_any_sequence_of_small_changes_round_trips(tmp_path_factory, steps):
     """Random sizes, arrays coming and going, pickles growing and shrinking: every save
     loads as what was saved, verifies, keeps its padding zero."""

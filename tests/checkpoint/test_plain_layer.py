@@ -12,6 +12,7 @@ import os
 import zlib
 
 import numpy as np
+import pytest
 
 import namedschema
 from namedschema.checkpoint import journal
@@ -62,6 +63,7 @@ def _of(loaded: list[str], prefixes: list[str]) -> list[str]:
     return [m for m in loaded if any(m == p or m.startswith(p + ".") for p in prefixes)]
 
 
+@pytest.mark.subprocess
 def test_plain_save_load_inspect_verify_load_no_incremental_background_or_evolution():
     loaded = _loaded(_PLAIN)
     assert _of(loaded, NOT_PLAIN) == []
@@ -69,6 +71,7 @@ def test_plain_save_load_inspect_verify_load_no_incremental_background_or_evolut
     assert len(loaded) <= MOST_MODULES, loaded
 
 
+@pytest.mark.subprocess
 def test_the_check_sees_what_a_background_save_and_schemas_load():
     """The check above can fail: the modules it looks for are loaded when used."""
     code = _PLAIN.replace("namedschema.inspect(p)", """namedschema.inspect(p)
@@ -79,6 +82,7 @@ namedschema.load(p, schemas=[S])""")
             "namedschema.evolution"} <= set(loaded)
 
 
+@pytest.mark.subprocess
 def test_a_fresh_load_finishes_a_committed_journal_first(tmp_path):
     """A process that never saved incrementally still finds and applies the journal an
     interrupted incremental save left (loading ``incremental`` for it), and reads the
@@ -102,6 +106,7 @@ def test_a_fresh_load_finishes_a_committed_journal_first(tmp_path):
     assert not os.path.exists(journal.journal_path(path))
 
 
+@pytest.mark.subprocess
 def test_a_load_leaves_something_that_is_not_a_journal_alone(tmp_path):
     """A directory at the journal's path is no journal: nothing loads ``incremental``."""
     path = str(tmp_path / "run.nsc")

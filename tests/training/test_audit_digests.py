@@ -67,7 +67,10 @@ class Audited:
             del data
 
 
-ROUTES = ["thread", "fork", "small", "foreground"]
+# The writer-thread and snapshot-child routes take seconds each: the quick run keeps the
+# small and foreground ones, CI runs all four.
+ROUTES = [pytest.param("thread", marks=pytest.mark.slow),
+          pytest.param("fork", marks=pytest.mark.slow), "small", "foreground"]
 
 
 @pytest.fixture(params=ROUTES)
@@ -125,6 +128,7 @@ def test_a_full_save_between_records_is_digested_whole(tmp_path, route, how):
     assert full["digested"] >= replay["obs"].nbytes
 
 
+@pytest.mark.subprocess
 def test_a_change_by_another_process_is_not_missed(tmp_path, route):
     """Another process rewrites a piece in place (its save is not in this process's
     rewrites): the chain of checkpoint ids breaks and the record shows the change."""
@@ -241,6 +245,7 @@ def _life(log):
     return Life(pid=raw[0]["pid"], events=events)
 
 
+@pytest.mark.subprocess
 def test_one_byte_in_the_middle_of_a_large_buffer_is_named(tmp_path):
     """Two runs of a RunCheckpoint loop (fresh interpreters) that differ in one byte of
     a 64 MiB buffer from step 9 on: the first differing record is step 12's, naming

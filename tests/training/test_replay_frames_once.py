@@ -157,6 +157,7 @@ def test_an_episode_end_returns_the_true_final_observation():
             index[ends] + n_envs, len(index) - 1)]).any()
 
 
+@pytest.mark.subprocess
 def test_the_frames_once_state_has_no_next_observations_and_resumes_in_a_fresh_interpreter(
         tmp_path):
     sequence = [("steps", 6, "extend", 0.3), ("sample", 5, "", 0.0), ("odd", 3, "add", 0.0),

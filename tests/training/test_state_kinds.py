@@ -107,6 +107,7 @@ def _calls(path):
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)}
 
 
+@pytest.mark.slow
 def test_each_kind_of_state_is_captured_and_restored_in_one_module():
     """RunCheckpoint, namedschema.sb3 and namedschema.rlpyt.resumable read and write
     emulators only through namedschema.state.env, generators only through
