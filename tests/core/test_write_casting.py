@@ -92,6 +92,28 @@ def test_a_failing_write_leaves_the_step_untouched():
     assert buf.done.all() and (buf.observation == 1).all()
 
 
+def test_writes_of_the_same_schema_check_every_value_every_time():
+    """The fast path (same schema, every dtype its field's) decides per write: a step
+    that matched before gives no pass to a later one whose field has another dtype."""
+    buf = _buffer()
+    step = buf[0]._replace(observation=np.full((4, 4), 3, np.uint8))
+    for loc in (1, 2):
+        buf[loc] = step                                      # every dtype matches
+    assert (buf.observation[2] == 3).all()
+    before = _copy(buf)
+    with pytest.raises(FieldError, match="action"):
+        buf[3] = step._replace(action=np.array(300))         # int64 300 into uint8
+    with pytest.raises(FieldError, match="reward.*same_kind"):
+        buf[3] = step._replace(reward=np.float32(1.0))       # float into int32
+    with pytest.raises(FieldError, match="done"):
+        buf[3] = step._replace(done=None)
+    assert _untouched(buf, before)
+    buf[3] = step._replace(reward=np.int64(-5))              # same_kind, and the value fits
+    assert buf.reward[3] == -5
+    buf[4] = step
+    assert (buf.observation[4] == 3).all()
+
+
 def test_writing_another_schema_is_named():
     """7: a Point into a Transition buffer: not 'could not broadcast (2,) into (84,84)'."""
     buf = _buffer()
