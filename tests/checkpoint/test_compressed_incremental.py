@@ -295,6 +295,7 @@ def test_a_pickle_that_changes_size_is_updated(tmp_path):
     assert namedschema.inspect(path).last_save.kind == "incremental"
 
 
+@pytest.mark.subprocess
 def test_a_fresh_interpreter_loads_an_updated_file(tmp_path):
     import subprocess
     import sys
