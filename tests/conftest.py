@@ -5,10 +5,12 @@ Markers (registered in setup.cfg): ``slow`` (left out of the quick run,
 ``slow`` too), ``rlpyt`` (needs the real rlpyt; see below).
 """
 
+import gc
 import os
 import re
 
 import pytest
+from _pytest.doctest import DoctestModule
 from hypothesis import HealthCheck, settings
 
 from tests.helpers import HYPOTHESIS_PROFILE
@@ -82,6 +84,20 @@ def pytest_ignore_collect(collection_path, config):
     except OSError:
         return None
     return True if _WHOLLY_SLOW.search(head) else None
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_collect_file(file_path, parent):
+    """Test modules hold no doctests: --doctest-modules (setup.cfg, for the package's
+    examples) would otherwise walk every test function of the suite looking for some."""
+    collectors = yield
+    return [c for c in collectors if not isinstance(c, DoctestModule)]
+
+
+def pytest_collection_finish(session):
+    """What collection imported (numpy, torch, the test modules) lives to the end: the
+    collector need not walk it again at each full collection (nor at pytest's last one)."""
+    gc.freeze()
 
 
 def pytest_collection_modifyitems(config, items):
