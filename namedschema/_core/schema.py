@@ -212,9 +212,9 @@ def _source(n: int) -> str:
         "def __setitem__(self, loc, value):",
         f"    {unpack} = self",
         "    j = 0",
-        # The same schema first: one type test, no isinstance call (x[3] = y of one schema
+        # The same schema first: one class test, no isinstance call (x[3] = y of one schema
         # is the write a training loop makes most).
-        "    if _type(value) is _type(self) or (isinstance(value, tuple)"
+        "    if value.__class__ is self.__class__ or (isinstance(value, tuple)"
         " and getattr(value, '_fields', None) == self._fields):",
         f"        {unpack_values} = value",
         "        try:",
@@ -280,8 +280,7 @@ def accessors_for(n_fields: int):
     if pair is None:
         namespace = {"_tuple_new": tuple.__new__, "_raise_read_error": raise_read_error,
                      "_raise_write_error": raise_write_error, "_check_write": check_write,
-                     "_rules": SCALAR_RULES, "_int": int, "_float": float, "_bool": bool,
-                     "_type": type}
+                     "_rules": SCALAR_RULES, "_int": int, "_float": float, "_bool": bool}
         code = compile_source(_source(n_fields),
                               f"<namedschema accessors for {n_fields} fields>")
         exec(code, namespace)
