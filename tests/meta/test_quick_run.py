@@ -42,3 +42,15 @@ def test_example_counts_follow_the_profile(monkeypatch):
     assert examples(150) == 150 and examples(2) == 2
     monkeypatch.setattr(helpers, "HYPOTHESIS_PROFILE", "dev")
     assert examples(150) == 37 and examples(8) == 3
+
+
+def test_test_modules_are_not_searched_for_doctests():
+    """The package's doctests stay (they are collected outside tests/, where this
+    conftest does not apply); a test module's doctest collector is dropped."""
+    from _pytest.doctest import DoctestModule
+    doctests, module = object.__new__(DoctestModule), object()
+    hook = conftest.pytest_collect_file(file_path=None, parent=None)
+    next(hook)
+    with pytest.raises(StopIteration) as stop:
+        hook.send([doctests, module])
+    assert stop.value.value == [module]
