@@ -74,7 +74,6 @@ def main(argv=None):
             if handle is not None:
                 handle.wait()
             seconds.append(time.perf_counter() - began)
-            return None
         checkpoint.save = timed
         try:
             runner.train()

@@ -74,6 +74,7 @@ class StoredArray:
 
     @property
     def requires_grad(self) -> bool:
+        """Whether the entry is a torch tensor that requires grad."""
         return self.torch is not None and bool(self.obj.requires_grad)
 
 

@@ -50,6 +50,8 @@ class Block:
 
 @dataclass
 class Baseline:
+    """What the last save of a file left on disk: its identity, id and block CRCs."""
+
     identity: tuple[int, ...]
     checkpoint_id: str
     blocks: list[Block | None]
@@ -96,11 +98,13 @@ def lookup(real_path: str, st: os.stat_result, header: Header) -> Baseline | Non
 
 def record(real_path: str, st: os.stat_result, checkpoint_id: str,
            blocks: list[Block | None]) -> None:
+    """Remember the blocks a save of ``real_path`` just wrote, as the next save's baseline."""
     with _process.LOCK:
         _baselines[real_path] = Baseline(identity(st), checkpoint_id, blocks)
 
 
 def forget(real_path: str) -> None:
+    """Drop the baseline of ``real_path`` (the next save compares with nothing)."""
     with _process.LOCK:
         _baselines.pop(real_path, None)
 

@@ -67,6 +67,7 @@ class MemorySpan:
     lead: int = 0
 
     def chunks(self) -> Iterator[tuple[memoryview, bool]]:
+        """``(buffer, is_copy)`` pairs covering the block: its lead bytes, then its memory."""
         if self.lead:
             yield memoryview(bytes(self.lead)), True
         span = np.asarray(_RawMemory(self.lo, self.nbytes))
@@ -81,6 +82,7 @@ class CompactCopy:
     array: np.ndarray           # non-empty, at least one dimension (0-d spans itself)
 
     def chunks(self) -> Iterator[tuple[memoryview, bool]]:
+        """``(buffer, is_copy)`` pairs covering the block: contiguous copies of row ranges."""
         arr = self.array
         step = max(CHUNK // (arr.nbytes // arr.shape[0]), 1)
         for start in range(0, arr.shape[0], step):
@@ -94,6 +96,7 @@ class RawBytes:
     data: bytes
 
     def chunks(self) -> Iterator[tuple[memoryview, bool]]:
+        """``(buffer, is_copy)`` pairs covering the block: slices of its bytes."""
         view = memoryview(self.data)
         for start in range(0, len(view), CHUNK):
             yield view[start:start + CHUNK], False
@@ -116,6 +119,7 @@ class Progress:
         self.done, self._shown = 0, -1
 
     def advance(self, n: int) -> None:
+        """Count ``n`` more bytes written; redraw the bar when its percentage changes."""
         if not self.enabled:
             return
         self.done += n

@@ -64,6 +64,7 @@ class ChunkTable:
         return sum(size for size, _crc in self.chunks)
 
     def to_json(self) -> dict:
+        """The table as the header's JSON fields."""
         out: dict[str, Any] = {"codec": self.codec, "chunk": self.chunk,
                                "chunks": [[size, f"{crc:08x}"] for size, crc in self.chunks]}
         if self.offsets is not None:

@@ -101,11 +101,13 @@ class TensorEntry:
     end: int
 
     def to_json(self) -> dict:
+        """The entry as the header's JSON object."""
         return {"dtype": self.dtype, "shape": list(self.shape),
                 "data_offsets": [self.start, self.end]}
 
     @classmethod
     def from_json(cls, name: str, tname: str, info: Any) -> TensorEntry:
+        """Tensor ``tname``'s entry read from file ``name``'s header (FormatError if bad)."""
         if not isinstance(info, dict):
             fail(name, f"tensor {tname!r}: entry is not an object")
         dtype, shape, offsets = info.get("dtype"), info.get("shape"), info.get("data_offsets")
@@ -145,6 +147,7 @@ class BlockEntry:
         return self.nbytes if self.table is None else self.table.stored
 
     def to_json(self) -> dict:
+        """The entry as the header's JSON object."""
         out = {"tensor": self.tensor, "nbytes": self.nbytes, "crc32": f"{self.crc32:08x}"}
         return out if self.table is None else {**out, **self.table.to_json()}
 
@@ -189,9 +192,11 @@ class ArrayEntry:
 
     @property
     def nbytes(self) -> int:
+        """Bytes of the array's elements."""
         return math.prod(self.shape) * np.dtype(self.dtype).itemsize
 
     def to_json(self) -> dict:
+        """The entry as the header's JSON object."""
         out: dict[str, Any] = {"block": self.block, "offset": self.offset,
                                "shape": list(self.shape), "strides": list(self.strides),
                                "dtype": self.dtype, "path": self.path}
@@ -203,6 +208,7 @@ class ArrayEntry:
     @classmethod
     def from_json(cls, name: str, index: int, raw: Any,
                   blocks: tuple[BlockEntry, ...]) -> ArrayEntry:
+        """Array entry ``index`` read from file ``name``'s header (FormatError if malformed)."""
         if not isinstance(raw, dict):
             fail(name, f"array {index}: entry is not an object")
         path = raw["path"] if isinstance(raw.get("path"), str) else f"array {index}"
@@ -273,11 +279,13 @@ class SchemaEntry:
     module: str | None = None
 
     def to_json(self) -> dict:
+        """The entry as the header's JSON object."""
         return {"kind": self.kind, "typename": self.typename, "fields": list(self.fields),
                 "id": self.id, "defaults": list(self.defaults), "module": self.module}
 
     @classmethod
     def from_json(cls, name: str, index: int, raw: Any) -> SchemaEntry:
+        """Schema entry ``index`` read from file ``name``'s header (FormatError if malformed)."""
         why = None
         if not isinstance(raw, dict):
             why = "it is not an object"
@@ -309,10 +317,12 @@ class PickleEntry:
     reason: str
 
     def to_json(self) -> dict:
+        """The entry as the header's JSON object."""
         return {"block": self.block, "reason": self.reason}
 
     @classmethod
     def from_json(cls, name: str, raw: Any, n_blocks: int) -> PickleEntry:
+        """The pickle entry read from file ``name``'s header (FormatError if malformed)."""
         if (not isinstance(raw, dict) or type(raw.get("block")) is not int
                 or not 0 <= raw["block"] < n_blocks):
             fail(name, "pickle entry is malformed")
@@ -329,11 +339,13 @@ class SaveRecord:
     data_bytes: int             # data bytes of the checkpoint
 
     def to_json(self) -> dict:
+        """The record as the header's JSON object."""
         return {"kind": self.kind, "bytes_written": self.bytes_written,
                 "ranges": self.ranges, "data_bytes": self.data_bytes}
 
     @classmethod
     def from_json(cls, name: str, raw: Any) -> SaveRecord | None:
+        """The record of the last save read from file ``name``'s header, None when absent."""
         if raw is None:
             return None
         if (not isinstance(raw, dict) or raw.get("kind") not in ("full", "incremental")
@@ -359,6 +371,7 @@ class Description:
     metadata: dict[str, str] = field(default_factory=dict)  # the caller's plain strings
 
     def to_json(self) -> dict:
+        """The description as the header's JSON object."""
         out: dict[str, Any] = {"blocks": [b.to_json() for b in self.blocks],
                 "arrays": [a.to_json() for a in self.arrays],
                 "schemas": [s.to_json() for s in self.schemas],
@@ -392,14 +405,17 @@ class Header:
 
     @property
     def blocks(self) -> tuple[BlockEntry, ...]:
+        """The data blocks, in file order."""
         return self.description.blocks
 
     @property
     def arrays(self) -> tuple[ArrayEntry, ...]:
+        """The array entries, in array-table order."""
         return self.description.arrays
 
     @property
     def data_bytes(self) -> int:
+        """Bytes of all data blocks together."""
         return sum(b.nbytes for b in self.blocks)
 
     def block_file_start(self, index: int) -> int:

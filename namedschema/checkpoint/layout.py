@@ -53,6 +53,7 @@ class Layout:
 
     @property
     def data_bytes(self) -> int:
+        """Bytes of all data blocks together."""
         return sum(b.nbytes for b in self.blocks)
 
 

@@ -81,6 +81,7 @@ class ArrayNames:
         self._by_memory: dict[tuple, str] = {}
 
     def add(self, obj: Any, path: str, stored: bool) -> None:
+        """Record ``path`` as the name of ``obj`` (by identity when stored, else by memory)."""
         if stored:
             self._by_id[id(obj)] = (path, obj)  # obj kept: its id stays unique
             return
@@ -89,6 +90,7 @@ class ArrayNames:
             self._by_memory.setdefault(key, path)
 
     def name_of(self, obj: Any) -> str | None:
+        """The path recorded for ``obj`` (or for the memory it views), None when none."""
         entry = self._by_id.get(id(obj))
         if entry is not None and entry[1] is obj:
             return entry[0]

@@ -89,6 +89,7 @@ class Encoder:
         self._classes: list[type] = []           # keeps classes alive so ids stay unique
 
     def encode(self, obj: Any, path: str = "") -> Any:
+        """The structure node of ``obj`` at ``path`` (NotData if it is not data)."""
         kind = _ENCODE_BY_TYPE.get(type(obj))
         if kind is None:
             kind = next((k for k in _ENCODE_BY_TEST if k.encodes(obj)), None)
@@ -163,10 +164,12 @@ class Decoder(_Walker):
         self._classes: list[Any] = [None] * len(schemas)
 
     def decode(self, node: Any, allow_refs: bool = True) -> Any:
+        """The object a structure node stands for."""
         kind, operands = self.parse(node, allow_refs)
         return kind.decode(self, operands, allow_refs)
 
     def schema_class(self, index: int) -> Any:
+        """Schema class ``index`` of the file, rebuilt once and then reused."""
         cls = self._classes[index]
         if cls is None:
             entry = self.schemas[index]
@@ -195,6 +198,7 @@ class Describer(_Walker):
         self.lines: list[str] = []
 
     def describe(self, node: Any, label: str = "", depth: int = 0) -> None:
+        """Add the lines describing ``node`` (labelled ``label``) at ``depth``."""
         if len(self.lines) >= _TREE_LINES:
             if len(self.lines) == _TREE_LINES:
                 self.lines.append("  " * depth + "...")
@@ -203,6 +207,7 @@ class Describer(_Walker):
         kind.describe(self, operands, label, depth)
 
     def line(self, depth: int, text: str) -> None:
+        """Add one line of text at ``depth``, its control characters escaped."""
         # Names, keys and values come from the file: escape control characters.
         self.lines.append("  " * depth + printable(text))
 
@@ -223,15 +228,19 @@ class NodeKind:
         return False
 
     def encode(self, enc: Encoder, obj: Any, path: str) -> Any:
+        """The node of ``obj`` (one of this kind) at ``path``."""
         raise NotImplementedError
 
     def parse(self, walker: _Walker, node: dict) -> Any:
+        """The operands of a node of this kind, checked."""
         raise NotImplementedError
 
     def decode(self, dec: Decoder, operands: Any, allow_refs: bool) -> Any:
+        """The object a node of this kind stands for, from its operands."""
         raise NotImplementedError
 
     def describe(self, desc: Describer, operands: Any, label: str, depth: int) -> None:
+        """Describe a node of this kind through ``desc``."""
         raise NotImplementedError
 
 

@@ -80,6 +80,7 @@ class Mapping:
     delta: int
 
     def clipped(self, lo: int, hi: int) -> Mapping:
+        """The mapping cut to the addresses ``[lo, hi)``."""
         return Mapping(max(self.lo, lo), min(self.hi, hi), self.private, self.writable,
                        self.dev, self.ino, self.delta)
 

@@ -58,6 +58,7 @@ class Relayout:
 
     @property
     def zeroed_bytes(self) -> int:
+        """Bytes of the zeroed ranges together."""
         return sum(b - a for a, b in self.zeroed)
 
 

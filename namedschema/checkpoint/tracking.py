@@ -125,6 +125,8 @@ class TooMuch(Exception):
 
 @dataclass(slots=True)
 class Change:
+    """One run of changed bytes in a block, with the CRCs of the old and new bytes."""
+
     block: int
     start: int                  # offset in the block
     data: np.ndarray            # a private copy of the new bytes (uint8)

@@ -314,12 +314,11 @@ def arm(lo: int, hi: int) -> int | None:
         return None
     key = (first, last)
     with _state.lock:
+        # armed already: close the current interval (keeping its runs for older
+        # tokens) instead of protecting blindly, which would forget them
         if key in _state.tokens and not len(_regions(first, last, 0, _PAGE_IS_WPALLOWED,
-                                                     _PAGE_IS_WPALLOWED)):
-            # armed already: close the current interval (keeping its runs for older
-            # tokens) instead of protecting blindly, which would forget them
-            if _collect(key):
-                return _rearm(first, last, _joined(_state.pending.pop(key, [])))
+                                                     _PAGE_IS_WPALLOWED)) and _collect(key):
+            return _rearm(first, last, _joined(_state.pending.pop(key, [])))
         _drop(key)
         _collect_others(first, last)
         return _register(first, last)

@@ -74,7 +74,8 @@ class UpgradeFunction(Protocol):
     """What :func:`upgrader` returns: ``upgrade`` with its options already checked."""
 
     def __call__(self, obj: Any, report: bool = False,
-                 fill_budget: int | None = None) -> Any: ...
+                 fill_budget: int | None = None) -> Any:
+        """Convert ``obj`` (optionally with a report), as :func:`upgrade` does."""
 
 
 

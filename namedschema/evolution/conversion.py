@@ -94,11 +94,14 @@ def _common_prefix(shapes):
 
 
 def dtype_text(dtype) -> str:
+    """A dtype's name as reports show it (byte order only where it matters)."""
     dtype = np.dtype(dtype)
     return dtype.name if dtype.isnative or dtype.itemsize == 1 else dtype.str
 
 
 class Upgrader:
+    """The conversion plans of one upgrade: saved schema classes to their targets."""
+
     def __init__(self, targets, extra, casting, defaults, fill_budget=None):
         self.targets, self.extra, self.casting = targets, extra, casting
         self.defaults = defaults
@@ -112,6 +115,7 @@ class Upgrader:
     # -- plans -------------------------------------------------------------
 
     def plan(self, cls, path):
+        """The plan for saved class ``cls`` (met at ``path``), made once; None if unmatched."""
         key = id(cls)
         if key in self.plans:
             return self.plans[key]
@@ -161,6 +165,7 @@ class Upgrader:
         return plan
 
     def record(self, plan, path):
+        """The report record of ``plan``, made on first use."""
         rec = self.records.get(id(plan.saved))
         if rec is None:
             rec = self.records[id(plan.saved)] = MappingRecord(plan, path)

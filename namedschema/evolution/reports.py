@@ -191,6 +191,7 @@ class MappingRecord:
         self.cast: dict = {}
 
     def freeze(self):
+        """The record as a frozen :class:`SchemaMapping`."""
         plan = self.plan
         return SchemaMapping(
             saved=stored_typename(plan.saved), saved_fields=tuple(plan.saved._fields),
@@ -248,6 +249,7 @@ class Targets:
             group.append(cls)
 
     def lookup(self, typename, path):
+        """The target schema for saved ``typename`` at ``path``, None when there is none."""
         cls = self.explicit.get(typename)
         if cls is not None:
             return cls

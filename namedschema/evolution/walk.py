@@ -38,6 +38,7 @@ class Walk:
         self.writes: list = []      # deferred in-place updates of mutable containers
 
     def convert(self, obj, path, hint=None):
+        """``obj`` converted (memoised by identity; cycles refused)."""
         if type(obj) in _ATOMS:
             return obj
         key = id(obj)
@@ -82,10 +83,12 @@ class Walk:
         return obj
 
     def assign(self, container, key, old, new):
+        """Queue writing ``new`` into ``container[key]`` if it differs from ``old``."""
         if new is not old and not self.dry:
             self.writes.append(lambda c=container, k=key, n=new: c.__setitem__(k, n))
 
     def immutable(self, obj, path, rebuild):
+        """``obj`` rebuilt by ``rebuild``, guarded against cycles through it."""
         key = id(obj)
         self.busy.add(key)
         try:
@@ -109,6 +112,7 @@ class Walk:
         return node.rebuild(obj, new)
 
     def array(self, arr, path):
+        """The array at ``path``: recorded on a dry pass, cast as planned otherwise."""
         if self.dry:
             self.leaves.append((arr, path))
             self.memo[id(arr)] = arr
@@ -119,6 +123,7 @@ class Walk:
         return result
 
     def schema_class(self, cls, path):
+        """The target class of saved schema class ``cls``, or ``cls`` when unmatched."""
         up = self.up
         plan_target = up.targets.lookup(stored_typename(cls), path or stored_typename(cls))
         if plan_target is None:
@@ -140,6 +145,7 @@ class Walk:
         return plan_target
 
     def instance(self, obj, path, hint=None):
+        """Schema instance ``obj`` converted to its target schema."""
         up = self.up
         cls = type(obj)
         base = path or stored_typename(cls)
@@ -194,6 +200,7 @@ class Walk:
         return plan.target._make(out)
 
     def note_cast(self, arr, dtype, path, schema=None, field=None):
+        """Plan casting ``arr`` to ``dtype``; refuse two different casts of one array."""
         entry = self.casts.get(id(arr))
         if entry is None:
             self.casts[id(arr)] = [arr, dtype, path, schema, field]

@@ -56,9 +56,11 @@ class Manifest:
 
     @property
     def num_shards(self) -> int:
+        """How many shards the manifest lists."""
         return len(self.capacities)
 
     def to_json(self) -> bytes:
+        """The manifest as UTF-8 JSON bytes."""
         doc = {"format": FORMAT, "version": VERSION, "generation": self.generation,
                "capacities": list(self.capacities), "prioritized": self.prioritized,
                "alpha": self.alpha, "beta": self.beta, "files": list(self.files),

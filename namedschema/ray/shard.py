@@ -174,11 +174,13 @@ class ReplayShard:
         return batch, index, tree[tree.shape[0] // 2 + index]
 
     def update_priorities(self, index: np.ndarray, priorities: np.ndarray) -> None:
+        """Set the priorities of rows ``index`` (a prioritized shard only)."""
         buffer = self.buffer
         assert isinstance(buffer, PrioritizedReplayBuffer)
         buffer.update_priorities(index, priorities)
 
     def set_beta(self, beta: float) -> None:
+        """Set the importance-sampling exponent (no-op when not prioritized)."""
         if isinstance(self.buffer, PrioritizedReplayBuffer):
             self.buffer.beta = beta
 
@@ -290,4 +292,5 @@ class ReplayShard:
             buffer.update_priorities(where, base)
 
     def ping(self) -> int:
+        """The shard's index: answers once the actor is up."""
         return self.index

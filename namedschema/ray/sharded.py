@@ -184,14 +184,17 @@ class ShardedReplay(Generic[BatchT, SampleT]):
 
     @property
     def num_shards(self) -> int:
+        """How many shards the buffer has."""
         return len(self._shards)
 
     @property
     def capacity(self) -> int:
+        """Rows all shards together hold at most."""
         return sum(self._capacities)
 
     @property
     def prioritized(self) -> bool:
+        """Whether the shards sample by priority."""
         return bool(self._spec["prioritized"])
 
     def _get(self, refs: Any, what: str) -> Any:
@@ -440,7 +443,7 @@ class ShardedReplay(Generic[BatchT, SampleT]):
             state = load(f, mmap_mode=mappable(f), verify=True)["buffer"]
             cursor = state.get("cursor")
             if isinstance(cursor, bool) or not isinstance(cursor, int | np.integer) or not (
-                    0 <= cursor < capacity and (size == capacity or cursor == size)):
+                    0 <= cursor < capacity and size in (capacity, cursor)):
                 raise FormatError(f"ShardedReplay.restore: {f!r}: cursor {cursor!r:.40} does "
                                   f"not fit {size} rows of {capacity}")
             problem = tree_problem(np.asarray(state["sum_tree"]), np.asarray(state["min_tree"]),

@@ -120,7 +120,7 @@ def noise_state(noise: Any) -> Any:
         return None
     attrs: dict[str, Any] = {}
     for name, value in vars(noise).items():
-        if isinstance(value, np.ndarray) or isinstance(value, (bool, int, float, np.generic)):
+        if isinstance(value, (np.ndarray, bool, int, float, np.generic)):
             attrs[name] = value
         elif isinstance(value, list) and all(hasattr(v, "__dict__") for v in value):
             attrs[name] = [noise_state(v) for v in value]

@@ -44,7 +44,7 @@ class NotDataValue(TypeError):
 def to_data(value: Any, path: str, allow_pickle: bool = False) -> Any:
     """``value`` as checkpoint data (see the module docstring)."""
     torch = torch_if_loaded()
-    if isinstance(value, _SCALARS) or isinstance(value, np.ndarray):
+    if isinstance(value, (*_SCALARS, np.ndarray)):
         return value
     if isinstance(value, int):
         return value if -(1 << 63) <= value < 1 << 63 else {_BIG_INT: str(value)}

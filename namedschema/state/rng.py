@@ -72,10 +72,12 @@ def _python_tuple(state: Any) -> tuple:
 
 
 def python_check(state: Any) -> None:
+    """Check a Python ``random`` state on a scratch generator (errors as it raises them)."""
     random.Random().setstate(_python_tuple(state))   # a scratch one
 
 
 def python_apply(gen: Any, state: Any) -> None:
+    """Set the Python ``random`` generator ``gen`` to ``state``."""
     gen.setstate(_python_tuple(state))
 
 
@@ -107,10 +109,12 @@ def _numpy_tuple(state: Any) -> tuple:
 
 
 def numpy_check(state: Any) -> None:
+    """Check a ``RandomState`` state on a scratch generator (errors as it raises them)."""
     np.random.RandomState().set_state(_numpy_tuple(state))   # a scratch one
 
 
 def numpy_apply(gen: Any, state: Any) -> None:
+    """Set the ``RandomState`` ``gen`` to ``state``."""
     gen.set_state(_numpy_tuple(state))
 
 
@@ -123,6 +127,7 @@ def torch_capture(gen: Any) -> Any:
 
 
 def torch_check(gen: Any, state: Any) -> None:
+    """Check a torch generator state on a scratch generator of ``gen``'s device."""
     torch = import_torch()
     if not isinstance(state, torch.Tensor) or state.dtype != torch.uint8 or state.ndim != 1:
         raise TypeError("a torch generator state must be a uint8 tensor")
@@ -131,6 +136,7 @@ def torch_check(gen: Any, state: Any) -> None:
 
 
 def torch_apply(gen: Any, state: Any) -> None:
+    """Set the torch generator ``gen`` (or torch's global one) to ``state``."""
     torch = import_torch()
     value = state.detach().to("cpu", torch.uint8).clone()
     (torch.set_rng_state if gen is torch else gen.set_state)(value)

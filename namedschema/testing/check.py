@@ -56,6 +56,7 @@ EXIT_CODES = {"exact": 0, "diverged": 1, "nondeterministic": 1, "not-resumed": 1
 @dataclass
 class Kill:
     """One SIGKILL of a run."""
+
     step: int | None              # the step the run was at (None: it had not said)
     during_write: int | None      # the step whose checkpoint write was under way, if any
     resumed_from: int | None      # the step the next start restored (None: started over)
@@ -69,6 +70,7 @@ class Kill:
         return self.step - (self.resumed_from if self.resumed_from is not None else -1)
 
     def to_dict(self) -> dict[str, Any]:
+        """The kill as JSON-ready data."""
         return {"step": self.step, "during_write": self.during_write,
                 "resumed_from": self.resumed_from, "second": self.second, "lost": self.lost}
 
@@ -76,6 +78,7 @@ class Kill:
 @dataclass
 class KilledRun:
     """One run killed once or twice and finished."""
+
     index: int
     plan: str                     # how its kills were aimed
     kills: list[Kill] = field(default_factory=list)
@@ -87,6 +90,7 @@ class KilledRun:
     directory: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
+        """The run as JSON-ready data."""
         return {"index": self.index, "plan": self.plan, "exact": self.exact,
                 "kills": [k.to_dict() for k in self.kills], "compared": self.compared,
                 "difference": None if self.difference is None else self.difference.to_dict(),
@@ -104,6 +108,7 @@ class ResumeReport:
     end), leaked (a fresh run resumed: its checkpoints are outside its directory),
     no-kills (every planned kill came after the run had ended).
     """
+
     status: str
     command: list[str]
     message: str
@@ -142,6 +147,7 @@ class ResumeReport:
         return self.message
 
     def to_dict(self) -> dict[str, Any]:
+        """The report as JSON-ready data (``--json``)."""
         return {"status": self.status, "exact": self.exact, "exit_code": self.exit_code,
                 "message": self.message, "command": self.command, "seed": self.seed,
                 "reference_checkpoints": self.reference_checkpoints,

@@ -26,6 +26,7 @@ __all__ = ["Difference", "Records", "reference_records", "first_difference"]
 @dataclass
 class Difference:
     """The first record of a resumed run that differs from the uninterrupted run's."""
+
     step: int | None
     record: str                        # "checkpoint" or "end"
     life: int                          # 0: before the first kill, 1: after it, ...
@@ -50,6 +51,7 @@ class Difference:
         return text
 
     def to_dict(self) -> dict[str, Any]:
+        """The difference as JSON-ready data."""
         return {"step": self.step, "record": self.record, "life": self.life,
                 "objects": self.objects, "equal": self.equal, "leaf": self.leaf,
                 "leaf_kind": self.leaf_kind, "missing": self.missing}
@@ -62,6 +64,7 @@ def _n(value: int | None) -> str:
 @dataclass
 class Records:
     """The uninterrupted run's checkpoint records by step, and its end record."""
+
     by_step: dict[int, dict[str, Any]]
     end: dict[str, Any] | None
     end_step: int | None

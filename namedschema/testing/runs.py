@@ -45,6 +45,7 @@ _TAIL = 4000                    # of a life's output, the last characters kept f
 class Event:
     """One audit event: ``kind`` (start, save-begin, save-end, checkpoint, restore, end,
     save-failed, audit-error), the step, the writer's pid and time, and the digests."""
+
     kind: str
     step: int | None
     pid: int
@@ -56,6 +57,7 @@ class Event:
 @dataclass
 class Life:
     """One start of the command within a run."""
+
     pid: int
     returncode: int | None = None      # None: still running; negative: killed by a signal
     killed: bool = False               # SIGKILLed by the checker
@@ -107,7 +109,8 @@ class Run:
         """Start the command (its own session); returns the new life."""
         read_end, write_end = os.pipe()
         os.set_blocking(write_end, False)   # a full pipe never blocks the run
-        log = open(os.path.join(self.dir, f"life-{len(self.lives)}.log"), "wb")
+        # closed in the finally below, once the child holds its own descriptor
+        log = open(os.path.join(self.dir, f"life-{len(self.lives)}.log"), "wb")  # noqa: SIM115
         try:
             self._proc = subprocess.Popen(
                 self.command, cwd=self.cwd, env=dict(self.env, **{ENV_NOTIFY: str(write_end)}),

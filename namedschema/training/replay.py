@@ -473,6 +473,7 @@ class PrioritizedReplayBuffer(ReplayBuffer[BatchT]):
         return float(leaf)
 
     def extend(self, batch: BatchT) -> None:
+        """Append ``batch``, each row at the maximum priority so far."""
         leaf = self._new_leaf()
         start, n = self._write(batch)
         if n:
@@ -480,6 +481,7 @@ class PrioritizedReplayBuffer(ReplayBuffer[BatchT]):
             self._set(positions, np.full(n, leaf))
 
     def add(self, step: BatchT | NamedTuple) -> None:
+        """Append one step at the maximum priority so far."""
         self._new_leaf()  # checked before the step is written
         super().add(step)
 
@@ -539,6 +541,7 @@ class PrioritizedReplayBuffer(ReplayBuffer[BatchT]):
         self._max_priority = max(self._max_priority, float(value.max()))
 
     def state_dict(self) -> dict[str, Any]:
+        """The buffer's state, its priority trees and exponents included."""
         state = super().state_dict()
         state.update(sum_tree=self._sum, min_tree=self._min,
                      max_priority=self._max_priority, alpha=self.alpha, beta=self.beta)

@@ -136,10 +136,7 @@ def _within(value: np.ndarray, low: int, high: int) -> bool:
     flat = value.reshape(-1) if value.flags.c_contiguous else None
     pieces = [value] if flat is None else [flat[i:i + _RANGE_PIECE]
                                            for i in range(0, flat.size, _RANGE_PIECE)]
-    for piece in pieces:
-        if piece.max() > high or (signed and piece.min() < low):
-            return False
-    return True
+    return not any(piece.max() > high or (signed and piece.min() < low) for piece in pieces)
 
 
 def refuse_change(storage: Any, path: tuple[str, ...], value: np.ndarray, dtype: np.dtype,

@@ -141,6 +141,7 @@ class FramesOnce:
 
     @property
     def config(self) -> tuple[str, str, int]:
+        """``(observation field, next-observation field, number of envs)``."""
         return self.obs, self.next, self.n_envs
 
     # -- writing ---------------------------------------------------------------------
@@ -233,6 +234,7 @@ class FramesOnce:
     # -- state -----------------------------------------------------------------------
 
     def state(self) -> dict[str, Any]:
+        """The pool's part of the buffer's state."""
         return {"frames_once": self.config, "next_pool": self.pool, "next_rows": self.owner}
 
     def checked(self, state: dict, cursor: int, size: int, where: str) -> dict[str, Any]:
@@ -263,6 +265,7 @@ class FramesOnce:
         return {"pool": pool, "owner": owner.astype(np.int64, copy=False)}
 
     def commit(self, checked: dict[str, Any]) -> None:
+        """Adopt a pool :meth:`checked` returned (copied unless it can be owned)."""
         pool, owner = checked["pool"], checked["owner"]
         if pool is not self.pool:
             self.pool = pool.copy() if not _adoptable(pool) else pool

@@ -346,9 +346,9 @@ def _check_like(mine: Any, saved: Any, path: str, ctx: KindContext, depth: int) 
         if not isinstance(saved, torch.Tensor) or saved.shape != mine.shape or \
                 saved.dtype != mine.dtype:
             raise _fail(ctx, f"{path} must be a {mine.dtype} tensor {tuple(mine.shape)}")
-    elif mine is None:
-        if not (saved is None or _is_number(saved) or isinstance(saved, (bool, str))):
-            raise _fail(ctx, f"{path} was saved as a {type(saved).__name__}")
+    elif mine is None and not (saved is None or _is_number(saved)
+                               or isinstance(saved, (bool, str))):
+        raise _fail(ctx, f"{path} was saved as a {type(saved).__name__}")
 
 
 def _check_optimizer(obj: Any, state: Any, ctx: KindContext, torch: Any) -> None:

@@ -29,14 +29,14 @@ def classic_nat(typename, fields):
     return type(typename, (base,), {
         "__slots__": (),
         "__getitem__": lambda self, loc: type(self)(*(v if v is None else v[loc] for v in self)),
-        "get": lambda self, i: tuple.__getitem__(self, i),
+        "get": tuple.__getitem__,
         "items": lambda self: zip(self._fields, self, strict=True)})
 
 
 MAKERS = {
-    "stdlib": lambda t, f: collections.namedtuple(t, f),
-    "schema": lambda t, f: NamedTupleSchema(t, f),
-    "array_schema": lambda t, f: NamedArrayTupleSchema(t, f),
+    "stdlib": collections.namedtuple,
+    "schema": NamedTupleSchema,
+    "array_schema": NamedArrayTupleSchema,
     "classic": classic_nat,
 }
 
@@ -56,7 +56,7 @@ def named_node(draw, children):
     return cls(*draw(st.lists(children, min_size=len(fields), max_size=len(fields))))
 
 
-examples = st.recursive(leaves, lambda children: named_node(children), max_leaves=8)
+examples = st.recursive(leaves, named_node, max_leaves=8)
 leading = st.lists(st.integers(0, 3), min_size=0, max_size=2).map(tuple)
 
 

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import namedschema
-import namedschema.checkpoint as checkpoint
+from namedschema import checkpoint
 from namedschema.checkpoint import header, layout, nodes
 from namedschema.errors import FormatError
 

@@ -254,11 +254,10 @@ def test_committed_journal_loads_on_a_full_disk(small_fs):
     proc = _run(DISK_FULL, path)
     assert proc.returncode == -signal.SIGKILL, proc.stderr.decode()[-3000:]
     assert os.path.exists(journal.journal_path(path))
-    with pytest.raises(OSError):  # the disk is really full
-        with open(small_fs / "more", "wb") as f:
-            f.write(b"\0" * 2**20)
-            f.flush()
-            os.fsync(f.fileno())
+    with pytest.raises(OSError), open(small_fs / "more", "wb") as f:  # the disk is really full
+        f.write(b"\0" * 2**20)
+        f.flush()
+        os.fsync(f.fileno())
     back = namedschema.load(path, verify=True, allow_pickle=True)
     assert back["notes"] == {"y" * 70000}
     assert np.array_equal(back["buf"].obs, np.load(path + ".obs.npy"))

@@ -35,6 +35,8 @@ class Payload:
     def __eq__(self, other):
         return isinstance(other, Payload) and other.text == self.text
 
+    __hash__ = None  # type: ignore[assignment]  # mutable: unhashable, as __eq__ implies
+
 
 def state(emu: int = 14_420, idx: int = 31) -> dict:
     return {"big": np.arange(BIG, dtype=np.float64), "emu": np.full(emu, 7, np.uint8),

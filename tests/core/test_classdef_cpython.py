@@ -162,7 +162,8 @@ class TestNamedTupleClassSyntax:
                 types.new_class("X", bases, exec_body=lambda ns: ns.update(
                     __annotations__={"y": str}))
         with pytest.raises(TypeError):
-            class Z(NamedTuple, NamedTuple):
+            # the duplicate base is the case under test
+            class Z(NamedTuple, NamedTuple):  # noqa: PLE0241
                 x: int
 
     def test_generic_is_refused(self):

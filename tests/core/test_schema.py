@@ -154,7 +154,7 @@ def test_unicode_identifiers():
 
 def test_names_equal_to_internal_identifiers():
     """Field names used inside the library (cls, self, loc, value, exc, j, f0, v0) are fine."""
-    names = "cls self loc value exc j f0 v0 tuple_new index count".split()
+    names = ["cls", "self", "loc", "value", "exc", "j", "f0", "v0", "tuple_new", "index", "count"]
     T = NamedArrayTupleSchema("T", names)
     import numpy as np
     t = T(*[np.arange(3) for _ in names])

@@ -296,12 +296,11 @@ def test_page_blocks_run_as_written(path: Path, need: str | None, tmp_path: Path
     extra_path = []
     if need is None:
         blocks = [block for block in blocks if not block.needs]
-    else:
-        if need == "rlpyt":
-            extra_path.append(str(rlpyt_src()))   # the rlpyt marker skips when unset
-        elif importlib.util.find_spec(need) is None:
-            pytest.skip(f"{path.name}: blocks marked 'needs {need}' need {need}, "
-                        "which cannot be imported here")
+    elif need == "rlpyt":
+        extra_path.append(str(rlpyt_src()))   # the rlpyt marker skips when unset
+    elif importlib.util.find_spec(need) is None:
+        pytest.skip(f"{path.name}: blocks marked 'needs {need}' need {need}, "
+                    "which cannot be imported here")
     if not any(not block.file for block in blocks):
         return
     missing = missing_optional_modules("\n".join(block.source for block in blocks))

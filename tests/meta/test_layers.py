@@ -415,7 +415,7 @@ def test_core_imports_and_works_with_the_standard_library_alone():
 @pytest.mark.subprocess
 def test_blocking_numpy_really_blocks_it():
     """The blocker used above refuses numpy (so the test above can fail)."""
-    code = _BLOCK_NON_STDLIB.split("import namedschema")[0] + "import numpy\n"
+    code = _BLOCK_NON_STDLIB.split("import namedschema", maxsplit=1)[0] + "import numpy\n"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=60, cwd=REPO_ROOT)
     assert proc.returncode != 0 and "blocked: numpy" in proc.stderr

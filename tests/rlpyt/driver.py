@@ -258,11 +258,10 @@ def build(config):
     sampler = sampler_cls(EnvCls=env_cls, env_kwargs=env_kwargs, **sampler_kwargs)
     from rlpyt.runners import async_rl, minibatch_rl
     module = async_rl if runner_cls.startswith("Async") else minibatch_rl
-    runner = getattr(module, runner_cls)(
+    return getattr(module, runner_cls)(
         algo=algo, agent=agent, sampler=sampler, n_steps=n_steps,
         log_interval_steps=320 if base.startswith("pong") else 64, seed=7,
         **runner_kwargs)
-    return runner
 
 
 # Pong runs: 8 steps an iteration; the 1000-step replay wraps at iteration 125,

@@ -49,8 +49,7 @@ def aliased_sets(draw):
     base = (np.arange(int(np.prod(shape))) % 7).astype(dtype).reshape(shape)
     views = draw(st.lists(views_of(base), min_size=1, max_size=5))
     others = [np.ones(3, dtype=dtype)] if draw(st.booleans()) else []
-    arrays = ([base] if draw(st.booleans()) else []) + views + others
-    return arrays
+    return ([base] if draw(st.booleans()) else []) + views + others
 
 
 def _strides(a):

@@ -173,9 +173,9 @@ _OTHER = st.one_of(
     st.none(), st.booleans(), st.integers(-2**70, 2**70), st.floats(), st.text(max_size=6),
     st.lists(st.integers(-3, 3), max_size=4),
     st.dictionaries(st.text(max_size=3), st.integers(), max_size=2),
-    st.builds(lambda n, dt: np.zeros(n, dt), st.integers(0, 20),
+    st.builds(np.zeros, st.integers(0, 20),
               st.sampled_from([np.float32, np.float64, np.int64, np.uint8, np.uint64])),
-    st.builds(lambda n: torch.zeros(n), st.integers(0, 20)))
+    st.builds(torch.zeros, st.integers(0, 20)))
 
 
 def _mutate(draw, tree):

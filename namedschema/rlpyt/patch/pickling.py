@@ -92,10 +92,7 @@ def reduce_keeping_views(self, protocol):
     cls = type(self)
     if cls.__reduce__ is not object.__reduce__:
         return self.__reduce__()
-    if cls.__getstate__ is not object.__getstate__:
-        state = self.__getstate__()
-    else:
-        state = self.__dict__
+    state = self.__getstate__() if cls.__getstate__ is not object.__getstate__ else self.__dict__
     if not isinstance(state, dict):
         return _NEWOBJ, (cls,), state
     return _NEWOBJ, (cls,), _State(state, cls.__name__)
@@ -235,10 +232,7 @@ def _pack_arrays(arrays, table, refs):
 
 def _ctypes_entry(raw, synchronized):
     kind = type(raw)
-    if isinstance(raw, ctypes.Array):
-        spec = (kind._type_, kind._length_)
-    else:
-        spec = (kind, None)
+    spec = (kind._type_, kind._length_) if isinstance(raw, ctypes.Array) else (kind, None)
     data = ctypes.string_at(ctypes.addressof(raw), ctypes.sizeof(raw))
     return ("ctype", spec, data, synchronized)
 

@@ -151,9 +151,11 @@ class Differences:
 
     @staticmethod
     def describe(changes) -> str:
+        """``changes`` as ``name: old -> new`` text."""
         return "; ".join(f"{k}: {old!r} -> {new!r}" for k, old, new in changes)
 
     def accepted_names(self) -> list:
+        """The names of the accepted changes."""
         return [k for k, _old, _new in self.accepted]
 
 

@@ -218,6 +218,7 @@ class Offset:
         self.keywords = keywords or {}    # {name: offset}
 
     def __call__(self, *args, **kwargs):
+        """Call the function with the offsets added to their arguments."""
         values = list(args)
         for i, off in self.offsets.items():
             if i < len(values):
@@ -236,9 +237,11 @@ class OffsetSampler:
         self._offset = offset
 
     def obtain_samples(self, itr, *args, **kwargs):
+        """The sampler's samples for iteration ``itr`` plus the offset."""
         return self._sampler.obtain_samples(itr + self._offset, *args, **kwargs)
 
     def evaluate_agent(self, itr, *args, **kwargs):
+        """The sampler's evaluation at iteration ``itr`` plus the offset."""
         return self._sampler.evaluate_agent(itr + self._offset, *args, **kwargs)
 
     def __getattr__(self, name):
@@ -558,10 +561,10 @@ class _AsyncResume(_Resume):
 
     def startup(self):
         self._prepare()
-        if self.checkpoint is not None:
-            if self.sampler_offset >= self._n_itr_before_startup():
-                self.finished = True
-                return None
+        if self.checkpoint is not None and \
+                self.sampler_offset >= self._n_itr_before_startup():
+            self.finished = True
+            return None
         throttle_itr, delta = self._originals["startup"]()
         r = self.runner
         self.n_itr = r.n_itr
