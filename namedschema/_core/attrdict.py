@@ -38,7 +38,7 @@ def reduce_attrdict(self, protocol):
     return rebuild_attrdict, (type(self),), None, None, iter(dict.items(self))
 
 
-def setstate_attrdict(self, state):
+def setstate_attrdict(self, state) -> None:
     """``__setstate__`` for pickles made with the default reduction.
 
     Their state is the old ``__dict__``, i.e. the object itself (already

@@ -97,7 +97,7 @@ class SchemaBaseMeta(type):
             return super().__new__(mcls, name, bases, namespace, **kwargs)
         return build(mcls, name, bases, namespace, kwargs)
 
-    def __init__(cls, *args, **kwargs):
+    def __init__(cls, *args, **kwargs) -> None:
         # Everything happens in __new__; type.__init__ would reject the keywords
         # of the schema factories (and type checkers read the schema
         # metaclasses' __new__ only while __init__ is not defined beside it).
@@ -161,7 +161,7 @@ class NamedTuple(tuple, metaclass=SchemaBaseMeta):
             raise TypeError(f"{type(self).__name__} instances have no state to set; "
                             f"got {type(state).__name__}")
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return (self.__class__.__name__ + "("
                 + ", ".join([f"{name}={value!r}" for name, value in zip(self._fields, self, strict=True)])
                 + ")")
@@ -238,7 +238,7 @@ class NamedArrayTuple(NamedTuple):
         except Exception as exc:
             raise_write_error(self, index, loc, value, exc)
 
-    def __contains__(self, key):
+    def __contains__(self, key) -> bool:
         """True if ``key`` is a field name (like a dict, unlike a tuple)."""
         return key in self._fields
 

@@ -1002,7 +1002,7 @@ def _class_syntax(base, name, namespace):
     return cls
 
 
-def _attach_body(cls, body):
+def _attach_body(cls, body) -> None:
     cell = body.pop("__classcell__", None)
     for key, value in body.items():
         setattr(cls, key, value)

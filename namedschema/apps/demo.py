@@ -89,7 +89,7 @@ class TinyReplay:
         seed: seed of the sampling generator.
     """
 
-    def __init__(self, samples, seed: int = 0):
+    def __init__(self, samples, seed: int = 0) -> None:
         self.samples = samples
         self.capacity = len(samples.observation)
         self.cursor = 0
@@ -304,7 +304,7 @@ class _Progress:
     (``namedschema.save(progress=True)``), so that one bar is on screen at a time.
     """
 
-    def __init__(self, label: str, total: int, enabled: bool, bar: bool = True):
+    def __init__(self, label: str, total: int, enabled: bool, bar: bool = True) -> None:
         self.label, self.total, self.done = label, max(int(total), 1), 0
         self.enabled = enabled
         self.tty = enabled and sys.stderr.isatty() and bar
@@ -338,7 +338,7 @@ class _Progress:
 class _CountingWriter:
     """A binary file wrapper that reports bytes written to a progress bar."""
 
-    def __init__(self, f, progress: _Progress):
+    def __init__(self, f, progress: _Progress) -> None:
         self._f, self._progress = f, progress
 
     def write(self, data) -> int:

@@ -92,7 +92,7 @@ def _purge() -> None:
 def _register(seg: _Segment) -> None:
     end = seg.address + seg.length
 
-    def forget(_ref, start=seg.address):
+    def forget(_ref, start=seg.address) -> None:
         # A weakref callback may run inside any allocation, also while this thread
         # holds _lock (registering another segment): taking the lock here deadlocked.
         # It only queues the removal (list.append is atomic); _purge applies it.

@@ -61,7 +61,7 @@ class AtomicFile:
     temporary file.
     """
 
-    def __init__(self, path: str):
+    def __init__(self, path: str) -> None:
         self.user_path = path
         self.path = final_target(path)
         self.directory = os.path.dirname(os.path.abspath(path))

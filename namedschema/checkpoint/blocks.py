@@ -49,7 +49,7 @@ MMAP_ACCESS = {"r": mmap.ACCESS_READ, "r+": mmap.ACCESS_WRITE, "c": mmap.ACCESS_
 class _RawMemory:
     """Exposes a span of process memory to numpy through the array interface."""
 
-    def __init__(self, address: int, nbytes: int):
+    def __init__(self, address: int, nbytes: int) -> None:
         self.__array_interface__ = {"data": (address, True), "shape": (nbytes,),
                                     "typestr": "|u1", "version": 3}
 
@@ -114,7 +114,7 @@ Source = MemorySpan | CompactCopy | RawBytes
 class Progress:
     """A plain-text progress bar on stderr (does nothing unless enabled)."""
 
-    def __init__(self, total: int, label: str, enabled: bool):
+    def __init__(self, total: int, label: str, enabled: bool) -> None:
         self.total, self.label, self.enabled = max(total, 1), label, enabled
         self.done, self._shown = 0, -1
 

@@ -30,7 +30,7 @@ _KEY = re.compile(r"^('(?:[^'\\]|\\.)*'|\[[0-9]+\]): ")
 class _Node:
     __slots__ = ("text", "children")
 
-    def __init__(self, text: str):
+    def __init__(self, text: str) -> None:
         self.text = text
         self.children: list[_Node] = []
 

@@ -76,7 +76,7 @@ class ArrayNames:
     are not themselves stored.
     """
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._by_id: dict[int, tuple[str, Any]] = {}
         self._by_memory: dict[tuple, str] = {}
 

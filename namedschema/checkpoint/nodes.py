@@ -40,7 +40,7 @@ _TREE_LINES = 2000          # inspect's tree stops after this many lines
 class NotData(Exception):
     """The graph holds an object the data path cannot describe (so it needs pickle)."""
 
-    def __init__(self, path: str, obj: Any, why: str = ""):
+    def __init__(self, path: str, obj: Any, why: str = "") -> None:
         cls = type(obj)
         self.path = path or "<root>"
         self.type_name = f"{cls.__module__}.{cls.__qualname__}"
@@ -133,7 +133,7 @@ class _Walker:
     """What decoding and describing share: the file's name and tables, and ``fail``."""
 
     def __init__(self, name: str, schemas: Sequence[SchemaEntry],
-                 entries: Sequence[ArrayEntry]):
+                 entries: Sequence[ArrayEntry]) -> None:
         self.name, self.schemas, self.entries = name, schemas, entries
 
     def fail(self, message: str, cause: BaseException | None = None) -> NoReturn:
@@ -158,7 +158,7 @@ class Decoder(_Walker):
     """Rebuild the graph from checked nodes, the loaded arrays and the schema table."""
 
     def __init__(self, name: str, schemas: Sequence[SchemaEntry],
-                 entries: Sequence[ArrayEntry], arrays: list):
+                 entries: Sequence[ArrayEntry], arrays: list) -> None:
         super().__init__(name, schemas, entries)
         self.arrays = arrays
         self._classes: list[Any] = [None] * len(schemas)
@@ -192,7 +192,7 @@ class Describer(_Walker):
     """
 
     def __init__(self, name: str, schemas: Sequence[SchemaEntry],
-                 entries: Sequence[ArrayEntry], array_text: Sequence[str]):
+                 entries: Sequence[ArrayEntry], array_text: Sequence[str]) -> None:
         super().__init__(name, schemas, entries)
         self.array_text = array_text
         self.lines: list[str] = []
@@ -258,7 +258,7 @@ class _Plain(NodeKind):
     def decode(self, dec, operands, allow_refs):
         return operands
 
-    def describe(self, desc, operands, label, depth):
+    def describe(self, desc, operands, label, depth) -> None:
         desc.line(depth, f"{label}{json.dumps(operands)[:60]}")
 
 
@@ -277,14 +277,14 @@ class _Float(NodeKind):
     def decode(self, dec, operands, allow_refs):
         return operands
 
-    def describe(self, desc, operands, label, depth):
+    def describe(self, desc, operands, label, depth) -> None:
         desc.line(depth, f"{label}{operands!r}")
 
 
 class _Sequence(NodeKind):
     """``{"list": [...]}`` and ``{"tuple": [...]}``."""
 
-    def __init__(self, python_type: type):
+    def __init__(self, python_type: type) -> None:
         self.python_type = python_type
         self.key = python_type.__name__
         self.keys = frozenset({self.key})
@@ -301,7 +301,7 @@ class _Sequence(NodeKind):
     def decode(self, dec, operands, allow_refs):
         return self.python_type(dec.decode(v, allow_refs) for v in operands)
 
-    def describe(self, desc, operands, label, depth):
+    def describe(self, desc, operands, label, depth) -> None:
         desc.line(depth, f"{label}{self.key} of {len(operands)}")
         for i, item in enumerate(operands):
             desc.describe(item, f"[{i}]: ", depth + 1)
@@ -331,7 +331,7 @@ class _Dict(NodeKind):
     def decode(self, dec, operands, allow_refs):
         return {key: dec.decode(value, allow_refs) for key, value in operands}
 
-    def describe(self, desc, operands, label, depth):
+    def describe(self, desc, operands, label, depth) -> None:
         desc.line(depth, f"{label}dict of {len(operands)}")
         for key, value in operands:
             desc.describe(value, f"{key!r}: ", depth + 1)
@@ -355,7 +355,7 @@ class _Array(NodeKind):
     def decode(self, dec, operands, allow_refs):
         return dec.arrays[operands]
 
-    def describe(self, desc, operands, label, depth):
+    def describe(self, desc, operands, label, depth) -> None:
         desc.line(depth, f"{label}{desc.array_text[operands]}")
 
 
@@ -380,7 +380,7 @@ class _Scalar(NodeKind):
     def decode(self, dec, operands, allow_refs):
         return dec.arrays[operands][()]
 
-    def describe(self, desc, operands, label, depth):
+    def describe(self, desc, operands, label, depth) -> None:
         desc.line(depth, f"{label}{np.dtype(desc.entries[operands].dtype).name} scalar")
 
 
@@ -403,7 +403,7 @@ class _Schema(NodeKind):
     def decode(self, dec, operands, allow_refs):
         return dec.schema_class(operands)
 
-    def describe(self, desc, operands, label, depth):
+    def describe(self, desc, operands, label, depth) -> None:
         entry = desc.schemas[operands]
         desc.line(depth, f"{label}class {entry.typename} ({entry.kind})")
 
@@ -440,7 +440,7 @@ class _Instance(NodeKind):
         cls = dec.schema_class(index)
         return cls._make([dec.decode(v, allow_refs) for v in values])
 
-    def describe(self, desc, operands, label, depth):
+    def describe(self, desc, operands, label, depth) -> None:
         index, values = operands
         entry = desc.schemas[index]
         desc.line(depth, f"{label}{entry.typename} ({entry.kind})")
@@ -502,7 +502,7 @@ class _Numpy(NodeKind):
         arr = np.array(values, dtype=dtype).reshape(shape)
         return arr[()] if not shape else arr
 
-    def describe(self, desc, operands, label, depth):
+    def describe(self, desc, operands, label, depth) -> None:
         dtype, shape, _values = operands
         desc.line(depth, f"{label}numpy {dtype.name} {shape}")
 

@@ -23,7 +23,7 @@ from .naming import ArrayNames, array_paths
 class _Pickler(pickle.Pickler):
     """Protocol-5 pickler sending every storable array to the array table."""
 
-    def __init__(self, file: io.BytesIO, arrays: ArrayTable, names: ArrayNames):
+    def __init__(self, file: io.BytesIO, arrays: ArrayTable, names: ArrayNames) -> None:
         super().__init__(file, protocol=5)
         self._arrays = arrays
         self._names = names
@@ -48,7 +48,7 @@ class _Pickler(pickle.Pickler):
 
 
 class _Unpickler(pickle.Unpickler):
-    def __init__(self, file: io.BytesIO, arrays: list):
+    def __init__(self, file: io.BytesIO, arrays: list) -> None:
         super().__init__(file)
         self._arrays = arrays
 

@@ -30,7 +30,7 @@ _NUMBERS = (bool, int, float, complex)
 class Plan:
     """How instances of one saved class become instances of its target."""
 
-    def __init__(self, saved, target, sources, fills, extras, declared):
+    def __init__(self, saved, target, sources, fills, extras, declared) -> None:
         self.saved, self.target = saved, target
         self.sources = sources      # per target field: saved index, or None (fill)
         self.fills = fills          # target field index -> default
@@ -49,7 +49,7 @@ def _tensor_dtype(tensor):
         return None
 
 
-def _array_leaves(values, out, depth=0):
+def _array_leaves(values, out, depth=0) -> None:
     for v in values:
         if isinstance(v, np.ndarray) or is_tensor(v):
             out.append(v)
@@ -72,7 +72,7 @@ def _leaf_shape(value):
     return None
 
 
-def _leaf_shapes(values, out, depth=0):
+def _leaf_shapes(values, out, depth=0) -> None:
     for v in values:
         shape = _leaf_shape(v)
         if shape is not None:
@@ -102,7 +102,7 @@ def dtype_text(dtype) -> str:
 class Upgrader:
     """The conversion plans of one upgrade: saved schema classes to their targets."""
 
-    def __init__(self, targets, extra, casting, defaults, fill_budget=None):
+    def __init__(self, targets, extra, casting, defaults, fill_budget=None) -> None:
         self.targets, self.extra, self.casting = targets, extra, casting
         self.defaults = defaults
         self.fill_budget = fill_budget  # bytes all new fields may take (None: unbounded)

@@ -108,7 +108,7 @@ class SchemaMapping:
         return bool(self.added or self.dropped or self.cast
                     or self.saved_fields != tuple(self.schema._fields))
 
-    def __str__(self):
+    def __str__(self) -> str:
         target = stored_typename(self.schema)
         module = getattr(self.schema, "__module__", None)
         where = f" ({module})" if isinstance(module, str) else ""
@@ -169,7 +169,7 @@ class UpgradeReport:
         """The fields kept aside from the instance at ``path``, by name."""
         return {k.field: k.value for k in self.kept if k.path == path}
 
-    def __str__(self):
+    def __str__(self) -> str:
         lines = [f"upgrade: {len(self.mappings)} saved schema"
                  f"{'s' * (len(self.mappings) != 1)} mapped"]
         lines += [f"  {m}" for m in self.mappings]
@@ -185,7 +185,7 @@ class UpgradeReport:
 class MappingRecord:
     """Mutable counterpart of SchemaMapping while an upgrade runs."""
 
-    def __init__(self, plan, path):
+    def __init__(self, plan, path) -> None:
         self.plan, self.path = plan, path
         self.instances = self.classes = 0
         self.cast: dict = {}
@@ -212,7 +212,7 @@ def _describe_class(cls) -> str:
 class Targets:
     """Current schemas by saved typename: explicit entries first, then the rest."""
 
-    def __init__(self, schemas):
+    def __init__(self, schemas) -> None:
         self.explicit: dict = {}
         self.found: dict = {}
         self._add(schemas, "schemas", depth=0)
@@ -243,7 +243,7 @@ class Targets:
                             "mapping of saved typename to schema, or a list of these; "
                             f"got {short_repr(spec)}")
 
-    def _found(self, cls):
+    def _found(self, cls) -> None:
         group = self.found.setdefault(stored_typename(cls), [])
         if not any(c is cls for c in group):
             group.append(cls)

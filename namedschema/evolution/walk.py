@@ -28,7 +28,7 @@ _IN_PLACE = (tree.LIST, tree.DICT, tree.SET)
 class Walk:
     """One pass over the structure; the dry pass checks, the build pass rebuilds."""
 
-    def __init__(self, up: Upgrader, dry: bool, casts: dict):
+    def __init__(self, up: Upgrader, dry: bool, casts: dict) -> None:
         self.up, self.dry = up, dry
         self.casts = casts          # id(array) -> [array, dtype, path] (filled when dry)
         self.leaves: list = []      # (array, path) of every array met (dry)
@@ -82,7 +82,7 @@ class Walk:
                 self.assign(attrs, k, v, self.convert(v, join_path(base, k)))
         return obj
 
-    def assign(self, container, key, old, new):
+    def assign(self, container, key, old, new) -> None:
         """Queue writing ``new`` into ``container[key]`` if it differs from ``old``."""
         if new is not old and not self.dry:
             self.writes.append(lambda c=container, k=key, n=new: c.__setitem__(k, n))
@@ -211,7 +211,7 @@ class Walk:
                 "take two dtypes", path=path)
 
 
-def check_aliases(casts, leaves):
+def check_aliases(casts, leaves) -> None:
     """Refuse casts of arrays that other arrays or torch tensors in the structure view.
 
     A cast makes a new array; the identical array elsewhere is replaced by it,

@@ -61,13 +61,13 @@ class _AnySchema:
                 and type(other).__name__ in _pickle.KINDS
                 and type(other) is _pickle.KINDS[type(other).__name__][0])
 
-    def __ne__(self, other):
+    def __ne__(self, other) -> bool:
         return not self.__eq__(other)
 
     def __hash__(self):
         return id(self) >> 4
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return "<namedschema: any registered schema class>"
 
     def __reduce__(self):

@@ -36,7 +36,7 @@ _pending: dict[str, list[Callback]] = {}
 _each: dict[str, list[Callback]] = {}
 
 
-def _run(callbacks, module):
+def _run(callbacks, module) -> None:
     for callback in callbacks:
         try:
             callback(module)
@@ -55,7 +55,7 @@ def _each_for(fullname: str) -> list[Callback]:
 class _Watcher:
     """Meta-path finder that defers to the others and hooks watched modules' execution."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._busy = threading.local()
 
     def find_spec(self, fullname, path=None, target=None):
@@ -73,7 +73,7 @@ class _Watcher:
             return spec
         had_own = "exec_module" in getattr(loader, "__dict__", {})
 
-        def exec_module(module):
+        def exec_module(module) -> None:
             try:
                 original(module)
             finally:
@@ -103,7 +103,7 @@ def _find_behind(watcher, fullname, path, target):
     return None
 
 
-def _restore(loader, original, had_own):
+def _restore(loader, original, had_own) -> None:
     # The wrapper is an instance attribute: deleting it uncovers the class's
     # method again, unless the loader had its own instance attribute before.
     try:
@@ -118,7 +118,7 @@ def _restore(loader, original, had_own):
 _watcher: _Watcher | None = None
 
 
-def _ensure_watcher(front: bool = False):
+def _ensure_watcher(front: bool = False) -> None:
     """Put the finder in ``sys.meta_path`` (first, or moved to the front if ``front``)."""
     global _watcher
     if _watcher is None:
@@ -131,7 +131,7 @@ def _ensure_watcher(front: bool = False):
         sys.meta_path.insert(0, _watcher)
 
 
-def _remove_if_idle():
+def _remove_if_idle() -> None:
     global _watcher
     if not _pending and not _each and _watcher is not None:
         try:

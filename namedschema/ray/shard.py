@@ -99,7 +99,7 @@ def _tree_root(tree: np.ndarray) -> float:
 class ReplayShard:
     """A replay buffer shard: ``extend``/``sample``/``update_priorities`` and the cut."""
 
-    def __init__(self, spec: dict, index: int, num_shards: int, seed: Any):
+    def __init__(self, spec: dict, index: int, num_shards: int, seed: Any) -> None:
         """A shard of ``spec["capacity"]`` rows; with capacity None, one whose buffer
         :meth:`load` makes from a shard file (a restore: nothing is allocated before
         the file is checked)."""

@@ -83,16 +83,16 @@ def _make_interface_class(ale_py):
     class ALEInterface(ale_py.ALEInterface):  # type: ignore[name-defined]
         """``ale_py.ALEInterface`` taking atari_py's bytes keys, int actions, array sets."""
 
-        def setInt(self, key, value):
+        def setInt(self, key, value) -> None:
             super().setInt(_text(key), int(value))
 
-        def setFloat(self, key, value):
+        def setFloat(self, key, value) -> None:
             super().setFloat(_text(key), float(value))
 
-        def setBool(self, key, value):
+        def setBool(self, key, value) -> None:
             super().setBool(_text(key), bool(value))
 
-        def setString(self, key, value):
+        def setString(self, key, value) -> None:
             super().setString(_text(key), _text(value))
 
         def getInt(self, key):
@@ -107,7 +107,7 @@ def _make_interface_class(ale_py):
         def getString(self, key):
             return super().getString(_text(key))
 
-        def loadROM(self, rom_file):
+        def loadROM(self, rom_file) -> None:
             super().loadROM(_text(rom_file))
 
         def act(self, action, *args):

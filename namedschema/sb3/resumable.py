@@ -114,7 +114,7 @@ class _Run:
     """The checkpointing of one wrapped model (its learn, its save points)."""
 
     def __init__(self, model: Any, path: str, every_steps: int,
-                 accept: tuple[str, ...] | Literal[True], compression: Any = "auto"):
+                 accept: tuple[str, ...] | Literal[True], compression: Any = "auto") -> None:
         self.model, self.path, self.every_steps, self.accept = model, path, every_steps, accept
         self.compression = compression
         self.learn_original = model.learn

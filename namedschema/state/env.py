@@ -78,7 +78,7 @@ _DATA_OBJECTS = frozenset({
 
 
 class _Unknown(Exception):
-    def __init__(self, path: str, value: Any):
+    def __init__(self, path: str, value: Any) -> None:
         super().__init__(f"{path} ({type(value).__module__}.{type(value).__qualname__})")
 
 

@@ -35,7 +35,7 @@ BadData = FormatError
 class NotDataValue(TypeError):
     """A value a checkpoint can only store by pickling; ``path`` says where it is."""
 
-    def __init__(self, path: str, value: Any):
+    def __init__(self, path: str, value: Any) -> None:
         self.path = path
         super().__init__(f"{path} is a {type(value).__module__}.{type(value).__qualname__}, "
                          "which is not data")

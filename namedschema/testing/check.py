@@ -237,7 +237,7 @@ def check_resume(command: str | Iterable[str], *, kills: int = 5, seed: int = 0,
 
 
 class _Check:
-    def __init__(self, argv, kills, seed, timeout, source, env, copy, root, say):
+    def __init__(self, argv, kills, seed, timeout, source, env, copy, root, say) -> None:
         self.argv, self.n_kills, self.seed, self.timeout = argv, kills, seed, timeout
         self.source, self.env, self.copy, self.root, self.say = source, env, copy, root, say
         self.rng = random.Random(seed)
@@ -481,7 +481,7 @@ class _Check:
 class _Timeline:
     """When the uninterrupted run saved what (seconds from its start)."""
 
-    def __init__(self, events: Sequence[Event]):
+    def __init__(self, events: Sequence[Event]) -> None:
         start = next((e.t for e in events if e.kind == "start"), events[0].t if events else 0.0)
         self.end = (events[-1].t - start) if events else 0.0
         self.saves = [(e.step, e.t - start) for e in events if e.kind == "save-begin"]

@@ -82,7 +82,7 @@ class Run:
     """The command run in ``root/name``: a copy of ``source`` as working directory."""
 
     def __init__(self, root: str, name: str, command: Sequence[str], source: str,
-                 env: Mapping[str, str], timeout: float, copy: bool = True):
+                 env: Mapping[str, str], timeout: float, copy: bool = True) -> None:
         self.name, self.command, self.timeout = name, list(command), timeout
         self.dir = os.path.join(root, name)
         os.makedirs(self.dir)

@@ -109,7 +109,7 @@ def recorder() -> Recorder | None:
 class Recorder:
     """Appends audit events (JSON lines) to one file; one per process."""
 
-    def __init__(self, path: str):
+    def __init__(self, path: str) -> None:
         self.path, self.pid = path, os.getpid()
         self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         notify = os.environ.get(ENV_NOTIFY, "")
@@ -368,7 +368,7 @@ class _Pieces:
 
     __slots__ = ("digests", "current")
 
-    def __init__(self, n: int):
+    def __init__(self, n: int) -> None:
         import numpy as np
         self.digests = bytearray(n * DIGEST_SIZE)
         self.current = np.zeros(n, np.bool_)
@@ -378,7 +378,7 @@ class _Hasher:
     """Digests leaves; arrays that lie in ``maps`` (of the file ``files`` follows) reuse
     the piece digests ``files`` kept for their file range."""
 
-    def __init__(self, files: FileDigests | None = None, maps: Sequence[Any] = ()):
+    def __init__(self, files: FileDigests | None = None, maps: Sequence[Any] = ()) -> None:
         import hashlib
         self.hashlib, self.files, self.maps = hashlib, files, maps
         self.digested = 0          # bytes of arrays digested piece by piece (not reused)
@@ -434,7 +434,7 @@ class FileDigests:
     recovery, an error) they are dropped and the file is digested whole.
     """
 
-    def __init__(self, path: str):
+    def __init__(self, path: str) -> None:
         from ..checkpoint import writelog
         self.path, self._writelog = path, writelog
         writelog.watch(path)

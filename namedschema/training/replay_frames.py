@@ -111,7 +111,7 @@ class FramesOnce:
     are state; ``slot`` is rebuilt from them.
     """
 
-    def __init__(self, storage: Any, capacity: int, fields: Any, n_envs: Any, where: str):
+    def __init__(self, storage: Any, capacity: int, fields: Any, n_envs: Any, where: str) -> None:
         try:
             obs, nxt = fields
         except (TypeError, ValueError):

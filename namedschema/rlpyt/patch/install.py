@@ -64,7 +64,7 @@ def _buffer_getstate(self):
     return state
 
 
-def _buffer_setstate(self, state):
+def _buffer_setstate(self, state) -> None:
     """Restore the attributes; assign rlpyt's lazy globals as the constructor does."""
     state = dict(state)
     used = state.pop(GLOBALS_KEY, None) or {}
@@ -118,10 +118,10 @@ class RlpytPatch:
 
 
 class _State:
-    def __init__(self):
+    def __init__(self) -> None:
         self.reset()
 
-    def reset(self):
+    def reset(self) -> None:
         """Back to the unpatched state."""
         self.active = False
         # (module, name, original value, value we set), in the order applied.
@@ -133,7 +133,7 @@ class _State:
         # so its id cannot be reused while the patch is active.
         self.replacements: dict = {}
         self.classic_nat_codes: frozenset = frozenset()
-        self.hook = None
+        self.hook: _ImportHook | None = None
 
 
 _state = _State()
@@ -182,7 +182,7 @@ def _is_classic_rlpyt_nat(obj) -> bool:
     return code is not None and code in _state.classic_nat_codes
 
 
-def _set(module, name, new):
+def _set(module, name, new) -> str:
     old = module.__dict__[name]
     setattr(module, name, new)
     _state.records.append((module, name, old, new))
@@ -202,7 +202,7 @@ def _replacement_for_type(cls):
     return schema
 
 
-def _patch_classes(module, methods: list):
+def _patch_classes(module, methods: list) -> None:
     """Give the rlpyt classes defined in ``module`` their pickling methods."""
     for (module_name, class_name), attrs in _CLASS_METHODS.items():
         if module.__name__ != module_name:
@@ -219,7 +219,7 @@ def _patch_classes(module, methods: list):
 
 
 def _rebind_module(module, rebound: list, recreated: list, recreate_types: bool,
-                   methods: list | None = None):
+                   methods: list | None = None) -> None:
     """Point ``module``'s globals at the replacements of what they refer to."""
     if _state.pickling:
         _patch_classes(module, [] if methods is None else methods)
@@ -234,7 +234,7 @@ def _rebind_module(module, rebound: list, recreated: list, recreate_types: bool,
             recreated.append(_set(module, name, _replacement_for_type(value)))
 
 
-def _record_patched_imports(module):
+def _record_patched_imports(module) -> None:
     """Note globals that a module imported while patched got from the patch.
 
     ``from rlpyt.utils.buffer import buffer_to`` run under the patch binds the
@@ -249,7 +249,7 @@ def _record_patched_imports(module):
             _state.records.append((module, name, old, value))
 
 
-def _walk_loaded(rebound, recreated, recreate_types, methods):
+def _walk_loaded(rebound, recreated, recreate_types, methods) -> None:
     for name, module in sorted(list(sys.modules.items())):
         if module is not None and _is_rlpyt_module(name):
             _rebind_module(module, rebound, recreated, recreate_types, methods)
@@ -259,10 +259,10 @@ class _ImportHook:
     """Applies the patch to each rlpyt module imported after patch_rlpyt() (run by
     :mod:`namedschema.integrations.import_hooks` right after the module executed)."""
 
-    def __init__(self, recreate_types):
+    def __init__(self, recreate_types) -> None:
         self.recreate_types = recreate_types
 
-    def __call__(self, module):
+    def __call__(self, module) -> None:
         with _lock:
             if _state.active:
                 _record_patched_imports(module)
@@ -390,7 +390,7 @@ def patch_rlpyt(*, stdlib_namedtuple: bool = True,
         return RlpytPatch(tuple(rebound), tuple(recreated), False, tuple(methods))
 
 
-def _undo():
+def _undo() -> None:
     if _state.hook is not None:
         import_hooks.stop_each_import("rlpyt", _state.hook)
     for module, name, old, new in reversed(_state.records):

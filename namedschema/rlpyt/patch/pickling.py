@@ -121,7 +121,7 @@ class _State(dict):
 
     __slots__ = ("owner",)
 
-    def __init__(self, items, owner):
+    def __init__(self, items, owner) -> None:
         super().__init__(items)
         self.owner = owner
 
@@ -151,7 +151,7 @@ class _Ref:
 
     __slots__ = ("index",)
 
-    def __init__(self, index):
+    def __init__(self, index) -> None:
         self.index = index
 
     def __reduce__(self):
@@ -183,7 +183,7 @@ def _in_shared_memory(a) -> bool:
 class _Span:
     """A byte range of live memory as an array interface; keeps its owner alive."""
 
-    def __init__(self, address, nbytes, owner):
+    def __init__(self, address, nbytes, owner) -> None:
         self.owner = owner
         self.__array_interface__ = {"data": (address, False), "shape": (nbytes,),
                                     "typestr": "|u1", "version": 3}
@@ -208,7 +208,7 @@ def _view_entry(a, base_index, base_lo):
             a.shape, a.strides, a.dtype, bool(a.flags.writeable))
 
 
-def _pack_arrays(arrays, table, refs):
+def _pack_arrays(arrays, table, refs) -> None:
     saving = arrays_kept_apart()  # namedschema.save: it stores arrays raw, views as views
     for group, (lo, hi) in _group(arrays):
         shared = any(_in_shared_memory(a) for a in group)

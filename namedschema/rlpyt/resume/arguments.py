@@ -138,7 +138,7 @@ def compare(saved, now: dict, accept, path: str, components: dict):
 class Differences:
     """The arguments that differ between a checkpoint's run and this one."""
 
-    def __init__(self, saved: dict, now: dict, accept):
+    def __init__(self, saved: dict, now: dict, accept) -> None:
         keys = sorted(set(saved) | set(now))
         missing = "<absent>"
         self.changes = [(k, saved.get(k, missing), now.get(k, missing)) for k in keys
@@ -162,7 +162,7 @@ class Differences:
 class Reapply:
     """Record the freshly built run's values of accepted changes; put them back after restore."""
 
-    def __init__(self, components: dict, accepted: list):
+    def __init__(self, components: dict, accepted: list) -> None:
         self.names = accepted
         self.attributes: list = []     # (obj, name, value)
         self.groups: list = []         # (optimizer, [{key: value}] per group)

@@ -79,7 +79,7 @@ class CheckpointWriter:
     """Saves resume checkpoints to one path; keeps the background save in flight."""
 
     def __init__(self, path: str, metadata: dict[str, str], *, incremental: bool = True,
-                 background: bool = True, compression: Any = None):
+                 background: bool = True, compression: Any = None) -> None:
         self.path, self.metadata, self.compression = path, metadata, compression
         self.incremental, self.background = bool(incremental), bool(background)
         self.pending: Any = None      # the BackgroundSave in flight, if any

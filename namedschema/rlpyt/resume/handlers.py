@@ -120,11 +120,11 @@ class _EpsilonAfterSchedule:
     unchanged bit for bit. An instance attribute, inherited by forked workers.
     """
 
-    def __init__(self, agent, original):
+    def __init__(self, agent, original) -> None:
         self.agent = agent
         self.original = original
 
-    def __call__(self, itr):
+    def __call__(self, itr) -> None:
         self.original(itr)
         agent = self.agent
         if itr > agent._eps_itr_min_max[1]:
@@ -153,7 +153,7 @@ def rnn_capture(names):
 
 def rnn_restore(names):
     """The restore of :func:`rnn_capture`'s state."""
-    def restore_(agent, state, ctx):
+    def restore_(agent, state, ctx) -> None:
         for name in names:
             setattr(agent, name, _fresh_copy_deep(state[name]))
     return restore_
@@ -265,7 +265,7 @@ def env_capture(env, ctx: ResumeContext):
     return {"picklable": True, "attributes": attrs, "left": left, "order": list(vars(env))}
 
 
-def env_restore(env, state, ctx: ResumeContext):
+def env_restore(env, state, ctx: ResumeContext) -> None:
     if not state["picklable"] or ctx.new_envs:
         ctx.fresh_envs.append(env)
         return
@@ -313,7 +313,7 @@ def serial_sampler_capture(sampler, ctx: ResumeContext):
     return state
 
 
-def serial_sampler_restore(sampler, state, ctx: ResumeContext):
+def serial_sampler_restore(sampler, state, ctx: ResumeContext) -> None:
     # Replaced, not written into: the collector makes new AgentInputs (with
     # the agent's action dtype) every batch, so nothing else holds them.
     # With rlpyt's own classes (the checkpoint holds schemas: see _portable).
@@ -327,7 +327,7 @@ def serial_sampler_restore(sampler, state, ctx: ResumeContext):
         _new_episodes(sampler, ctx)
 
 
-def _new_episodes(sampler, ctx: ResumeContext):
+def _new_episodes(sampler, ctx: ResumeContext) -> None:
     """Envs whose state could not be saved start a new episode (said at start)."""
     collector = sampler.collector
     fresh = {id(env) for env in ctx.fresh_envs}
@@ -363,7 +363,7 @@ def nothing_to_capture(obj, ctx: ResumeContext):
     return {}
 
 
-def nothing_to_restore(obj, state, ctx: ResumeContext):
+def nothing_to_restore(obj, state, ctx: ResumeContext) -> None:
     pass
 
 
@@ -376,7 +376,7 @@ def _runner_times(runner):
             "since_last": now - getattr(runner, "_last_time", now)}
 
 
-def _set_runner_times(runner, times):
+def _set_runner_times(runner, times) -> None:
     import time
     now = time.time()
     runner._start_time = now - times["since_start"]
@@ -404,7 +404,7 @@ def minibatch_capture(runner, ctx: ResumeContext, names=_MINIBATCH_NAMES) -> dic
     return state
 
 
-def minibatch_restore(runner, state, ctx: ResumeContext):
+def minibatch_restore(runner, state, ctx: ResumeContext) -> None:
     state = dict(state)
     _set_runner_times(runner, state.pop("times"))
     traj = state.pop("_traj_infos", None)

@@ -115,10 +115,10 @@ def _interval(value, name):
 class _Gates:
     """Stand-ins that make the loop body do nothing for already-done iterations."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._installed: list = []
 
-    def add(self, obj, name, result):
+    def add(self, obj, name, result) -> None:
         had = name in vars(obj)
         old = vars(obj).get(name)
 
@@ -131,7 +131,7 @@ class _Gates:
     def active(self):
         return bool(self._installed)
 
-    def remove(self):
+    def remove(self) -> None:
         for obj, name, had, old in reversed(self._installed):
             if had:
                 setattr(obj, name, old)
@@ -212,7 +212,7 @@ def _human(n: int) -> str:
 class Offset:
     """Calls ``function`` with ``offset`` added to the chosen positional/keyword args."""
 
-    def __init__(self, function, offsets, keywords=None):
+    def __init__(self, function, offsets, keywords=None) -> None:
         self.function = function
         self.offsets = offsets            # {position: offset}
         self.keywords = keywords or {}    # {name: offset}
@@ -232,7 +232,7 @@ class Offset:
 class OffsetSampler:
     """The async sampler as its process sees it: iteration ``i`` is ``i + offset``."""
 
-    def __init__(self, sampler, offset):
+    def __init__(self, sampler, offset) -> None:
         self._sampler = sampler
         self._offset = offset
 
@@ -278,7 +278,7 @@ def _load_checkpoint(path):
 
 class _Resume:
     def __init__(self, runner, path, every_itrs, every_steps, checkpoint, accept=(),
-                 writer=None):
+                 writer=None) -> None:
         self.runner, self.accept, self.writer = runner, accept, writer
         self.path = os.fspath(path)
         self.every_itrs = every_itrs
@@ -299,7 +299,7 @@ class _Resume:
 
     # -- set-up -------------------------------------------------------------------
 
-    def install(self):
+    def install(self) -> None:
         self.runner.startup = self.startup
         self.runner.train = self.train
         self.runner.shutdown = self.shutdown
@@ -307,7 +307,7 @@ class _Resume:
         if self.checkpoint is not None:   # rlpyt's progress.csv continues, not restarts
             self.undo_logs = continue_logs(self.start, self.note)
 
-    def note(self, message):
+    def note(self, message) -> None:
         if message not in self.notes:
             self.notes.append(message)
             warnings.warn(f"namedschema.rlpyt.resumable: {message}", ResumeWarning,
@@ -330,7 +330,7 @@ class _Resume:
                 "world_size": int(getattr(r, "world_size", 1)), "n_itr": int(self.n_itr or 0),
                 "arguments": self.arguments}
 
-    def _prepare(self):
+    def _prepare(self) -> None:
         """Before rlpyt's startup (before sampler workers fork)."""
         r = self.runner
         ctx = self.context()
@@ -370,7 +370,7 @@ class _Resume:
         say_resumed(self.path, self.start, self.start * r.itr_batch_size)
         return n_itr
 
-    def _stop_sampler(self):
+    def _stop_sampler(self) -> None:
         """Let sampler workers exit before a refusal propagates (they are not daemons)."""
         try:
             self.runner.sampler.shutdown()
@@ -399,7 +399,7 @@ class _Resume:
             self._stop_sampler()
             raise ResumeError(short)
 
-    def _verify_config(self):
+    def _verify_config(self) -> None:
         """Refuse a checkpoint of a run built differently, before anything is restored."""
         saved, now = self.checkpoint["config"], self.config()
         self._verify_config_of(saved, now)
@@ -447,7 +447,7 @@ class _Resume:
             self.note(note)
         return reapply
 
-    def _gate(self):
+    def _gate(self) -> None:
         r, g = self.runner, self.gates
         for name, result in (("store_diagnostics", None), ("log_diagnostics", None),
                              ("evaluate_agent", lambda: ([], 0.0))):
@@ -464,7 +464,7 @@ class _Resume:
         from rlpyt.utils.logging import logger
         original = logger.set_iteration
 
-        def set_iteration(itr):
+        def set_iteration(itr) -> None:
             original(itr)
             self.at_iteration(itr)
         logger.set_iteration = set_iteration
@@ -484,7 +484,7 @@ class _Resume:
         _workers.finish(self.runner.sampler, failed=False)
         return result
 
-    def at_iteration(self, itr):
+    def at_iteration(self, itr) -> None:
         if self.writer.audit is not None:
             self.writer.audit.progress(itr)
         if self.gates.active:
@@ -503,7 +503,7 @@ class _Resume:
             self.writer.audit.record_end(self.n_itr)
         return self._originals["shutdown"]()
 
-    def save(self, itr, **extra):
+    def save(self, itr, **extra) -> None:
         """Checkpoint the state between iterations ``itr - 1`` and ``itr``."""
         ctx = self.context()
         with _replay_write_lock(self.runner.algo):
@@ -535,7 +535,7 @@ class _AsyncResume(_Resume):
     ``obtain_samples``/``evaluate_agent`` shifted).
     """
 
-    def __init__(self, *args):
+    def __init__(self, *args) -> None:
         super().__init__(*args)
         ck = self.checkpoint
         self.itr_offset = ck["itr"] if ck is not None else 0
@@ -544,7 +544,7 @@ class _AsyncResume(_Resume):
         self.finished = False
         self.local_itr = -1
 
-    def install(self):
+    def install(self) -> None:
         super().install()
         if self.checkpoint is not None:
             self._originals["launch_sampler"] = self.runner.launch_sampler
@@ -598,16 +598,16 @@ class _AsyncResume(_Resume):
             return None
         return super().train()
 
-    def _gate(self):
+    def _gate(self) -> None:
         pass   # Async loops count from 0 again (offsets), nothing to skip.
 
-    def at_iteration(self, itr):
+    def at_iteration(self, itr) -> None:
         self.local_itr = itr
         done = self.sampler_offset + self.runner.ctrl.sampler_itr.value
         if itr > 0 and done // self.every > self.last_saved_sampler // self.every:
             self.save_async(itr + self.itr_offset, done)
 
-    def save_async(self, itr, sampler_itr):
+    def save_async(self, itr, sampler_itr) -> None:
         self.save(itr, sampler_itr=int(sampler_itr))
         self.last_saved_sampler = sampler_itr
 

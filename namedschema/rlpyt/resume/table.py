@@ -199,7 +199,7 @@ class HandlerTable:
     replaces one.
     """
 
-    def __init__(self, entries: Iterable[tuple[str, Handler]] = ()):
+    def __init__(self, entries: Iterable[tuple[str, Handler]] = ()) -> None:
         self._handlers: dict[str, Handler] = dict(entries)
 
     def register(self, cls: type | str, handler: Handler) -> None:

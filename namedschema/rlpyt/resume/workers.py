@@ -72,7 +72,9 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from multiprocessing.connection import wait as wait_for_ready
+from types import FrameType
 from typing import Any
 
 from ...errors import SamplerWorkerError, WorkerError
@@ -95,7 +97,7 @@ _IN_WORKER: dict = {}
 class WorkerChannel:
     """What the main process and its sampler workers share (made before the fork)."""
 
-    def __init__(self, handlers: HandlerTable):
+    def __init__(self, handlers: HandlerTable) -> None:
         self.handlers = handlers             # the main process's handler table (forked)
         self.queue: Any = mp.Queue()         # worker -> main: states, check results
         self.errors: Any = mp.Queue()        # worker -> main: failures
@@ -182,7 +184,7 @@ def _apply_worker_state(ctx, collector, saved, agent_inputs, traj_infos):
 def resumable_collector_class(cls, channel):
     """``cls`` with a ``collect_batch`` that takes part in rounds and restores."""
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args, **kwargs) -> None:
         die_with_parent(channel.parent_pid, channel.fork_thread_is_main)
         with _reported(channel, kwargs.get("rank", "?"), "its start"):
             cls.__init__(self, *args, **kwargs)
@@ -223,7 +225,7 @@ def resumable_collector_class(cls, channel):
 def resumable_eval_collector_class(cls, channel):
     """``cls`` that the worker's state reaches, and whose failures are reported."""
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args, **kwargs) -> None:
         with _reported(channel, kwargs.get("rank", "?"), "its start"):
             cls.__init__(self, *args, **kwargs)
         _IN_WORKER["eval_collector"] = self
@@ -362,8 +364,8 @@ def die_with_parent(parent_pid: int, fork_thread_is_main: bool) -> None:
         os._exit(1)
 
 
-def _watch_parent(parent_pid):
-    def watch():
+def _watch_parent(parent_pid) -> None:
+    def watch() -> None:
         while os.getppid() == parent_pid:
             time.sleep(0.5)
         os._exit(1)
@@ -408,15 +410,16 @@ class Watch:
     later :meth:`check` raises it.
     """
 
-    def __init__(self, sampler, errors, stopping, what):
+    def __init__(self, sampler, errors, stopping, what) -> None:
         self._sampler = sampler
         self._errors = errors
         self._stopping = stopping
         self._what = what                  # what the run is doing: "sampling"
         self.failure: WorkerError | None = None
         self._done = threading.Event()
-        self._signal = None
-        self._previous = None
+        self._signal: int | None = None
+        # signal.signal's previous handler: a function, SIG_DFL/SIG_IGN, or None
+        self._previous: Callable[[int, FrameType | None], Any] | int | None = None
         self._main: int = threading.main_thread().ident or 0
         if threading.current_thread() is threading.main_thread():
             self._install_signal()
@@ -430,7 +433,7 @@ class Watch:
 
     # -- the interrupt of the main thread ----------------------------------------
 
-    def _install_signal(self):
+    def _install_signal(self) -> None:
         sig = getattr(signal, "SIGRTMAX", None)
         if sig is None:
             return
@@ -458,7 +461,7 @@ class Watch:
 
     # -- the thread ---------------------------------------------------------------
 
-    def _run(self):
+    def _run(self) -> None:
         workers = list(self._sampler.workers)
         sentinels = {w.sentinel: w for w in workers}
         while not self._done.is_set():
@@ -481,7 +484,7 @@ class Watch:
         except Exception:  # queue.Empty, or a closed queue
             return None
 
-    def _fail(self, workers, worker, message):
+    def _fail(self, workers, worker, message) -> None:
         ranks = {w.pid: i for i, w in enumerate(workers)}
         if message is not None:
             rank, pid, during, cause, text = message
@@ -511,7 +514,7 @@ class Watch:
         _stop(list(self._sampler.workers))
 
 
-def _stop(workers):
+def _stop(workers) -> None:
     """End the workers still running: without their peer they would wait forever."""
     alive = [w for w in workers if _running(w.pid)]
     for w in alive:
@@ -536,7 +539,7 @@ def _running(pid) -> bool:
         return False
 
 
-def _break(sampler):
+def _break(sampler) -> None:
     """Break rlpyt's barriers: whoever waits in them (or will) raises at once."""
     ctrl = getattr(sampler, "ctrl", None)
     for name in ("barrier_in", "barrier_out"):
