@@ -108,7 +108,7 @@ class SchemaBaseMeta(type):
 # read a class body's annotations as the fields and check constructor calls
 # against them; at run time ``_classdef`` builds the schema.
 @dataclass_transform(frozen_default=True)
-class NamedTuple(tuple, metaclass=SchemaBaseMeta):
+class NamedTuple(tuple[Any, ...], metaclass=SchemaBaseMeta):
     """Base class of all instances made by a ``NamedTupleSchema``.
 
     Use it in ``isinstance`` checks: ``isinstance(x, NamedTuple)`` is true
@@ -270,7 +270,7 @@ def raise_read_error(nat, loc, exc) -> NoReturn:
 #: (type of a Python number, field dtypes...) -> (lowest, highest, whole): a broadcast of
 #: such a number within the bounds needs no full write check. Filled by the check
 #: (``writes``), read by the generated ``__setitem__`` (``schema``).
-SCALAR_RULES: dict[tuple, tuple] = {}
+SCALAR_RULES: dict[tuple[Any, ...], tuple] = {}
 _write_checker: Callable[[Any, Any, Any, bool], None] | None = None
 _load_write_checker: Callable[[], Callable[[Any, Any, Any, bool], None]] | None = None
 

@@ -121,7 +121,7 @@ _lock = threading.RLock()
 
 # Filled by ``schema``: metaclass name -> (metaclass, builder). Pickles name the
 # kind by string so that loading never imports anything chosen by the file.
-KINDS: dict[str, tuple] = {}
+KINDS: dict[str, tuple[Any, ...]] = {}
 
 REBUILT_MODULE = "<namedschema rebuilt>"
 # A class built by rebuild_schema (from a pickle or a file) carries, in this

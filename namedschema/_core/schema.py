@@ -186,7 +186,7 @@ def check_field_count(kind: str, typename: str, count: int) -> None:
 # --------------------------------------------------------------------------
 
 MAX_UNROLLED_FIELDS = 64
-_cache: dict[int, tuple] = {}
+_cache: dict[int, tuple[Any, ...]] = {}
 
 
 def _source(n: int) -> str:
@@ -438,7 +438,7 @@ def _make_make(typename, n_fields, _tuple_new=_tuple_new, _len=len):
     return classmethod(_make)
 
 
-def _defaults_equal(a: tuple, b: tuple) -> bool:
+def _defaults_equal(a: tuple[Any, ...], b: tuple) -> bool:
     if len(a) != len(b):
         return False
     for x, y in zip(a, b, strict=True):
@@ -903,7 +903,7 @@ def _is_classvar(annotation) -> bool:
     return annotation is typing.ClassVar or typing.get_origin(annotation) is typing.ClassVar
 
 
-def _protected(base) -> frozenset:
+def _protected(base) -> frozenset[Any]:
     return frozenset(dir(base)) - _MAY_REPLACE | _SCHEMA_OWNED | _SILENT_FALLBACK
 
 

@@ -205,7 +205,7 @@ class _Member:
 MEMBER = _Member()
 
 
-def _named_items(obj: tuple) -> Iterable[tuple[Any, Any]]:
+def _named_items(obj: tuple[Any, ...]) -> Iterable[tuple[Any, Any]]:
     fields = type(obj)._fields  # type: ignore[attr-defined]
     return zip(fields, obj, strict=True) if len(fields) == len(obj) else enumerate(obj)
 
@@ -250,7 +250,7 @@ def node_of(obj: Any, kinds: Collection[Node] = CONTAINERS,
     return node if node in kinds else None
 
 
-def attributes(obj: Any) -> dict | None:
+def attributes(obj: Any) -> dict[str, Any] | None:
     """``obj.__dict__`` for an object a walker may go into, else None (see ``OPAQUE``)."""
     if isinstance(obj, OPAQUE):
         return None

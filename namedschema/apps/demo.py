@@ -127,7 +127,7 @@ class TinyReplay:
         return replay
 
 
-def _digest_fields(nat) -> dict:
+def _digest_fields(nat) -> dict[str, Any]:
     """Field name -> SHA-256 of dtype, shape and bytes (bit-exact comparison by hash)."""
     out = {}
     for name, value in zip(nat._fields, nat, strict=True):
@@ -152,7 +152,7 @@ def _resume_and_sample(replay, seed: int) -> str:
 # ----------------------------------------------------------------- fresh interpreter side
 
 
-def _child_load(method: str, path: str, seed: int) -> dict:
+def _child_load(method: str, path: str, seed: int) -> dict[str, Any]:
     """Run in the fresh interpreter: load, describe, hash, resume; return a report."""
     from .._core import pickling as _pickle
     from ..checkpoint import load  # imported before the clock starts: "load" is the load
@@ -180,7 +180,7 @@ sys.stdout.write(json.dumps(report))
 """
 
 
-def _run_child(args: list, timeout: float = 3600) -> subprocess.CompletedProcess:
+def _run_child(args: list[Any], timeout: float = 3600) -> subprocess.CompletedProcess[Any]:
     return run_python(["-c", *args], timeout=timeout)
 
 
@@ -277,7 +277,7 @@ def _rlpyt_style_rows(workdir: str) -> tuple[list[tuple[str, str, str]], str]:
     return rows, origin
 
 
-def _dump_then_load(dump_script: str, path: str, sys_path: str | None = None) -> tuple:
+def _dump_then_load(dump_script: str, path: str, sys_path: str | None = None) -> tuple[Any, ...]:
     """Run ``dump_script`` (it pickles to ``path``), then load ``path`` in a fresh
     interpreter; return (step, what happened) for the step that failed or the load."""
     proc = _run_child([dump_script, path])

@@ -18,6 +18,7 @@ import os
 import resource
 import subprocess
 import sys
+from typing import Any
 
 __all__ = ["child_env", "run_python", "peak_rss", "ATARI_FIELDS", "ATARI_FRAME",
            "ATARI_DTYPES", "ATARI_BYTES_PER_TRANSITION", "atari_example",
@@ -46,7 +47,7 @@ def child_env() -> dict[str, str]:
     return env
 
 
-def run_python(args: list[str], *, timeout: float = 3600) -> subprocess.CompletedProcess:
+def run_python(args: list[str], *, timeout: float = 3600) -> subprocess.CompletedProcess[Any]:
     """Run ``sys.executable <args>`` with :func:`child_env`; capture text output.
 
     ``-B`` is always given: a child must not leave ``__pycache__`` folders in

@@ -71,7 +71,7 @@ def _root_name(x, default: str) -> str:
     return default
 
 
-def _leading_dims(leading_dims, where: str, label: str = "leading_dims") -> tuple:
+def _leading_dims(leading_dims, where: str, label: str = "leading_dims") -> tuple[Any, ...]:
     """``leading_dims`` as a tuple of non-negative ints, or a clear error."""
     dims = leading_dims if isinstance(leading_dims, (list, tuple)) else (leading_dims,)
     out = []
@@ -103,7 +103,7 @@ def _example_array(value, path: str) -> np.ndarray:
     return a
 
 
-def _plan(example, path: str, leaves: list):
+def _plan(example, path: str, leaves: list[Any]):
     """Walk ``example``: collect (path, shape, dtype) of leaves; return a skeleton.
 
     The skeleton is ``None``, an int (index into ``leaves``) or
@@ -155,7 +155,7 @@ def _check_sizes(leaves, shapes) -> int:
     return total
 
 
-def _allocate(leaves, leading: tuple, share_memory: bool) -> list:
+def _allocate(leaves, leading: tuple[Any, ...], share_memory: bool) -> list[Any]:
     shapes = [(leading + shape, np.dtype(dtype)) for _path, shape, dtype in leaves]
     total = _check_sizes(leaves, shapes)
     try:
@@ -169,7 +169,7 @@ def _allocate(leaves, leading: tuple, share_memory: bool) -> list:
             f"({type(exc).__name__}: {exc}); check leading_dims") from exc
 
 
-def _allocate_checked(leaves, shapes, share_memory: bool) -> list:
+def _allocate_checked(leaves, shapes, share_memory: bool) -> list[Any]:
     try:
         if share_memory:
             return _shared_memory.allocate_many(shapes)
@@ -248,7 +248,7 @@ def buffer_from_example(example: Any, leading_dims: _Dims, share_memory: bool = 
         return None
     root = _root_name(example, "example")
     leading = _leading_dims(leading_dims, f"buffer_from_example({root})")
-    leaves: list = []
+    leaves: list[Any] = []
     skeleton = _plan(example, root, leaves)
     return _assemble(skeleton, _allocate(leaves, leading, bool(share_memory)))
 
@@ -335,7 +335,7 @@ def to_shared_memory(buffer_: _Buffer) -> _Buffer:
         StructureMismatchError: a leaf is not a numpy array (a tensor, say) or
             has an object dtype.
     """
-    leaves: list = []
+    leaves: list[Any] = []
 
     def collect(x, path):
         a = np.asarray(x)
@@ -555,7 +555,7 @@ def get_leading_dims(buffer_: Any, n_dim: int = 1) -> tuple[int, ...] | None:
     """
     if buffer_ is None:
         return None
-    found: list = []
+    found: list[Any] = []
     _map_structure(buffer_, lambda x, path: found.append((path, x.shape[:n_dim])),
                    _root_name(buffer_, "buffer"), _leaf_types())
     if not found:

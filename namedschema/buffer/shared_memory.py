@@ -29,6 +29,7 @@ import mmap
 import os
 import threading
 import weakref
+from typing import Any
 
 import numpy as np
 
@@ -67,7 +68,7 @@ class _Segment(mmap.mmap):
     fd: int
     length: int  # bytes mapped (mmap.size() would ask the kernel for the file size)
     address: int
-    inode: tuple
+    inode: tuple[Any, ...]
 
     def __reduce__(self):
         # Only multiprocessing may send a segment (see _install_reducer);

@@ -162,7 +162,7 @@ def make_arrays(entries: tuple[ArrayEntry, ...], blocks_data: list, name: str = 
 
 
 def _make_tensor(torch: Any, arr: np.ndarray, a: ArrayEntry, torch_dtype: str,
-                 blocks_data: list, storages: dict) -> Any:
+                 blocks_data: list[Any], storages: dict[int, Any]) -> Any:
     tdtype = getattr(torch, torch_dtype)
     itemsize = torch_alignment(torch_dtype)  # = torch's element size
     # The header check guarantees strides in whole, non-negative elements.

@@ -228,7 +228,7 @@ def submit_or_run(pool: ThreadPoolExecutor, fn: Callable[..., Any], *args: Any) 
         return pool.submit(fn, *args)
     except RuntimeError:
         pool.shutdown(wait=True)       # what it took still runs: let it finish first
-        done: Future = Future()
+        done: Future[Any] = Future()
         try:
             done.set_result(fn(*args))
         except BaseException as exc:
@@ -249,10 +249,10 @@ def write_blocks(fd: int, sources: tuple[Source, ...], progress: Progress) -> li
     reader = _FileCrc(fd)
     with ThreadPoolExecutor(1, thread_name_prefix="namedschema-crc") as crc_pool, \
             ThreadPoolExecutor(1, thread_name_prefix="namedschema-sync") as sync_pool:
-        checks: list[Future] = []
-        copies: collections.deque[tuple[Future, int]] = collections.deque()
+        checks: list[Future[Any]] = []
+        copies: collections.deque[tuple[Future[Any], int]] = collections.deque()
         copied = unsynced = 0
-        syncing: Future | None = None
+        syncing: Future[Any] | None = None
         for source, crc in zip(sources, crcs, strict=True):
             nbytes = 0
             live = isinstance(source, MemorySpan)
@@ -325,7 +325,7 @@ def check_crc(header: Header, index: int, value: int) -> None:
              f"{value:08x} does not match the stored {stored:08x}")
 
 
-def verify(header: Header, blocks_data: list, progress: Progress | None = None) -> None:
+def verify(header: Header, blocks_data: list[Any], progress: Progress | None = None) -> None:
     """Check every raw block's CRC-32 against the header (compressed ones: see
     ``compression.verify_block``)."""
     for index, data in enumerate(blocks_data):
@@ -348,8 +348,8 @@ def read_blocks(f: BinaryIO, header: Header, verify: bool,
     memory that is already filled), so they overlap the I/O. Compressed
     blocks are left as None (``compression.read_block`` reads them).
     """
-    blocks_data: list = []
-    crcs: list = []
+    blocks_data: list[Any] = []
+    crcs: list[Any] = []
     checks = []
     with ThreadPoolExecutor(1, thread_name_prefix="namedschema-crc") as pool:
         for index, b in enumerate(header.blocks):

@@ -63,7 +63,7 @@ class ChunkTable:
         """Bytes of the chunks themselves (``stored`` less any free space)."""
         return sum(size for size, _crc in self.chunks)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         """The table as the header's JSON fields."""
         out: dict[str, Any] = {"codec": self.codec, "chunk": self.chunk,
                                "chunks": [[size, f"{crc:08x}"] for size, crc in self.chunks]}
@@ -74,7 +74,7 @@ class ChunkTable:
         return out
 
     @classmethod
-    def from_json(cls, raw: dict, nbytes: int, declared: str, stored_total: int) -> ChunkTable:
+    def from_json(cls, raw: dict[str, Any], nbytes: int, declared: str, stored_total: int) -> ChunkTable:
         """The table of a block entry ``raw`` of ``nbytes`` raw bytes whose tensor is
         declared ``declared`` and holds ``stored_total`` bytes; ValueError saying what
         is wrong."""
@@ -158,7 +158,7 @@ def _offsets(placed: Any, chunks: list[tuple[int, int]], stored_total: int) -> t
     return tuple(placed)
 
 
-def first_fields(raw_arrays: list) -> dict[int, str]:
+def first_fields(raw_arrays: list[Any]) -> dict[int, str]:
     """``{block: "field '<path>'"}`` for the first array of each block, for messages
     about blocks (read before the arrays are checked: the paths are only quoted)."""
     out: dict[int, str] = {}

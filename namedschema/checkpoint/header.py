@@ -100,7 +100,7 @@ class TensorEntry:
     start: int                  # offsets relative to the data section
     end: int
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         """The entry as the header's JSON object."""
         return {"dtype": self.dtype, "shape": list(self.shape),
                 "data_offsets": [self.start, self.end]}
@@ -146,7 +146,7 @@ class BlockEntry:
         """Bytes of the block in the file (its padding excluded)."""
         return self.nbytes if self.table is None else self.table.stored
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         """The entry as the header's JSON object."""
         out = {"tensor": self.tensor, "nbytes": self.nbytes, "crc32": f"{self.crc32:08x}"}
         return out if self.table is None else {**out, **self.table.to_json()}
@@ -195,7 +195,7 @@ class ArrayEntry:
         """Bytes of the array's elements."""
         return math.prod(self.shape) * np.dtype(self.dtype).itemsize
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         """The entry as the header's JSON object."""
         out: dict[str, Any] = {"block": self.block, "offset": self.offset,
                                "shape": list(self.shape), "strides": list(self.strides),
@@ -275,10 +275,10 @@ class SchemaEntry:
     typename: str
     fields: tuple[str, ...]
     id: str
-    defaults: tuple = ()
+    defaults: tuple[Any, ...] = ()
     module: str | None = None
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         """The entry as the header's JSON object."""
         return {"kind": self.kind, "typename": self.typename, "fields": list(self.fields),
                 "id": self.id, "defaults": list(self.defaults), "module": self.module}
@@ -316,7 +316,7 @@ class PickleEntry:
     block: int
     reason: str
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         """The entry as the header's JSON object."""
         return {"block": self.block, "reason": self.reason}
 
@@ -338,7 +338,7 @@ class SaveRecord:
     ranges: int                 # byte ranges it wrote
     data_bytes: int             # data bytes of the checkpoint
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         """The record as the header's JSON object."""
         return {"kind": self.kind, "bytes_written": self.bytes_written,
                 "ranges": self.ranges, "data_bytes": self.data_bytes}
@@ -370,7 +370,7 @@ class Description:
     saved: SaveRecord | None = None     # written by incremental-mode saves only
     metadata: dict[str, str] = field(default_factory=dict)  # the caller's plain strings
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         """The description as the header's JSON object."""
         out: dict[str, Any] = {"blocks": [b.to_json() for b in self.blocks],
                 "arrays": [a.to_json() for a in self.arrays],
@@ -565,7 +565,7 @@ def _metadata(name: str, raw: Any) -> dict[str, str]:
     return dict(raw)
 
 
-def _check_metadata(name: str, meta: Any, raw: bytes) -> tuple[dict, str]:
+def _check_metadata(name: str, meta: Any, raw: bytes) -> tuple[dict[str, Any], str]:
     """Check format name, version and header checksum; return ``(meta, "MAJOR.MINOR")``."""
     if not isinstance(meta, dict) or meta.get("format") != FORMAT_NAME:
         if isinstance(meta, dict) and isinstance(meta.get("format"), str):
@@ -592,7 +592,7 @@ def _check_metadata(name: str, meta: Any, raw: bytes) -> tuple[dict, str]:
     return meta, f"{major}.{minor}"
 
 
-def _parse_description(name: str, meta: dict) -> dict:
+def _parse_description(name: str, meta: dict[str, Any]) -> dict:
     try:
         desc = parse_bounded(name, meta["namedschema"], "namedschema description")
     except (KeyError, TypeError, ValueError, RecursionError) as exc:

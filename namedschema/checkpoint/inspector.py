@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 
@@ -175,9 +175,9 @@ def _array_line(info: FieldInfo) -> str:
     return text
 
 
-def _view_of(arrays) -> list:
+def _view_of(arrays) -> list[Any]:
     """For each array, the path of the first earlier one it overlaps in its block."""
-    spans_by_block: dict = {}
+    spans_by_block: dict[str, Any] = {}
     result = []
     for a in arrays:
         found = None

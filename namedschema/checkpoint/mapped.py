@@ -50,7 +50,7 @@ _CAN_PREAD = hasattr(os, "preadv")
 
 # id(map) -> (a weak reference to the map, a descriptor of the file it shows
 # from offset 0); the descriptor is closed when the map goes.
-_FILES: dict[int, tuple[weakref.ref, int]] = {}
+_FILES: dict[int, tuple[weakref.ref[Any], int]] = {}
 
 
 def remember_file(mapped: mmap.mmap, fd: int) -> None:
@@ -63,7 +63,7 @@ def remember_file(mapped: mmap.mmap, fd: int) -> None:
         return
     key, dup = id(mapped), os.dup(fd)
 
-    def forget(_ref: weakref.ref, key: int = key, dup: int = dup) -> None:
+    def forget(_ref: weakref.ref[Any], key: int = key, dup: int = dup) -> None:
         _FILES.pop(key, None)
         os.close(dup)
     _FILES[key] = (weakref.ref(mapped, forget), dup)

@@ -53,7 +53,7 @@ def _children(obj: Any):
     return attrs.items()
 
 
-def _memory_key(obj: Any) -> tuple | None:
+def _memory_key(obj: Any) -> tuple[Any, ...] | None:
     """Where an array's elements are: equal for two objects that view the same elements."""
     if isinstance(obj, np.ndarray):
         return ("np", obj.__array_interface__["data"][0], obj.shape, obj.strides, obj.dtype.str)
@@ -78,7 +78,7 @@ class ArrayNames:
 
     def __init__(self) -> None:
         self._by_id: dict[int, tuple[str, Any]] = {}
-        self._by_memory: dict[tuple, str] = {}
+        self._by_memory: dict[tuple[Any, ...], str] = {}
 
     def add(self, obj: Any, path: str, stored: bool) -> None:
         """Record ``path`` as the name of ``obj`` (by identity when stored, else by memory)."""
@@ -108,8 +108,8 @@ def array_paths(root: Any, is_array: Callable[[Any], bool]) -> ArrayNames:
     """
     names = ArrayNames()
     seen: set[int] = set()
-    keep: list = []  # containers made on the fly by odd .items() stay alive
-    queue: deque = deque([(root, "", 0)])
+    keep: list[Any] = []  # containers made on the fly by odd .items() stay alive
+    queue: deque[Any] = deque([(root, "", 0)])
     visits = 0
     while queue and visits < MAX_VISITS:
         obj, path, depth = queue.popleft()

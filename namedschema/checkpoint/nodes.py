@@ -158,7 +158,7 @@ class Decoder(_Walker):
     """Rebuild the graph from checked nodes, the loaded arrays and the schema table."""
 
     def __init__(self, name: str, schemas: Sequence[SchemaEntry],
-                 entries: Sequence[ArrayEntry], arrays: list) -> None:
+                 entries: Sequence[ArrayEntry], arrays: list[Any]) -> None:
         super().__init__(name, schemas, entries)
         self.arrays = arrays
         self._classes: list[Any] = [None] * len(schemas)
@@ -231,7 +231,7 @@ class NodeKind:
         """The node of ``obj`` (one of this kind) at ``path``."""
         raise NotImplementedError
 
-    def parse(self, walker: _Walker, node: dict) -> Any:
+    def parse(self, walker: _Walker, node: dict[str, Any]) -> Any:
         """The operands of a node of this kind, checked."""
         raise NotImplementedError
 
@@ -557,4 +557,4 @@ _ENCODE_BY_TYPE: dict[type, NodeKind] = {
     type(None): _PLAIN, bool: _PLAIN, int: _PLAIN, str: _PLAIN, float: _FLOAT,
     list: _LIST, tuple: _TUPLE, dict: _DICT}
 _ENCODE_BY_TEST: tuple[NodeKind, ...] = (_ARRAY, _SCALAR, _SCHEMA, _INSTANCE)
-_DECODE_BY_KEYS: dict[frozenset, NodeKind] = {k.keys: k for k in KINDS if k.keys}
+_DECODE_BY_KEYS: dict[frozenset[Any], NodeKind] = {k.keys: k for k in KINDS if k.keys}

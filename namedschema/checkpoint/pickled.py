@@ -48,7 +48,7 @@ class _Pickler(pickle.Pickler):
 
 
 class _Unpickler(pickle.Unpickler):
-    def __init__(self, file: io.BytesIO, arrays: list) -> None:
+    def __init__(self, file: io.BytesIO, arrays: list[Any]) -> None:
         super().__init__(file)
         self._arrays = arrays
 
@@ -77,7 +77,7 @@ def dumps(obj: Any, arrays: ArrayTable) -> bytes:
     return buffer.getvalue()
 
 
-def loads(data: Any, arrays: list) -> Any:
+def loads(data: Any, arrays: list[Any]) -> Any:
     """Unpickle ``data`` (a buffer), resolving array references into ``arrays``."""
     try:
         return _Unpickler(io.BytesIO(memoryview(data)), arrays).load()

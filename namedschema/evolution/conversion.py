@@ -8,6 +8,7 @@ and builds instances. ``_evolution_walk`` drives it over a structure.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
@@ -59,7 +60,7 @@ def _array_leaves(values, out, depth=0) -> None:
 
 def all_tensors(values) -> bool:
     """Whether the array leaves of an instance are torch tensors (at least one, no ndarray)."""
-    leaves: list = []
+    leaves: list[Any] = []
     _array_leaves(values, leaves)
     return bool(leaves) and all(is_tensor(v) for v in leaves)
 
@@ -106,11 +107,11 @@ class Upgrader:
         self.targets, self.extra, self.casting = targets, extra, casting
         self.defaults = defaults
         self.fill_budget = fill_budget  # bytes all new fields may take (None: unbounded)
-        self.plans: dict = {}       # id(saved class) -> Plan or None
-        self._alive: list = []      # keeps saved classes alive while ids are keys
-        self.records: dict = {}     # id(saved class) -> MappingRecord
-        self.unmatched: dict = {}
-        self.kept: list = []
+        self.plans: dict[int, Any] = {}       # id(saved class) -> Plan or None
+        self._alive: list[Any] = []      # keeps saved classes alive while ids are keys
+        self.records: dict[int, Any] = {}     # id(saved class) -> MappingRecord
+        self.unmatched: dict[str, Any] = {}
+        self.kept: list[Any] = []
 
     # -- plans -------------------------------------------------------------
 
@@ -129,8 +130,8 @@ class Upgrader:
         saved_fields = tuple(cls._fields)
         index = {name: i for i, name in enumerate(saved_fields)}
         sources: list[int | None] = []
-        fills: dict = {}
-        declared: dict = {}
+        fills: dict[int, Any] = {}
+        declared: dict[int, Any] = {}
         for j, name in enumerate(target._fields):
             decl = field_dtype(target, name)
             if decl is not None:
@@ -331,7 +332,7 @@ class Upgrader:
         Taken in order: the enclosing array tuple's (``hint``); the one most
         such fields imply (the longest on a tie); ``common`` itself.
         """
-        shapes: list = []
+        shapes: list[Any] = []
         _leaf_shapes(saved_values, shapes)
         common = _common_prefix(shapes)
         if common is None:

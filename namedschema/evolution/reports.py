@@ -188,7 +188,7 @@ class MappingRecord:
     def __init__(self, plan, path) -> None:
         self.plan, self.path = plan, path
         self.instances = self.classes = 0
-        self.cast: dict = {}
+        self.cast: dict[tuple[str, str, str], Any] = {}
 
     def freeze(self):
         """The record as a frozen :class:`SchemaMapping`."""
@@ -213,8 +213,8 @@ class Targets:
     """Current schemas by saved typename: explicit entries first, then the rest."""
 
     def __init__(self, schemas) -> None:
-        self.explicit: dict = {}
-        self.found: dict = {}
+        self.explicit: dict[str, Any] = {}
+        self.found: dict[str, Any] = {}
         self._add(schemas, "schemas", depth=0)
 
     def _add(self, spec, where, depth):

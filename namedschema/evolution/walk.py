@@ -7,6 +7,8 @@ refuses casts that views of the cast arrays would not follow.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from .._core import tree
@@ -28,14 +30,14 @@ _IN_PLACE = (tree.LIST, tree.DICT, tree.SET)
 class Walk:
     """One pass over the structure; the dry pass checks, the build pass rebuilds."""
 
-    def __init__(self, up: Upgrader, dry: bool, casts: dict) -> None:
+    def __init__(self, up: Upgrader, dry: bool, casts: dict[int, Any]) -> None:
         self.up, self.dry = up, dry
         self.casts = casts          # id(array) -> [array, dtype, path] (filled when dry)
-        self.leaves: list = []      # (array, path) of every array met (dry)
-        self.memo: dict = {}        # id(obj) -> result
-        self.busy: set = set()      # ids of immutables being rebuilt (cycles)
-        self.cycled: set = set()
-        self.writes: list = []      # deferred in-place updates of mutable containers
+        self.leaves: list[Any] = []      # (array, path) of every array met (dry)
+        self.memo: dict[int, Any] = {}        # id(obj) -> result
+        self.busy: set[Any] = set()      # ids of immutables being rebuilt (cycles)
+        self.cycled: set[Any] = set()
+        self.writes: list[Any] = []      # deferred in-place updates of mutable containers
 
     def convert(self, obj, path, hint=None):
         """``obj`` converted (memoised by identity; cycles refused)."""
@@ -222,7 +224,7 @@ def check_aliases(casts, leaves) -> None:
     """
     if not casts:
         return
-    owners: dict = {}
+    owners: dict[int, Any] = {}
     spans = []
     for arr, _dtype, path, *_where in casts.values():
         span = extent(arr)

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import sys
 import threading
+from typing import Any
 
 from .._core import pickling as _pickle
 from ..errors import SchemaError
@@ -116,7 +117,7 @@ def checked_rebuild_schema(kind, schema_id, typename, fields, defaults, module):
     return _pickle.rebuild_schema(kind, schema_id, typename, fields, defaults, module)
 
 
-def safe_globals() -> list:
+def safe_globals() -> list[Any]:
     """The allowlist entries, in the ``(object, "dotted.name")`` form torch takes.
 
     Returns:

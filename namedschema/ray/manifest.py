@@ -16,6 +16,7 @@ import json
 import os
 import re
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..checkpoint.atomic import AtomicFile
 from ..errors import FormatError
@@ -79,7 +80,7 @@ def write_manifest(directory: str, manifest: Manifest) -> None:
             view = view[os.write(fd, view):]
 
 
-def _int(doc: dict, key: str, where: str, low: int = 0, high: int | None = None) -> int:
+def _int(doc: dict[str, Any], key: str, where: str, low: int = 0, high: int | None = None) -> int:
     value = doc.get(key)
     if isinstance(value, str) and re.fullmatch(r"-?[0-9]{1,40}", value):
         value = int(value)
@@ -89,7 +90,7 @@ def _int(doc: dict, key: str, where: str, low: int = 0, high: int | None = None)
     return value
 
 
-def _number(doc: dict, key: str, where: str) -> float:
+def _number(doc: dict[str, Any], key: str, where: str) -> float:
     value = doc.get(key)
     if isinstance(value, bool) or not isinstance(value, int | float) or not (
             0 <= value < float("inf")):
@@ -97,7 +98,7 @@ def _number(doc: dict, key: str, where: str) -> float:
     return float(value)
 
 
-def _list(doc: dict, key: str, where: str, length: int | None = None) -> list:
+def _list(doc: dict[str, Any], key: str, where: str, length: int | None = None) -> list[Any]:
     value = doc.get(key)
     if not isinstance(value, list) or len(value) > MAX_SHARDS or (
             length is not None and len(value) != length):

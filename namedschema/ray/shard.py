@@ -69,7 +69,7 @@ def last_routed(writer: int, upto: int, shard: int, num_shards: int) -> int:
     return upto - (upto - first) % num_shards
 
 
-def ordered_rows(state: dict, ranks: np.ndarray) -> tuple[Any, np.ndarray | None]:
+def ordered_rows(state: dict[str, Any], ranks: np.ndarray) -> tuple[Any, np.ndarray | None]:
     """The rows of a replay buffer's ``state_dict()`` at ``ranks`` (0 = the oldest row
     stored), and their priorities after ``alpha`` (None for a uniform buffer)."""
     size, cursor, storage = int(state["size"]), int(state["cursor"]), state["storage"]
@@ -99,7 +99,7 @@ def _tree_root(tree: np.ndarray) -> float:
 class ReplayShard:
     """A replay buffer shard: ``extend``/``sample``/``update_priorities`` and the cut."""
 
-    def __init__(self, spec: dict, index: int, num_shards: int, seed: Any) -> None:
+    def __init__(self, spec: dict[str, Any], index: int, num_shards: int, seed: Any) -> None:
         """A shard of ``spec["capacity"]`` rows; with capacity None, one whose buffer
         :meth:`load` makes from a shard file (a restore: nothing is allocated before
         the file is checked)."""
@@ -194,7 +194,7 @@ class ReplayShard:
         return dict(self.applied)
 
     def snapshot(self, cut: dict[int, int], path: str, give_up: bool = False,
-                 compression: Any = None) -> dict | None:
+                 compression: Any = None) -> dict[str, Any] | None:
         """Bring this shard to ``cut``; ``None`` while calls within it are on their way
         (unless ``give_up``); else save to ``path`` (with ``compression``) and take
         calls again."""
@@ -216,7 +216,7 @@ class ReplayShard:
         finally:
             self.thaw()
 
-    def finish(self, path: str) -> dict:
+    def finish(self, path: str) -> dict[str, Any]:
         """Wait for the background write :meth:`snapshot` started; what it wrote."""
         handle, self._saving = self._saving, None
         if handle is None:
@@ -239,7 +239,7 @@ class ReplayShard:
 
     # -- state -----------------------------------------------------------------------
 
-    def state(self) -> dict:
+    def state(self) -> dict[str, Any]:
         """What a shard file holds: the buffer's state and where the shard sits."""
         return {"buffer": self.buffer.state_dict(), "shard": self.index,
                 "num_shards": self.num_shards,

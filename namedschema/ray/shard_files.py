@@ -62,7 +62,7 @@ def _layout(storage: Any) -> Any:
     return (storage.dtype.str, storage.shape[1:])
 
 
-def _arrays(storage: Any) -> list:
+def _arrays(storage: Any) -> list[Any]:
     if is_named(storage):
         return [a for v in storage for a in _arrays(v)]
     return [] if storage is None else [storage]

@@ -73,7 +73,7 @@ def _split(capacity: int, num_shards: int) -> list[int]:
     return [base + (i < extra) for i in range(num_shards)]
 
 
-def _concat(parts: list) -> Any:
+def _concat(parts: list[Any]) -> Any:
     """One batch from same-schema batches (nested fields; None fields stay None)."""
     first = parts[0]
     if is_named(first):
@@ -156,7 +156,7 @@ class ShardedReplay(Generic[BatchT, SampleT]):
 
     # -- construction ----------------------------------------------------------------
 
-    def _setup(self, spec: dict, capacities: list[int], actor_options: dict[str, Any] | None,
+    def _setup(self, spec: dict[str, Any], capacities: list[int], actor_options: dict[str, Any] | None,
                entropy: int) -> None:
         self._spec = {k: v for k, v in spec.items() if k != "example"}
         self._capacities = list(capacities)
@@ -165,12 +165,12 @@ class ShardedReplay(Generic[BatchT, SampleT]):
         self._entropy = entropy
         self._writer = secrets.randbits(62)
         self._seq = -1
-        self._inflight: list = []
+        self._inflight: list[Any] = []
         self._owner = True
         self._generation = 0
         self.beta = float(spec["beta"])
 
-    def _start(self, shard_args: list[tuple[dict, Any]]) -> None:
+    def _start(self, shard_args: list[tuple[dict[str, Any], Any]]) -> None:
         ray = _ray()
         actor = ray.remote(ReplayShard).options(**self._options)
         n = len(shard_args)
@@ -178,7 +178,7 @@ class ShardedReplay(Generic[BatchT, SampleT]):
                         enumerate(shard_args)]
         self._get([s.ping.remote() for s in self._shards], "start")
 
-    def __reduce__(self) -> tuple:
+    def __reduce__(self) -> tuple[Any, ...]:
         return (_rebuild, (self._spec, self._capacities, self._options, self._entropy,
                            self._shards, self.beta))
 
@@ -353,9 +353,9 @@ class ShardedReplay(Generic[BatchT, SampleT]):
                               max(float(i["held"]) for i in infos))
 
     def _snapshot(self, cut: dict[int, int], paths: list[str],
-                  compression: Any = None) -> list[dict]:
+                  compression: Any = None) -> list[dict[str, Any]]:
         """Ask every shard to save at ``cut`` until all have (see namedschema.ray.shard)."""
-        infos: dict[int, dict] = {}
+        infos: dict[int, dict[str, Any]] = {}
         deadline = time.monotonic() + CUT_WAIT_SECONDS
         pause = 0.001
         while len(infos) < len(self._shards):
@@ -466,9 +466,9 @@ class ShardedReplay(Generic[BatchT, SampleT]):
             mine_owner, mine_rank = owner[j::n], rank[j::n]
             for start in range(0, len(mine_owner), chunk):
                 o, r = mine_owner[start:start + chunk], mine_rank[start:start + chunk]
-                parts: list = []
-                prios: list = []
-                pos: list = []
+                parts: list[Any] = []
+                prios: list[Any] = []
+                pos: list[Any] = []
                 for i in np.unique(o):
                     sel = np.flatnonzero(o == i)
                     rows, prio = ordered_rows(states[i], r[sel])
@@ -499,8 +499,8 @@ class ShardedReplay(Generic[BatchT, SampleT]):
                 f"{self.capacity}>")
 
 
-def _rebuild(spec: dict, capacities: list[int], options: dict, entropy: int,
-             shards: list, beta: float) -> ShardedReplay[Any, Any]:
+def _rebuild(spec: dict[str, Any], capacities: list[int], options: dict, entropy: int,
+             shards: list[Any], beta: float) -> ShardedReplay[Any, Any]:
     """A copy of a handle in another process: its own writer id, not the owner."""
     self: ShardedReplay[Any, Any] = ShardedReplay.__new__(ShardedReplay)
     self._setup(dict(spec, beta=beta), capacities, options, entropy)

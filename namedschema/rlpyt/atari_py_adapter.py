@@ -68,7 +68,7 @@ def _text(value):
     return value
 
 
-_CLASS: list = []
+_CLASS: list[Any] = []
 
 
 def interface_class() -> type[Any]:

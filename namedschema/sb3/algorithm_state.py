@@ -63,8 +63,8 @@ DERIVED = {"lr_schedule": ("learning_rate",),
 NEVER = frozenset({"buffer_size", "n_envs", "policy_class", "replay_buffer_class",
                    "replay_buffer_kwargs", "optimize_memory_usage"})
 
-_expected: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-_deferred: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_expected: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+_deferred: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
 
 
 def is_algorithm(obj: Any) -> bool:
@@ -176,7 +176,7 @@ def accepted(name: str, accept: tuple[str, ...] | bool) -> bool:
         any(source in accept for source in DERIVED.get(name, ()))
 
 
-def _sources(name: str, changed: dict) -> tuple[str, ...]:
+def _sources(name: str, changed: dict[str, Any]) -> tuple[str, ...]:
     """What the user accepts for ``name``: itself, or the changed hyperparameters it is
     derived from (all of them when none of them changed: a user's schedule function)."""
     sources = DERIVED.get(name)

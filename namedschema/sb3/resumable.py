@@ -35,7 +35,7 @@ from . import algorithm_state
 
 __all__ = ["resumable"]
 
-_wrapped: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_wrapped: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
 _OWN = ("learn", "collect_rollouts", "_setup_learn", "_excluded_save_params")
 
 

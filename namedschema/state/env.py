@@ -94,7 +94,7 @@ def _is_ale(value: Any) -> bool:
     return emulator_kind(value) == "ale_py"
 
 
-def _generator_state(gen: np.random.Generator) -> dict:
+def _generator_state(gen: np.random.Generator) -> dict[str, Any]:
     st = _rng.generator_capture(gen)
     return {"bit_generator": st["bit_generator"], "state": _exact(st)}
 
@@ -169,7 +169,7 @@ def _value(value: Any, path: str) -> Any:
     raise _Unknown(path, value)
 
 
-def _layers(env: Any) -> list:
+def _layers(env: Any) -> list[Any]:
     """The env and the envs it wraps, outermost first."""
     out = [env]
     while hasattr(out[-1], "env") and out[-1].env is not None and len(out) < 100:
@@ -177,8 +177,8 @@ def _layers(env: Any) -> list:
     return out
 
 
-def _layer_state(layer: Any, path: str) -> dict:
-    attributes: dict = {}
+def _layer_state(layer: Any, path: str) -> dict[str, Any]:
+    attributes: dict[str, Any] = {}
     out = {"class": type(layer).__qualname__, "attributes": attributes}
     for name, value in vars(layer).items():
         if name in _CONFIG_NAMES:
@@ -206,7 +206,7 @@ def restore_layer(obj: Any, state: dict[str, Any], path: str) -> None:
     _restore_layer(obj, state, path, {}, True)
 
 
-def _sub_envs(env: Any) -> list | None:
+def _sub_envs(env: Any) -> list[Any] | None:
     """A synchronous vector env's sub-envs, or None for a single env."""
     envs = getattr(env, "envs", None)
     if isinstance(envs, list) and hasattr(env, "num_envs"):
@@ -233,7 +233,7 @@ def capture_env(env: Any, name: str = "env") -> tuple[dict[str, Any] | None, str
         return None, f"{exc} is not data this library can capture exactly"
 
 
-def _restore_value(owner: Any, name: str, item: Any, path: str, memo: dict,
+def _restore_value(owner: Any, name: str, item: Any, path: str, memo: dict[int, Any],
                    write: bool) -> None:
     kind, data = _item(item, path)
     value = _rebuilt(getattr(owner, name, None), kind, data, path, memo, write, 0)
@@ -248,7 +248,7 @@ def _item(item: Any, path: str) -> tuple[str, Any]:
     return item[0], item[1]
 
 
-def _rebuilt(current: Any, kind: str, data: Any, path: str, memo: dict, write: bool,
+def _rebuilt(current: Any, kind: str, data: Any, path: str, memo: dict[int, Any], write: bool,
              depth: int) -> Any:
     """The value to put in place of ``current`` (often ``current`` itself, updated).
 
@@ -360,7 +360,7 @@ def _set_generator(gen: np.random.Generator | None, data: Any, path: str,
         raise EnvStateError(f"{path}: {exc}") from None
 
 
-def _layer_checked(layer: Any, state: Any, path: str) -> dict:
+def _layer_checked(layer: Any, state: Any, path: str) -> dict[str, Any]:
     if not isinstance(state, dict) or not isinstance(state.get("attributes"), dict) or \
             not all(isinstance(k, str) for k in state["attributes"]):
         raise EnvStateError(f"{path}: not a captured wrapper layer")
@@ -370,12 +370,12 @@ def _layer_checked(layer: Any, state: Any, path: str) -> dict:
     return state["attributes"]
 
 
-def _restore_layer(layer: Any, state: Any, path: str, memo: dict, write: bool) -> None:
+def _restore_layer(layer: Any, state: Any, path: str, memo: dict[int, Any], write: bool) -> None:
     for name, item in _layer_checked(layer, state, path).items():
         _restore_value(layer, name, item, join_path(path, name), memo, write)
 
 
-def _restore_chain(env: Any, states: Any, path: str, memo: dict, write: bool) -> None:
+def _restore_chain(env: Any, states: Any, path: str, memo: dict[int, Any], write: bool) -> None:
     layers = _layers(env)
     if not isinstance(states, list) or len(layers) != len(states):
         n = len(states) if isinstance(states, list) else "no list of"
@@ -387,7 +387,7 @@ def _restore_chain(env: Any, states: Any, path: str, memo: dict, write: bool) ->
 
 def _walk(env: Any, state: Any, name: str, write: bool) -> None:
     subs = _sub_envs(env)
-    memo: dict = {}
+    memo: dict[int, Any] = {}
     if not isinstance(state, dict) or not ("layers" in state or "envs" in state):
         raise EnvStateError(f"{name}: not a captured env state")
     if "layers" in state:
@@ -420,14 +420,14 @@ def restore_env(env: Any, state: dict[str, Any], name: str = "env") -> None:
     _walk(env, state, name, write=True)
 
 
-def _setting_layers(env: Any, name: str) -> list:
+def _setting_layers(env: Any, name: str) -> list[Any]:
     """``(prefix, layer)`` for every layer of ``env`` (and of its sub-envs)."""
     subs = _sub_envs(env)
     chains = [(name, env)] if subs is None else \
         [(f"{name}.envs[{i}]", sub) for i, sub in enumerate(subs)]
     out = []
     for prefix, chain in chains:
-        seen: dict = {}
+        seen: dict[str, Any] = {}
         for layer in _layers(chain):
             cls = type(layer).__qualname__
             seen[cls] = seen.get(cls, 0) + 1

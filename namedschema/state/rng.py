@@ -50,7 +50,7 @@ def python_capture(gen: Any) -> dict[str, Any]:
     return {"version": version, "internal": np.array(internal, np.uint64), "gauss": gauss}
 
 
-def _python_tuple(state: Any) -> tuple:
+def _python_tuple(state: Any) -> tuple[Any, ...]:
     """The ``setstate`` tuple of :func:`python_capture`'s dict or of a ``getstate()`` tuple."""
     if isinstance(state, dict):
         if set(state) != {"version", "internal", "gauss"}:
@@ -89,7 +89,7 @@ def numpy_capture(gen: Any) -> dict[str, Any]:
     return {"keys": keys, "pos": int(pos), "has_gauss": int(has_gauss), "gauss": float(gauss)}
 
 
-def _numpy_tuple(state: Any) -> tuple:
+def _numpy_tuple(state: Any) -> tuple[Any, ...]:
     """The ``set_state`` tuple of :func:`numpy_capture`'s dict (a ``"kind"`` key allowed)."""
     fields = {"keys", "pos", "has_gauss", "gauss"}
     if not isinstance(state, dict) or set(state) - {"kind"} != fields or \

@@ -97,7 +97,7 @@ class Run:
         self.audit = os.path.join(self.dir, "audit.jsonl")
         self.env = dict(env, **{ENV_AUDIT: self.audit, ENV_CHECK_DIR: self.work})
         self.lives: list[Life] = []
-        self._proc: subprocess.Popen | None = None
+        self._proc: subprocess.Popen[Any] | None = None
         self._pipe: int | None = None
         self._offset, self._partial = 0, b""
         self._started = 0.0

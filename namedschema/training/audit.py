@@ -118,7 +118,7 @@ class Recorder:
         # One worker thread digests the records in order (a thread per save would hold
         # the save while it starts: milliseconds on a busy machine).
         self._worker: threading.Thread | None = None
-        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self._jobs: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._last: threading.Event | None = None     # set when the last job has ended
         self._files: dict[str, FileDigests] = {}   # path -> its piece digests
         self._ends: list[Callable[[], None]] = []
@@ -266,7 +266,7 @@ class Recorder:
                 self.event("audit-error", self.last_step, error=f"{type(exc).__name__}: {exc}")
 
 
-def _work(jobs: queue.SimpleQueue) -> None:
+def _work(jobs: queue.SimpleQueue[Any]) -> None:
     """The audit's worker thread: run each job, then say it ended."""
     while True:
         job, done = jobs.get()
@@ -515,7 +515,7 @@ def _join(path: str, key: Any) -> str:
     return f"{path}.{key}" if path else str(key)
 
 
-def _walk(value: Any, path: str, leaves: dict, depth: int, hasher: _Hasher,
+def _walk(value: Any, path: str, leaves: dict[str, Any], depth: int, hasher: _Hasher,
           skip: Callable[[str], bool] | None = None) -> None:
     if skip is not None and path and skip(path):
         return

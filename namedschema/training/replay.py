@@ -148,7 +148,7 @@ class ReplayBuffer(Generic[BatchT]):
 
     # -- writing ---------------------------------------------------------------------
 
-    def _arrays(self, batch: Any) -> tuple[list, int]:
+    def _arrays(self, batch: Any) -> tuple[list[Any], int]:
         """The arrays of ``batch`` in the storage's order and their leading dimension, checked.
 
         Fields are matched by name (any order; other names are refused), shapes
@@ -326,12 +326,12 @@ class ReplayBuffer(Generic[BatchT]):
         buffer.load_state_dict(state)
         return buffer
 
-    def _adopt(self, state: dict) -> None:
+    def _adopt(self, state: dict[str, Any]) -> None:
         """Finish a buffer whose ``storage`` is loaded arrays (``from_state_dict``)."""
         self._init_common(None, **options_of(state, f"{type(self).__name__}.from_state_dict"))
 
     @classmethod
-    def _options(cls, state: dict) -> dict:
+    def _options(cls, state: dict[str, Any]) -> dict:
         return options_of(state, f"{cls.__name__}.from_state_dict")
 
     def check_state_dict(self, state: dict[str, Any]) -> None:
@@ -548,11 +548,11 @@ class PrioritizedReplayBuffer(ReplayBuffer[BatchT]):
         return state
 
     @classmethod
-    def _options(cls, state: dict) -> dict:
+    def _options(cls, state: dict[str, Any]) -> dict:
         return {**super()._options(state), "alpha": state.get("alpha", 0.6),
                 "beta": state.get("beta", 0.4)}
 
-    def _adopt(self, state: dict) -> None:
+    def _adopt(self, state: dict[str, Any]) -> None:
         super()._adopt(state)
         self.alpha = self._exponent(state.get("alpha", 0.6), "alpha")
         self.beta = self._exponent(state.get("beta", 0.4), "beta")

@@ -71,19 +71,19 @@ def _pairs(value: Any, like: Any) -> Any:
                                                                           strict=True))
 
 
-def batch_leaves(batch: Any, storage: Any, where: str) -> list:
+def batch_leaves(batch: Any, storage: Any, where: str) -> list[Any]:
     """The arrays of ``batch`` in the order of ``storage``'s arrays, matched by field name.
 
     The field names must be the storage's at every level (any order); a field
     that is None in the storage must be None in the batch. Raises
     StructureMismatchError naming both schemas otherwise.
     """
-    out: list = []
+    out: list[Any] = []
     _collect(batch, storage, where, _typename(storage), out)
     return out
 
 
-def _collect(value: Any, like: Any, where: str, path: str, out: list) -> None:
+def _collect(value: Any, like: Any, where: str, path: str, out: list[Any]) -> None:
     if like is None:
         if value is not None:
             raise StructureMismatchError(f"{where}: {path}", "None (the buffer stores no "
@@ -107,7 +107,7 @@ def _collect(value: Any, like: Any, where: str, path: str, out: list) -> None:
         _collect(item, field, where, f"{path}.{name}", out)
 
 
-def first_change(value: np.ndarray, dtype: np.dtype) -> tuple | None:
+def first_change(value: np.ndarray, dtype: np.dtype) -> tuple[Any, ...] | None:
     """The first index where casting ``value`` into ``dtype`` changes a value, or None.
 
     Integers into integers are checked by range (a minimum and a maximum, no
@@ -173,7 +173,7 @@ def by_names(step: Any, storage: Any) -> Any:
 
 def leaf_paths(storage: Any) -> list[tuple[str, ...]]:
     """The field path of every array of ``storage`` (None fields skipped), in order."""
-    out: list = []
+    out: list[Any] = []
 
     def walk(x: Any, path: tuple[str, ...]) -> None:
         for name, value in zip(type(x)._fields, x, strict=True):
@@ -185,7 +185,7 @@ def leaf_paths(storage: Any) -> list[tuple[str, ...]]:
     return out
 
 
-def _schema_classes(x: Any, out: dict) -> dict:
+def _schema_classes(x: Any, out: dict[str, Any]) -> dict:
     if is_named(x):
         out.setdefault(_typename(x), type(x))
         for value in x:
@@ -193,7 +193,7 @@ def _schema_classes(x: Any, out: dict) -> dict:
     return out
 
 
-def saved_leaves(saved: Any, storage: Any, capacity: int, where: str) -> list:
+def saved_leaves(saved: Any, storage: Any, capacity: int, where: str) -> list[Any]:
     """The arrays of a saved ``storage`` in the order of this buffer's, matched by name.
 
     Fields with the same names (in any order, at every level) map directly.
@@ -229,7 +229,7 @@ def saved_leaves(saved: Any, storage: Any, capacity: int, where: str) -> list:
                                f"buffer's fields by name: {exc}") from exc
 
 
-def _saved_arrays(x: Any) -> list:
+def _saved_arrays(x: Any) -> list[Any]:
     if is_named(x):
         return [a for value in x for a in _saved_arrays(value)]
     return [] if x is None else [x]

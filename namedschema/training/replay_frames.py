@@ -37,10 +37,10 @@ __all__ = ["FramesOnce", "config_of", "check_mode", "example_once",
 _CHUNK_BYTES = 1 << 22   # rows are compared this many bytes at a time
 
 
-def _leaves(x: Any) -> list:
+def _leaves(x: Any) -> list[Any]:
     """The arrays of a (nested) named tuple, in field order (None fields skipped)."""
     if is_named(x):
-        out: list = []
+        out: list[Any] = []
         for value in x:
             out.extend(_leaves(value))
         return out
@@ -51,7 +51,7 @@ def _leaves(x: Any) -> list:
 _LIVE: weakref.WeakValueDictionary[int, np.ndarray] = weakref.WeakValueDictionary()
 
 
-def _claim(arrays: list) -> None:
+def _claim(arrays: list[Any]) -> None:
     for array in arrays:
         _LIVE[id(array)] = array
 

@@ -51,7 +51,7 @@ def is_sb3_vec_env(obj: Any) -> bool:
     return _has_class(obj, "VecEnv")
 
 
-def _chain(venv: Any) -> list:
+def _chain(venv: Any) -> list[Any]:
     """The vector env and the vector envs it wraps, outermost first."""
     out = [venv]
     while _has_class(out[-1], "VecEnvWrapper") and len(out) < 100:
@@ -65,7 +65,7 @@ def _is_subproc(venv: Any) -> bool:
 
 # -- inside SubprocVecEnv's workers ----------------------------------------------------
 
-def _worker_capture(env: Any, _marker: Any) -> tuple:
+def _worker_capture(env: Any, _marker: Any) -> tuple[Any, ...]:
     return capture_env(env, "env")
 
 
@@ -85,7 +85,7 @@ def _install_in_worker() -> _Installed:
 class _Installed:
     """The marker sent with the command; unpickling it installs the methods first."""
 
-    def __reduce__(self) -> tuple:
+    def __reduce__(self) -> tuple[Any, ...]:
         return (_install_in_worker, ())
 
 

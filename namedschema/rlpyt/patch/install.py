@@ -125,14 +125,14 @@ class _State:
         """Back to the unpatched state."""
         self.active = False
         # (module, name, original value, value we set), in the order applied.
-        self.records: list = []
+        self.records: list[Any] = []
         # (class, attribute, original own value or _MISSING, value we set).
-        self.class_records: list = []
+        self.class_records: list[Any] = []
         self.pickling = True
         # id(original object) -> (original, replacement); the original is kept
         # so its id cannot be reused while the patch is active.
-        self.replacements: dict = {}
-        self.classic_nat_codes: frozenset = frozenset()
+        self.replacements: dict[int, Any] = {}
+        self.classic_nat_codes: frozenset[Any] = frozenset()
         self.hook: _ImportHook | None = None
 
 
@@ -157,12 +157,12 @@ def _import_rlpyt():
     return collections_mod, buffer_mod
 
 
-def _buffer_replacements() -> dict:
+def _buffer_replacements() -> dict[str, Any]:
     from ... import buffer as ns_buffer  # numpy: imported only when patching
     return {name: getattr(ns_buffer, name) for name in _BUFFER_NAMES}
 
 
-def _classic_nat_codes(namedarraytuple_func) -> frozenset:
+def _classic_nat_codes(namedarraytuple_func) -> frozenset[Any]:
     """Code objects of the methods rlpyt's namedarraytuple puts in its classes.
 
     A class whose ``__getitem__`` runs one of these codes was made by that
@@ -202,7 +202,7 @@ def _replacement_for_type(cls):
     return schema
 
 
-def _patch_classes(module, methods: list) -> None:
+def _patch_classes(module, methods: list[Any]) -> None:
     """Give the rlpyt classes defined in ``module`` their pickling methods."""
     for (module_name, class_name), attrs in _CLASS_METHODS.items():
         if module.__name__ != module_name:
@@ -218,8 +218,8 @@ def _patch_classes(module, methods: list) -> None:
             methods.append(f"{module_name}.{class_name}.{attr}")
 
 
-def _rebind_module(module, rebound: list, recreated: list, recreate_types: bool,
-                   methods: list | None = None) -> None:
+def _rebind_module(module, rebound: list[Any], recreated: list, recreate_types: bool,
+                   methods: list[Any] | None = None) -> None:
     """Point ``module``'s globals at the replacements of what they refer to."""
     if _state.pickling:
         _patch_classes(module, [] if methods is None else methods)

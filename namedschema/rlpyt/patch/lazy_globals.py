@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import importlib
 import sys
+from typing import Any
 
 from ..._core.schema import NamedTupleSchema
 from ...errors import UnpicklableError
@@ -30,7 +31,7 @@ LAZY_GLOBALS = (("rlpyt.replays.frame", "BufferSamples"),
 GLOBALS_KEY = "_namedschema_rlpyt_globals"
 
 
-def used_lazy_globals(cls) -> dict:
+def used_lazy_globals(cls) -> dict[str, Any]:
     """``{"module:name": schema}`` of the lazy globals that ``cls``'s modules hold as schemas."""
     modules = {c.__module__ for c in cls.__mro__}
     used = {}
@@ -41,7 +42,7 @@ def used_lazy_globals(cls) -> dict:
     return used
 
 
-def assign_lazy_globals(used: dict) -> None:
+def assign_lazy_globals(used: dict[str, Any]) -> None:
     """Assign rlpyt's lazy globals (as the buffer constructor does) from :func:`used_lazy_globals`.
 
     As in rlpyt, the buffer built (here: loaded) last sets them.

@@ -50,6 +50,7 @@ import threading
 from multiprocessing import context as mp_context
 from multiprocessing import sharedctypes
 from multiprocessing import synchronize as mp_sync
+from typing import Any
 
 import numpy as np
 
@@ -113,7 +114,7 @@ def reduce_fresh(self, protocol):
     return _new_instance, (type(self),)
 
 
-class _State(dict):
+class _State(dict[str, Any]):
     """An object's attributes; pickles through :func:`restore_state`.
 
     Used directly (``copy.copy``), it is just the attribute dict.
@@ -276,7 +277,7 @@ def _pack(state):
         return x
 
     _walk(state, collect)
-    table: list[tuple] = []
+    table: list[tuple[Any, ...]] = []
     refs: dict[int, _Ref] = {}
     _pack_arrays(arrays, table, refs)
 
@@ -378,7 +379,7 @@ def _make(entry, made):
 
 def restore_state(skeleton, table):
     """The attribute dict a packed state stands for (called by unpickling)."""
-    made: list = []
+    made: list[Any] = []
     for entry in table:
         made.append(_make(entry, made))
 

@@ -66,7 +66,7 @@ def _plain(value: Any, depth: int = 0) -> Any:
 _NOT_PLAIN = object()
 
 
-def _flatten(prefix: str, value: Any, out: dict, depth: int = 0) -> None:
+def _flatten(prefix: str, value: Any, out: dict[str, Any], depth: int = 0) -> None:
     if isinstance(value, dict) and depth < _DEPTH and all(isinstance(k, str) for k in value):
         if not value:
             out[prefix] = "{}"
@@ -78,9 +78,9 @@ def _flatten(prefix: str, value: Any, out: dict, depth: int = 0) -> None:
         out[prefix] = plain
 
 
-def snapshot(components: dict) -> dict:
+def snapshot(components: dict[str, Any]) -> dict:
     """``{"algo.discount": 0.99, "sampler.env_kwargs.lives": 3, ...}`` of the components."""
-    out: dict = {}
+    out: dict[str, Any] = {}
     for what in _COMPONENTS:
         obj = components.get(what)
         for name, value in sorted(getattr(obj, "__dict__", {}).items()):
@@ -106,7 +106,7 @@ def accepted(value):
     return names if all(isinstance(n, str) for n in names) else None
 
 
-def compare(saved, now: dict, accept, path: str, components: dict):
+def compare(saved, now: dict[str, Any], accept, path: str, components: dict):
     """``(refusal message or None, notes, Reapply or None)`` for the resumed run.
 
     ``components`` are the freshly built run's, after rlpyt's startup and
@@ -138,7 +138,7 @@ def compare(saved, now: dict, accept, path: str, components: dict):
 class Differences:
     """The arguments that differ between a checkpoint's run and this one."""
 
-    def __init__(self, saved: dict, now: dict, accept) -> None:
+    def __init__(self, saved: dict[str, Any], now: dict, accept) -> None:
         keys = sorted(set(saved) | set(now))
         missing = "<absent>"
         self.changes = [(k, saved.get(k, missing), now.get(k, missing)) for k in keys
@@ -154,7 +154,7 @@ class Differences:
         """``changes`` as ``name: old -> new`` text."""
         return "; ".join(f"{k}: {old!r} -> {new!r}" for k, old, new in changes)
 
-    def accepted_names(self) -> list:
+    def accepted_names(self) -> list[Any]:
         """The names of the accepted changes."""
         return [k for k, _old, _new in self.accepted]
 
@@ -162,11 +162,11 @@ class Differences:
 class Reapply:
     """Record the freshly built run's values of accepted changes; put them back after restore."""
 
-    def __init__(self, components: dict, accepted: list) -> None:
+    def __init__(self, components: dict[str, Any], accepted: list[Any]) -> None:
         self.names = accepted
-        self.attributes: list = []     # (obj, name, value)
-        self.groups: list = []         # (optimizer, [{key: value}] per group)
-        self.schedulers: list = []     # (scheduler, base_lrs)
+        self.attributes: list[Any] = []     # (obj, name, value)
+        self.groups: list[Any] = []         # (optimizer, [{key: value}] per group)
+        self.schedulers: list[Any] = []     # (scheduler, base_lrs)
         self.new_envs = any(_matches(k, ("sampler.env_kwargs", "sampler.eval_env_kwargs"))
                             for k in accepted)
         for key in accepted:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import collections
 import copy
 import pickle
+from typing import Any
 
 from ..._core.optional import is_tensor, torch_if_loaded
 from ...state.env import emulator_kind
@@ -52,7 +53,7 @@ _SAMPLERS = "rlpyt.samplers."
 
 # -- agents ------------------------------------------------------------------------
 
-def _modules(obj) -> dict:
+def _modules(obj) -> dict[str, Any]:
     """The torch modules among ``obj``'s attributes (an alias of one is listed once)."""
     torch = torch_if_loaded()
     if torch is None:
@@ -65,7 +66,7 @@ def _modules(obj) -> dict:
     return out
 
 
-def agent_capture(agent, ctx: ResumeContext) -> dict:
+def agent_capture(agent, ctx: ResumeContext) -> dict[str, Any]:
     return {"modules": {name: ctx.capture_kind(m, f"agent.{name}")
                         for name, m in _modules(agent).items()},
             "mode": agent._mode}
@@ -87,7 +88,7 @@ _EPS_NAMES = ("eps_sample", "eps_init", "eps_final", "eps_itr_min", "eps_itr_max
               "_eps_itr_min_max")
 
 
-def eps_capture(agent, ctx: ResumeContext) -> dict:
+def eps_capture(agent, ctx: ResumeContext) -> dict[str, Any]:
     state = data_state(agent, _EPS_NAMES)
     dist = getattr(agent, "distribution", None)
     if dist is not None and hasattr(dist, "_epsilon"):
@@ -173,9 +174,9 @@ def _fresh_copy_deep(value):
 
 # -- algorithms and replay buffers -------------------------------------------------
 
-def algo_capture(algo, ctx: ResumeContext) -> dict:
+def algo_capture(algo, ctx: ResumeContext) -> dict[str, Any]:
     torch = torch_if_loaded()
-    state: dict = {"counters": data_state(algo, skip=("replay_buffer",))}
+    state: dict[str, Any] = {"counters": data_state(algo, skip=("replay_buffer",))}
     if torch is not None:
         optim = {}
         for name, value in vars(algo).items():
@@ -207,7 +208,7 @@ def algo_restore(algo, state, ctx: ResumeContext) -> None:
         ctx.restore(buffer, state["replay_buffer"], "algo.replay_buffer")
 
 
-def replay_capture(buffer, ctx: ResumeContext) -> dict:
+def replay_capture(buffer, ctx: ResumeContext) -> dict[str, Any]:
     return data_state(buffer)
 
 
@@ -391,7 +392,7 @@ _ASYNC_NAMES = ("_opt_infos", "_cum_completed_trajs", "_new_completed_trajs",
                 "_last_eval_time", "seed")
 
 
-def minibatch_capture(runner, ctx: ResumeContext, names=_MINIBATCH_NAMES) -> dict:
+def minibatch_capture(runner, ctx: ResumeContext, names=_MINIBATCH_NAMES) -> dict[str, Any]:
     """The counters, trajectory infos and timers of rlpyt's minibatch runners."""
     state = {name: getattr(runner, name) for name in names if hasattr(runner, name)}
     state["_opt_infos"] = {k: list(v) for k, v in runner._opt_infos.items()}
@@ -422,7 +423,7 @@ def minibatch_restore(runner, state, ctx: ResumeContext) -> None:
         runner.pbar = ProgBarCounter(runner.log_interval_itrs)
 
 
-def async_capture(runner, ctx: ResumeContext) -> dict:
+def async_capture(runner, ctx: ResumeContext) -> dict[str, Any]:
     """:func:`minibatch_capture` for rlpyt's async runners (their own counters)."""
     return minibatch_capture(runner, ctx, _ASYNC_NAMES)
 
@@ -446,7 +447,7 @@ def atari_check(env, ctx: ResumeContext) -> list[str]:
     return []
 
 
-def atari_capture(env, ctx: ResumeContext) -> dict:
+def atari_capture(env, ctx: ResumeContext) -> dict[str, Any]:
     if emulator_kind(env.ale) is None:
         return {"ale": {"kind": None}}
     return {"ale": ctx.capture_kind(env.ale, "env.ale")}
@@ -475,7 +476,7 @@ def parallel_sampler_prepare(sampler, saved, ctx: ResumeContext) -> None:
         workers.install(sampler, None if saved is None else saved.get("workers"), ctx.handlers)
 
 
-def parallel_sampler_capture(sampler, ctx: ResumeContext) -> dict:
+def parallel_sampler_capture(sampler, ctx: ResumeContext) -> dict[str, Any]:
     if is_async_sampler(sampler):
         return {}
     return {"workers": workers.capture_workers(sampler)}

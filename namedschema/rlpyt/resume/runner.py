@@ -86,7 +86,7 @@ _REFUSED = {
 }
 
 
-def _class_names(obj) -> list:
+def _class_names(obj) -> list[Any]:
     return [f"{c.__module__}.{c.__qualname__}" for c in type(obj).__mro__]
 
 
@@ -116,7 +116,7 @@ class _Gates:
     """Stand-ins that make the loop body do nothing for already-done iterations."""
 
     def __init__(self) -> None:
-        self._installed: list = []
+        self._installed: list[Any] = []
 
     def add(self, obj, name, result) -> None:
         had = name in vars(obj)
@@ -289,7 +289,7 @@ class _Resume:
         self.every = 1
         self.n_itr = None
         self.gates = _Gates()
-        self.notes: list = []
+        self.notes: list[Any] = []
         self.saves = 0
         self.undo_logs = lambda: None
         self._originals = {name: getattr(runner, name)

@@ -466,7 +466,7 @@ def make_traj_infos(states: Iterable[Mapping[str, Any]], cls: Callable[[], _Info
 
 # -- rlpyt's run-time named tuples by value --------------------------------------------
 
-_SCHEMAS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_SCHEMAS: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
 
 
 def _schema_for(cls):

@@ -91,7 +91,7 @@ _CAPTURE, _CHECK = 1, 2
 _POLL = 0.1
 
 # In a worker process: its evaluation collector (rlpyt keeps it in a local variable).
-_IN_WORKER: dict = {}
+_IN_WORKER: dict[str, Any] = {}
 
 
 class WorkerChannel:
@@ -103,7 +103,7 @@ class WorkerChannel:
         self.errors: Any = mp.Queue()        # worker -> main: failures
         self.round = mp.RawValue("b", 0)     # _CAPTURE or _CHECK while a round runs
         self.new_envs = mp.RawValue("b", 0)  # set: envs start anew (new env arguments)
-        self.restore_states: dict = {}       # rank -> state; inherited by fork
+        self.restore_states: dict[int, Any] = {}       # rank -> state; inherited by fork
         self.parent_pid = os.getpid()
         self.fork_thread_is_main = threading.current_thread() is threading.main_thread()
         self.watch: Watch | None = None
@@ -295,7 +295,7 @@ def _round(sampler, mode, doing):
         raise
     finally:
         channel.round.value = 0
-    replies: dict = {}
+    replies: dict[str, Any] = {}
     while len(replies) < len(sampler.workers):
         try:
             rank, reply = channel.queue.get(timeout=_POLL)
@@ -314,7 +314,7 @@ def capture_workers(sampler):
     return _round(sampler, _CAPTURE, "a capture round")
 
 
-def check_workers(sampler) -> list:
+def check_workers(sampler) -> list[Any]:
     """What cannot be restored exactly of the workers' envs (a round; draws nothing)."""
     if not _workers_running(sampler):
         return []
