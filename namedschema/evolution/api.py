@@ -218,7 +218,7 @@ def upgrader(schemas: SchemaSpec, *, extra: ExtraChoice = "error",
 
     def apply(obj: Any, report: bool = False, fill_budget: int | None = None) -> Any:
         up = Upgrader(targets, extra, casting, fills, fill_budget)
-        casts: dict[str, Any] = {}
+        casts: dict[int, Any] = {}
         try:
             dry = Walk(up, True, casts)
             dry.convert(obj, "")
