@@ -197,6 +197,7 @@ class EarlySync:
         self.pool: ThreadPoolExecutor | None = None
 
     def wrote(self, nbytes: int) -> None:
+        """Count ``nbytes`` written; start a sync when enough is unsynced and none runs."""
         self.unsynced += nbytes
         if self.unsynced >= SYNC_EVERY and (self.syncing is None or self.syncing.done()):
             if self.syncing is not None:
@@ -208,6 +209,7 @@ class EarlySync:
             self.unsynced = 0
 
     def close(self) -> None:
+        """Wait for the last sync (raising its error) and stop the sync thread."""
         try:
             if self.syncing is not None:
                 self.syncing.result()

@@ -578,14 +578,17 @@ class Deferred:
 
     @property
     def ndim(self) -> int:
+        """Number of dimensions, as ``ndarray.ndim``."""
         return len(self.shape)
 
     @property
     def size(self) -> int:
+        """Number of elements, as ``ndarray.size``."""
         return int(np.prod(self.shape, dtype=np.int64))
 
     @property
     def nbytes(self) -> int:
+        """Bytes once decompressed, as ``ndarray.nbytes``."""
         return self.size * self.dtype.itemsize
 
     def __len__(self) -> int:

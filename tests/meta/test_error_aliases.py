@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 import namedschema
-import namedschema.errors as errors
+from namedschema import errors
 
 # name: (namedschema classes it derived from, builtin exception classes it was)
 BEFORE = {

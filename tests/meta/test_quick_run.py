@@ -37,7 +37,7 @@ def test_only_modules_marked_slow_as_a_whole_are_left_out(tmp_path, line, ignore
 
 
 def test_example_counts_follow_the_profile(monkeypatch):
-    import tests.helpers as helpers
+    from tests import helpers
     monkeypatch.setattr(helpers, "HYPOTHESIS_PROFILE", "ci")
     assert examples(150) == 150 and examples(2) == 2
     monkeypatch.setattr(helpers, "HYPOTHESIS_PROFILE", "dev")
