@@ -172,7 +172,7 @@ def _change(data: np.ndarray, rows: np.ndarray, step: int) -> None:
 def incremental(data: np.ndarray, rounds: int, directory: str) -> dict:
     """Full against incremental compressed saves, and background stalls (module docstring)."""
     import namedschema
-    from namedschema.checkpoint import incremental as inc
+    from namedschema.checkpoint import _incremental as inc
     data = data.copy()
     n = len(data)
     k = max(1, n // 100)
@@ -249,7 +249,7 @@ def main(argv=None) -> int:
     rows = args.mib * 2**20 // (FRAME[0] * FRAME[1])
     obs, what = frames(rows, args.source, args.pong_frames, directory)
     noise = np.random.default_rng(0).integers(0, 256, obs.shape, dtype=np.uint8)
-    from namedschema.checkpoint import compression
+    from namedschema.checkpoint import _compression as compression
     result = {"mib": obs.nbytes / 2**20, "rows": rows, "frames": what,
               "rounds": args.rounds, "workers": compression.workers(),
               "chunk": compression.CHUNK, "python": platform.python_version(),

@@ -113,7 +113,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import namedschema
-    from namedschema.checkpoint import incremental as inc
+    from namedschema.checkpoint import _incremental as inc
 
     directory = args.dir or tempfile.mkdtemp(prefix="namedschema-bench-seed-")
     os.makedirs(directory, exist_ok=True)

@@ -43,7 +43,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import numpy as np  # noqa: E402
 
 import namedschema  # noqa: E402
-from namedschema.checkpoint import incremental, tracking  # noqa: E402
+from namedschema.checkpoint import _incremental as incremental
+from namedschema.checkpoint import _tracking as tracking  # noqa: E402
 
 MIB = 2**20
 

@@ -38,7 +38,10 @@ import numpy as np
 import namedschema
 from namedschema import checkpoint
 from namedschema.buffer import buffer_from_example
-from namedschema.checkpoint import incremental, journal, pages, tracking
+from namedschema.checkpoint import _incremental as incremental
+from namedschema.checkpoint import _incremental as journal
+from namedschema.checkpoint import _storage as pages
+from namedschema.checkpoint import _tracking as tracking
 
 mib, saves, directory, profile = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
 ROW = 84 * 84 + 8 + 4 + 1

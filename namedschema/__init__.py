@@ -121,7 +121,7 @@ _LAZY = {
     "BackgroundSave": "checkpoint",
     "load": "checkpoint",
     "inspect": "checkpoint",
-    "upgrade": "evolution.api",
+    "upgrade": "evolution._upgrade",
     "ReplayBuffer": "training.replay",
     "PrioritizedReplayBuffer": "training.replay",
     "RunCheckpoint": "training.run_checkpoint",

@@ -36,23 +36,23 @@ __all__ = ["LOCK", "FORK_ORDER", "EXIT_ORDER", "on_fork_child", "at_exit", "regi
 # behind, then the snapshot machinery; a new name is added here, where it belongs.
 FORK_ORDER = (
     "buffer.shared_memory",     # the shared-memory lock
-    "checkpoint.inflight",      # per-path save locks, saves in flight
-    "checkpoint.background",    # the writer thread and its queue
-    "checkpoint.incremental",   # locked descriptors, finishing threads
-    "checkpoint.baselines",     # what the last save of each file wrote
-    "checkpoint.squeezed",      # chunk checksums of compressed files (tokens dropped)
-    "checkpoint.tracking",      # spare copies for page comparison
-    "checkpoint.writeprotect",  # pages watched for writes
-    "checkpoint.forked",        # the snapshot child's forker
-    "checkpoint.writelog",      # ranges rewritten, for the audit
+    "checkpoint._write",        # per-path save locks, saves in flight
+    "checkpoint._background:background",  # the writer thread and its queue
+    "checkpoint._incremental",  # locked descriptors, finishing threads
+    "checkpoint._tracking:baselines",  # what the last save of each file wrote
+    "checkpoint._squeezed",     # chunk checksums of compressed files (tokens dropped)
+    "checkpoint._tracking:tracking",  # spare copies for page comparison
+    "checkpoint._tracking:writeprotect",  # pages watched for writes
+    "checkpoint._background:forked",  # the snapshot child's forker
+    "checkpoint._tracking:writelog",  # ranges rewritten, for the audit
 )
 # At exit: background saves are written, then incremental saves finish (their journals
 # go), then check-resume's recorder writes the run's end after every save's record. (With
 # a hook each, the order was the reverse of the imports': RunCheckpoint's recorder ran
 # after the saves, rlpyt's before the incremental ones.)
 EXIT_ORDER = (
-    "checkpoint.background",
-    "checkpoint.incremental",
+    "checkpoint._background:background",
+    "checkpoint._incremental",
     "training.audit",
 )
 

@@ -101,7 +101,7 @@ def _save(contender, samples, path):
         return
     elif contender == "namedschema incremental":  # the first, full save of incremental ones
         from namedschema import checkpoint
-        from namedschema.checkpoint import incremental
+        from namedschema.checkpoint import _incremental as incremental
         if os.path.exists(path):
             os.unlink(path)  # an earlier round's: this one must be a full save
         checkpoint.save(samples, path, incremental=True)

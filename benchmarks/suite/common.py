@@ -387,7 +387,7 @@ def missing_extra_note(topic: str, cases: Sequence[str], module: str, why: str) 
         module: the missing package (an extra of namedschema's, e.g. ``torch``).
         why: what those cases need it for.
     """
-    from namedschema._core.optional import extra_hint
+    from namedschema._core.tree import extra_hint
     return (f"{topic}: skipped {', '.join(cases)}: {why}, and {module} is not installed "
             f"({extra_hint(module)})")
 

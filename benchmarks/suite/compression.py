@@ -311,7 +311,7 @@ def main(argv: list[str] | None = None) -> int:
                           "with zstd, and zstandard is not installed (pip install "
                           "'namedschema[zstd]')")
         return finish("compression", args, [], args.notes)
-    from namedschema.checkpoint.compression import workers
+    from namedschema.checkpoint._compression import workers
     args.notes.append(f"{workers()} compression threads; load average "
                       f"{os.getloadavg()[0]:.1f} at the start")
     results: list = []

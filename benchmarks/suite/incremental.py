@@ -145,7 +145,7 @@ def _child(argv):
 
     from namedschema import checkpoint
     from namedschema.buffer import buffer_from_example
-    from namedschema.checkpoint import incremental
+    from namedschema.checkpoint import _incremental as incremental
 
     spec = json.loads(argv[0])
     _tracking(spec.get("tracking"))
@@ -271,7 +271,7 @@ def _changes(case):
 
 def _tracking(forced: str | None) -> str:
     """Force a tracking in this process (None or ``auto``: the default); its description."""
-    from namedschema.checkpoint import tracking
+    from namedschema.checkpoint import _tracking as tracking
     if forced and forced != "auto":
         tracking._forced = forced
     return {"writeprotect": "write protection (userfaultfd + PAGEMAP_SCAN)",

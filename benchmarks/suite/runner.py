@@ -27,7 +27,7 @@ import threading
 import time
 
 from namedschema._core.instance import printable
-from namedschema._core.optional import extra_hint
+from namedschema._core.tree import extra_hint
 
 from .common import (
     PACKAGE,

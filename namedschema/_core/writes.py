@@ -68,7 +68,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import field_error_class
-from .optional import torch_if_loaded
+from .tree import torch_if_loaded
 
 __all__ = ["cast_checked", "changed_at", "check_write", "describe_change", "limits",
            "quiet_cast", "value_problem", "write_checker"]

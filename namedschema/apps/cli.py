@@ -90,7 +90,7 @@ def _unreadable(path: str) -> str | None:
     import os
     import stat
 
-    from ..checkpoint.atomic import file_kind
+    from ..checkpoint._write import file_kind
     try:
         mode = os.stat(path).st_mode
     except OSError as exc:
@@ -109,7 +109,7 @@ def _message(path: str, exc: Exception) -> str:
 
 def _run_inspect(args) -> int:
     from ..checkpoint import inspect as inspect_file
-    from ..checkpoint.inspector import describe
+    from ..checkpoint._read import describe
     from ..errors import FormatError
     why = _unreadable(args.path)
     if why:
@@ -123,7 +123,7 @@ def _run_inspect(args) -> int:
 
 
 def _run_verify(args) -> int:
-    from ..checkpoint.verifier import verify
+    from ..checkpoint._read import verify
     from ..errors import FormatError
     why = _unreadable(args.path)
     if why:  # nothing to verify: a usage error, as for inspect

@@ -512,7 +512,7 @@ def _scenario(capacity, workdir, seed, progress, out) -> int:
     ns_path = os.path.join(workdir, "replay.nsb")
     if any(m[1] == "namedschema" for m in methods):
         from ..checkpoint import inspect as inspect_file
-        from ..checkpoint.inspector import describe
+        from ..checkpoint._read import describe
         print("\n$ namedschema inspect replay.nsb   # reads only the header", file=out)
         try:
             print(describe(inspect_file(ns_path)).replace(ns_path, "replay.nsb"), file=out)

@@ -33,8 +33,8 @@ from numpy.typing import DTypeLike
 
 from .._core import tree
 from .._core.instance import NamedArrayTuple
-from .._core.optional import extra_hint, torch_if_loaded
 from .._core.schema import namedarraytuple_like
+from .._core.tree import extra_hint, torch_if_loaded
 from ..errors import BufferShapeError, BufferSizeError, StructureMismatchError, short_repr
 from . import owned_memory as _owned_memory
 from . import shared_memory as _shared_memory

@@ -5,7 +5,7 @@ large array in its own private anonymous mapping instead of the C heap. The
 memory behaves exactly like ``np.zeros`` memory (zero-filled, private,
 copy-on-write across ``fork``) and stays so: checkpoints never map it onto a
 file. Incremental saves find what changed in it by write protection
-(``checkpoint/writeprotect.py``), as for any private memory; a mapping of its
+(``checkpoint/_tracking.py``), as for any private memory; a mapping of its
 own keeps the tracked range clear of unrelated heap objects.
 
 allocate      a zero-filled array in its own page-aligned private mapping

@@ -298,19 +298,17 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .constants import FORMAT_NAME, FORMAT_VERSION
-from .inspector import CheckpointInfo, FieldInfo, inspect
-from .loader import load
-from .saver import save
-from .verifier import verify
+from ._header import FORMAT_NAME, FORMAT_VERSION
+from ._read import CheckpointInfo, FieldInfo, inspect, load, verify
+from ._write import save
 
 if TYPE_CHECKING:
-    from .background import BackgroundSave
+    from ._background import BackgroundSave
 else:
     def __getattr__(name: str) -> Any:
         """``BackgroundSave`` loads ``background`` on first use: plain saves never need it."""
         if name == "BackgroundSave":
-            from .background import BackgroundSave
+            from ._background import BackgroundSave
             globals()[name] = BackgroundSave
             return BackgroundSave
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -6,7 +6,7 @@ conversion   Upgrader: the per-field plan (renames, casts, defaults, drops)
 walk         the walk that applies a plan through nested data
 """
 
-from .api import (
+from ._upgrade import (
     CASTING_CHOICES,
     EXTRA_CHOICES,
     CastingChoice,

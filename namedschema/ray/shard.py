@@ -250,13 +250,13 @@ class ReplayShard:
 
         The file is read with its checksums verified, checked against ``expect``
         (what the manifest says of this shard: see
-        :func:`namedschema.ray.shard_files.expected_shard`), and its whole buffer
+        :func:`namedschema.ray._files.expected_shard`), and its whole buffer
         state checked by ``from_state_dict`` (trees included); the loaded arrays
         become the buffer's own. Raises FormatError before anything changes.
         """
         from ..checkpoint import load
         from ..errors import BufferShapeError
-        from .shard_files import check_loaded_shard
+        from ._files import check_loaded_shard
         where = f"replay shard {self.index}: {path!r}"
         saved = load(path, verify=True)
         state = check_loaded_shard(saved, expect, where, os.path.getsize(path))

@@ -29,9 +29,9 @@ from ..errors import FormatError, ShardedReplayError, WorkerError
 from ..integrations import hook_loaded
 from ..state.rng import pcg64_words, set_pcg64_words
 from ..training.replay import BatchT, PrioritizedSample
-from . import manifest as _manifest
+from . import _files as _manifest
+from ._files import check_shard_files, expected_shard
 from .shard import CUT_WAIT_SECONDS, ReplayShard, ordered_rows, route
-from .shard_files import check_shard_files, expected_shard
 
 __all__ = ["ShardedReplay", "WorkerError", "ShardedReplayError", "CheckpointInfo"]
 
@@ -304,7 +304,7 @@ class ShardedReplay(Generic[BatchT, SampleT]):
             raise WorkerError("ShardedReplay.checkpoint: only the handle that made "
                                      "or restored the replay can checkpoint it (this is a "
                                      "copy sent to another process)")
-        from ..checkpoint.compression import compression_argument
+        from ..checkpoint._compression import compression_argument
         compression_argument(compression, caller="ShardedReplay.checkpoint")
         started = time.perf_counter()
         directory = os.fspath(path)
@@ -434,7 +434,7 @@ class ShardedReplay(Generic[BatchT, SampleT]):
 
     def _reshard(self, files: list[str], m: _manifest.Manifest, example: Any) -> None:
         from ..checkpoint import load
-        from ..checkpoint.inspector import mappable
+        from ..checkpoint._read import mappable
         from ..training.sum_tree import tree_problem
         states = []
         for f, capacity, size in zip(files, m.capacities, m.rows, strict=True):

@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from .._core.optional import import_torch
+from .._core.tree import import_torch
 from ..errors import RunCheckpointError
 from ..state import plain as _plain_state
 from ..training.state_kinds import KindContext, StateKind, register_kind

@@ -28,7 +28,7 @@ import weakref
 from collections.abc import Iterable
 from typing import Any, Literal
 
-from ..checkpoint.compression import compression_argument
+from ..checkpoint._compression import compression_argument
 from ..errors import RunCheckpointError, RunCheckpointWarning
 from ..training.run_checkpoint import RunCheckpoint
 from . import algorithm_state

@@ -16,8 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from .._core.optional import torch_if_loaded
-from .._core.tree import is_named, join_path
+from .._core.tree import is_named, join_path, torch_if_loaded
 from ..errors import FormatError
 
 __all__ = ["to_data", "from_data", "NotDataValue", "BadData", "MAX_DEPTH"]

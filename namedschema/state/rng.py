@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from .._core.optional import import_torch, torch_if_loaded
+from .._core.tree import import_torch, torch_if_loaded
 
 __all__ = ["python_capture", "python_check", "python_apply",
            "numpy_capture", "numpy_check", "numpy_apply",

@@ -14,7 +14,7 @@ in any byte changes its piece's digest, hence the array's). A checkpoint's
 record is made in a background thread from the file (mapped, so the bytes
 come from the page cache the save just wrote), and the digests of the pieces
 are kept, by file offset, from one save of the file to the next: an
-incremental save reports the byte ranges it rewrote (``checkpoint.writelog``),
+incremental save reports the byte ranges it rewrote (``checkpoint._tracking``),
 and only the pieces those touch are digested again. Anything else that
 changed the file (a full save's new file, another process's save, a journal
 replayed at recovery) breaks the chain of checkpoint ids the rewrites carry,
@@ -57,7 +57,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from .. import _process
-from .._core.optional import torch_if_loaded
+from .._core.tree import torch_if_loaded
 
 __all__ = ["ENV_AUDIT", "ENV_NOTIFY", "ENV_IGNORE", "WALL_CLOCK", "WALL_CLOCK_PARTS", "recorder", "Recorder",
            "follow_run_checkpoint", "digest_objects", "FileDigests", "CHUNK"]
@@ -205,8 +205,8 @@ class Recorder:
         def job() -> None:
             try:
                 from ..checkpoint import load
-                from ..checkpoint.background import written
-                from ..checkpoint.inspector import mappable  # compressed files: read
+                from ..checkpoint._background import written
+                from ..checkpoint._read import mappable  # compressed files: read
                 written(path)
                 self.event("save-end", step)
                 rewrites = files.rewrites()
@@ -428,14 +428,14 @@ class FileDigests:
     save of it to the next, by file range.
 
     They hold while every change to the file since is known: the rewrites of
-    its incremental saves (``checkpoint.writelog``, watched from now on), whose
+    its incremental saves (``checkpoint._tracking``, watched from now on), whose
     checkpoint ids chain from the state digested last to the state found now.
     Otherwise (a full save's new file, another writer, a journal replayed at
     recovery, an error) they are dropped and the file is digested whole.
     """
 
     def __init__(self, path: str) -> None:
-        from ..checkpoint import writelog
+        from ..checkpoint import _tracking as writelog
         self.path, self._writelog = path, writelog
         writelog.watch(path)
         self.identity: tuple[int, int] | None = None
@@ -453,8 +453,8 @@ class FileDigests:
 
     def hasher(self, rewrites: list[Any] | None) -> _Hasher:
         """A hasher for the file as it is now (loaded, mapped), after ``rewrites``."""
-        from ..checkpoint import pages
-        from ..checkpoint.header import read_header
+        from ..checkpoint import _storage as pages
+        from ..checkpoint._header import read_header
         with open(self.path, "rb", buffering=0) as f:
             st = os.fstat(f.fileno())
             checkpoint_id = read_header(f, self.path, st.st_size).description.checkpoint_id

@@ -34,7 +34,7 @@ import numpy.typing as npt
 from .._core.instance import NamedArrayTuple
 from .._core.tree import is_named
 from ..buffer import buffer_from_example
-from ..checkpoint.mapped import copy_from_map
+from ..checkpoint._storage import copy_from_map
 from ..errors import BufferShapeError, StructureMismatchError
 from ..state.rng import generator_capture, generator_set, pcg64_words, set_pcg64_words
 from . import sum_tree as _sum_tree

@@ -33,10 +33,10 @@ from typing import Any, Literal
 
 from .._core.tree import join_path
 from ..checkpoint import save
-from ..checkpoint.background import written
-from ..checkpoint.compression import compression_argument
-from ..checkpoint.destination import free_bytes, state_bytes
-from ..checkpoint.loader import load_for_restore
+from ..checkpoint._background import written
+from ..checkpoint._compression import compression_argument
+from ..checkpoint._read import load_for_restore
+from ..checkpoint._write import free_bytes, state_bytes
 from ..errors import FormatError, RunCheckpointError, RunCheckpointWarning, UnexpectedKindError
 from ..state import plain as _plain_state
 from ..state import rng as _rng_state

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..checkpoint.mapped import copy_from_map
+from ..checkpoint._storage import copy_from_map
 from ..errors import RunCheckpointError
 
 if TYPE_CHECKING:

@@ -42,8 +42,8 @@ from typing import Any
 
 import numpy as np
 
-from .._core.optional import torch_if_loaded
-from ..checkpoint.mapped import copy_from_map
+from .._core.tree import torch_if_loaded
+from ..checkpoint._storage import copy_from_map
 from ..errors import RunCheckpointError
 from ..state import plain as _plain_state
 from ..state import rng as _rng
@@ -111,8 +111,8 @@ class StateKind:
     keep_settings: KeepSettings | None = None  # put accepted settings back after apply
     # The parts of an object's saved state (dotted keys below it; "" the state itself)
     # whose large compressed arrays a restore hands to check and apply still compressed
-    # (``checkpoint.compression.Deferred``): check reads only their shape and dtype, and
-    # apply copies them with ``checkpoint.mapped.copy_from_map``, which decompresses
+    # (``checkpoint._compression.Deferred``): check reads only their shape and dtype, and
+    # apply copies them with ``checkpoint._storage.copy_from_map``, which decompresses
     # straight into the object's own arrays. None: every array comes decompressed.
     copied: Callable[[Any], tuple[str, ...]] | None = None
 

@@ -16,7 +16,7 @@ import pytest
 
 import namedschema
 from benchmarks.suite import TOPICS, write_json_atomic
-from namedschema._core import optional as _extras
+from namedschema._core import tree as _extras
 from namedschema.apps import cli
 from tests.helpers import REPO_ROOT
 

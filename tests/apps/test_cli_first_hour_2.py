@@ -20,8 +20,8 @@ import pytest
 
 import namedschema
 from namedschema.apps import cli
-from namedschema.checkpoint import writer
-from namedschema.checkpoint.folding import fold
+from namedschema.checkpoint import _write as writer
+from namedschema.checkpoint._graph import fold
 
 torch = pytest.importorskip("torch")
 

@@ -15,12 +15,12 @@ from tests.helpers import REPO_ROOT
 
 pytestmark = pytest.mark.subprocess
 
-# A meta-path finder that makes importing namedschema.checkpoint.loader take 1 s.
+# A meta-path finder that makes importing namedschema.checkpoint._read take 1 s.
 _SLOW_IMPORT = """
 import importlib.abc, sys, time
 class Slow(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path, target=None):
-        if name == "namedschema.checkpoint.loader":
+        if name == "namedschema.checkpoint._read":
             time.sleep(1.0)
         return None
 sys.meta_path.insert(0, Slow())

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from benchmarks.suite import TOPICS, incremental
-from namedschema.checkpoint import pages
+from namedschema.checkpoint import _storage as pages
 
 pytestmark = pytest.mark.subprocess
 

@@ -30,7 +30,7 @@ import time
 import numpy as np
 
 import namedschema
-from namedschema.checkpoint import tracking
+from namedschema.checkpoint import _tracking as tracking
 
 ROWS = 64 * 1024          # a 32 MiB float64 buffer: several write chunks
 WIDTH = 64

@@ -20,14 +20,15 @@ import numpy as np
 import pytest
 
 import namedschema
-from namedschema.checkpoint import background, writer
+from namedschema.checkpoint import _background as background
+from namedschema.checkpoint import _write as writer
 from tests.helpers import run_fresh
 
 FORK_CHILD = r"""
 import os, signal, sys, threading, time
 import numpy as np
 import namedschema
-from namedschema.checkpoint import writer
+from namedschema.checkpoint import _write as writer
 
 route, path, other = sys.argv[1:4] if len(sys.argv) > 3 else ({route!r}, {path!r}, {other!r})
 parent, evaluator = os.getpid(), False
@@ -174,7 +175,7 @@ def test_an_error_of_the_writer_thread_is_raised_by_wait_or_the_next_save(tmp_pa
 
 def test_the_small_state_limit_is_a_few_mib():
     assert 2**20 < background.SMALL_STATE <= 16 * 2**20
-    assert os.path.basename(background.__file__) == "background.py"
+    assert os.path.basename(background.__file__) == "_background.py"
 
 
 WRITER_AT_EXIT = r"""

@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 
 import namedschema
 from namedschema.buffer import buffer_from_example
-from namedschema.checkpoint import tracking, writeprotect
+from namedschema.checkpoint import _tracking as tracking
+from namedschema.checkpoint import _tracking as writeprotect
 from tests.helpers import examples
 
 PAGE = mmap.PAGESIZE

@@ -6,7 +6,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from namedschema.checkpoint import tracking
+from namedschema.checkpoint import _tracking as tracking
 from tests.helpers import examples
 
 

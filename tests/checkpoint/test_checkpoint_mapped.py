@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 import namedschema
-from namedschema.checkpoint import mapped
-from namedschema.checkpoint.mapped import PIECE, copy_from_map, read_only_map
+from namedschema.checkpoint import _storage as mapped
+from namedschema.checkpoint._storage import PIECE, copy_from_map, read_only_map
 
 
 def _rss_file() -> int:

@@ -19,7 +19,7 @@ from namedschema import (
     MissingModuleError,
     NamedSchemaError,
 )
-from namedschema.checkpoint.naming import MAX_VISITS, array_paths
+from namedschema.checkpoint._graph import MAX_VISITS, array_paths
 from tests.helpers import run_fresh
 
 torch = pytest.importorskip("torch")

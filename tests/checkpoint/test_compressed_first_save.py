@@ -21,7 +21,9 @@ import numpy as np
 import pytest
 
 import namedschema
-from namedschema.checkpoint import incremental, squeezed, verify
+from namedschema.checkpoint import _incremental as incremental
+from namedschema.checkpoint import _squeezed as squeezed
+from namedschema.checkpoint import verify
 from namedschema.errors import FormatError
 from tests.checkpoint.crafted import split
 from tests.checkpoint.test_compressed_incremental import (
@@ -41,7 +43,8 @@ CHUNK = 65536
 #: The child: load the file, change rows as the test says, save it incrementally.
 CHILD = r"""
 import json, sys, numpy as np, namedschema
-from namedschema.checkpoint import compression, incremental
+from namedschema.checkpoint import _compression as compression
+from namedschema.checkpoint import _incremental as incremental
 compression.CHUNK, compression.MIN_BLOCK = {chunk}, 256
 path, how, background = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
 obj = namedschema.load(path, verify=True)

@@ -20,7 +20,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import namedschema
-from namedschema.checkpoint import compression, incremental, squeezed, tracking, verify
+from namedschema.checkpoint import _compression as compression
+from namedschema.checkpoint import _incremental as incremental
+from namedschema.checkpoint import _squeezed as squeezed
+from namedschema.checkpoint import _tracking as tracking
+from namedschema.checkpoint import verify
 from namedschema.errors import FormatError
 from tests.checkpoint.crafted import join, split
 from tests.helpers import examples
@@ -212,7 +216,7 @@ class _Crash(BaseException):
 def test_a_commit_that_moves_a_block_past_the_end_is_finished_by_load(tmp_path, monkeypatch):
     """Killed between the journal's commit and growing the file (simulated: the save
     stops there), the next load grows the file and writes the moved block."""
-    from namedschema.checkpoint import journal
+    from namedschema.checkpoint import _incremental as journal
     path = str(tmp_path / "g.nsb")
     obj = {"a": np.zeros(1_000_000, np.uint8), "b": np.zeros(100_000, np.uint8)}
     real = journal.write

@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 
 import namedschema
-from namedschema.checkpoint import journal
+from namedschema.checkpoint import _incremental as journal
 from tests.helpers import REPO_ROOT
 
 pytest.importorskip("zstandard")
@@ -41,7 +41,10 @@ CHILD = r"""
 import hashlib, os, signal, sys, threading
 import numpy as np
 import namedschema
-from namedschema.checkpoint import compression, incremental, journal, squeezed
+from namedschema.checkpoint import _compression as compression
+from namedschema.checkpoint import _incremental as incremental
+from namedschema.checkpoint import _incremental as journal
+from namedschema.checkpoint import _squeezed as squeezed
 
 compression.CHUNK, compression.MIN_BLOCK = 8192, 256
 phase, seed, path, log = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]

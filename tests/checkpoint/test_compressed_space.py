@@ -18,8 +18,10 @@ import numpy as np
 import pytest
 
 import namedschema
-from namedschema.checkpoint import compression, incremental, load, save
-from namedschema.checkpoint.destination import state_bytes
+from namedschema.checkpoint import _compression as compression
+from namedschema.checkpoint import _incremental as incremental
+from namedschema.checkpoint import load, save
+from namedschema.checkpoint._write import state_bytes
 from namedschema.errors import RunCheckpointError
 from tests.checkpoint.test_compressed_incremental import frames
 from tests.checkpoint.test_disk_full import tiny_fs  # noqa: F401 (a fixture)

@@ -26,10 +26,10 @@ from hypothesis.extra import numpy as hnp
 
 import namedschema
 from namedschema.apps.cli import main as cli
-from namedschema.checkpoint import compression, verify
-from namedschema.checkpoint.constants import ALLOWED_DTYPES, MAX_RATIO
-from namedschema.checkpoint.crc import crc_concat
-from namedschema.checkpoint.inspector import _human
+from namedschema.checkpoint import _compression as compression
+from namedschema.checkpoint import verify
+from namedschema.checkpoint._header import ALLOWED_DTYPES, MAX_RATIO, crc_concat
+from namedschema.checkpoint._read import _human
 from namedschema.errors import FormatError
 from tests.checkpoint.crafted import join, split
 from tests.helpers import examples
@@ -209,7 +209,7 @@ def test_fresh_interpreter_loads_a_compressed_file(tmp_path):
 def test_background_full_save_is_compressed(tmp_path, route):
     """A background (non-incremental) save writes through the plain writer: compressed,
     whether the writer thread writes a copy (small states) or a snapshot child does."""
-    from namedschema.checkpoint import background
+    from namedschema.checkpoint import _background as background
     obs = frames(400)
     path = str(tmp_path / "bg.nsb")
     with mock.patch.object(background, "SMALL_STATE", 2**30 if route == "copied" else 0):
@@ -221,7 +221,7 @@ def test_background_full_save_is_compressed(tmp_path, route):
 def test_sources_cut_into_chunks_across_their_pieces(tmp_path):
     """Blocks written from several pieces (leading alignment bytes, compact copies of
     sparse views made a few rows at a time, pickles) are cut into chunks in order."""
-    from namedschema.checkpoint import blocks
+    from namedschema.checkpoint import _storage as blocks
     base = np.arange(3000, dtype=np.float64)
     sparse = np.arange(40_000, dtype=np.int32).reshape(400, 100)[::3, ::7]
     obj = {"a": base.view(np.uint8)[1:], "b": base[1500:], "sparse": sparse,
@@ -294,7 +294,7 @@ def test_none_writes_todays_bytes(tmp_path):
         want = f.read()
     for kwargs in ({}, {"compression": None}):
         path = str(tmp_path / f"n{len(kwargs)}.nsb")
-        with mock.patch("namedschema.checkpoint.writer.uuid.uuid4",
+        with mock.patch("namedschema.checkpoint._write.uuid.uuid4",
                         return_value=uuid.UUID(int=32)):
             namedschema.save(golden(), path, **kwargs)
         with open(path, "rb") as f:
@@ -303,7 +303,7 @@ def test_none_writes_todays_bytes(tmp_path):
     outs = []
     for kwargs in ({}, {"compression": None}):
         out = io.BytesIO()
-        with mock.patch("namedschema.checkpoint.writer.uuid.uuid4",
+        with mock.patch("namedschema.checkpoint._write.uuid.uuid4",
                         return_value=uuid.UUID(int=32)):
             namedschema.save(big, out, allow_pickle=True, **kwargs)
         outs.append(out.getvalue())

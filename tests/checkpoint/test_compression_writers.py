@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import namedschema
-from namedschema.checkpoint import compression
+from namedschema.checkpoint import _compression as compression
 
 BAD = [
     ("lz4", "compression must be None, 'zstd', \\('zstd', level\\) or 'auto', got 'lz4'"),
@@ -102,7 +102,7 @@ def test_run_checkpoint_auto_compresses_frames_and_restores(tmp_path):
 
 def test_mappable_says_whether_a_file_can_be_mapped(tmp_path):
     pytest.importorskip("zstandard")
-    from namedschema.checkpoint.inspector import mappable
+    from namedschema.checkpoint._read import mappable
     raw, packed = tmp_path / "raw.nsb", tmp_path / "packed.nsb"
     namedschema.save({"x": np.zeros(100_000, np.uint8)}, raw)
     namedschema.save({"x": np.zeros(100_000, np.uint8)}, packed, compression="zstd")

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 import namedschema
-from namedschema.checkpoint.constants import ALLOWED_DTYPES as _ALLOWED_DTYPES
+from namedschema.checkpoint._header import ALLOWED_DTYPES as _ALLOWED_DTYPES
 from tests.helpers import examples
 
 DTYPES = sorted(_ALLOWED_DTYPES)
@@ -222,7 +222,7 @@ def name_pairs(draw):
        st.booleans())
 def test_temp_names_belong_to_exactly_one_target(pair, pid, token, swap):
     """A target's temp name fits in 255 bytes and matches another target's cleanup pattern never."""
-    from namedschema.checkpoint import atomic
+    from namedschema.checkpoint import _write as atomic
     a, b = reversed(pair) if swap else pair
     tag = "0123abcd"
     name = f"{atomic.temp_prefix(a, tag)}{pid}-{token.hex()}"

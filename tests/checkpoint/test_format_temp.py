@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import namedschema
-from namedschema.checkpoint import atomic
+from namedschema.checkpoint import _write as atomic
 
 pytestmark = [
     pytest.mark.skipif(not os.path.isdir("/proc/self"),

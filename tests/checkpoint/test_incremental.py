@@ -13,8 +13,11 @@ from hypothesis import strategies as st
 import namedschema
 from namedschema import NamedArrayTupleSchema
 from namedschema.buffer import buffer_from_example, np_mp_array
-from namedschema.checkpoint import incremental, journal, pages, tracking
-from namedschema.checkpoint.crc import updated_crc
+from namedschema.checkpoint import _incremental as incremental
+from namedschema.checkpoint import _incremental as journal
+from namedschema.checkpoint import _storage as pages
+from namedschema.checkpoint import _tracking as tracking
+from namedschema.checkpoint._header import updated_crc
 
 needs_pages = pytest.mark.skipif(not pages.available(), reason="needs Linux pagemap")
 

@@ -29,7 +29,9 @@ import numpy as np
 import pytest
 
 import namedschema
-from namedschema.checkpoint import journal, pages, writeprotect
+from namedschema.checkpoint import _incremental as journal
+from namedschema.checkpoint import _storage as pages
+from namedschema.checkpoint import _tracking as writeprotect
 from tests.helpers import REPO_ROOT
 
 pytestmark = pytest.mark.skipif(not pages.available() or os.name != "posix",
@@ -42,7 +44,9 @@ import os, shutil, signal, subprocess, sys
 import numpy as np
 import namedschema
 from namedschema.buffer import buffer_from_example
-from namedschema.checkpoint import incremental, journal, tracking
+from namedschema.checkpoint import _incremental as incremental
+from namedschema.checkpoint import _incremental as journal
+from namedschema.checkpoint import _tracking as tracking
 
 S = namedschema.NamedArrayTupleSchema("S", "obs reward")
 rng = np.random.default_rng(0)
@@ -125,7 +129,7 @@ print("OK")
 def _run(script: str, *args: str, tracking: str = "auto", timeout: float = 120):
     env = dict(os.environ, PYTHONPATH=REPO_ROOT)
     forced = None if tracking == "auto" else tracking   # the test-only hook, in the child
-    head = ("import namedschema.checkpoint.tracking as _tracking\n"
+    head = ("import namedschema.checkpoint._tracking as _tracking\n"
             f"_tracking._forced = {forced!r}\n"
             f"assert {forced!r} in (None, _tracking.mode())\n")
     return subprocess.run([sys.executable, "-c", head + textwrap.dedent(script), *args],
@@ -156,7 +160,7 @@ def test_write_protection_is_available_here():
 def test_no_environment_variable_selects_the_tracking(monkeypatch):
     """The tracking is the best this process has; ``NAMEDSCHEMA_TRACKING`` (which once
     forced another) is ignored, and so is any other spelling of it (issue 29)."""
-    from namedschema.checkpoint import tracking
+    from namedschema.checkpoint import _tracking as tracking
     best = "writeprotect" if writeprotect.available() else "checksums"
     assert tracking.mode() == best
     for value in ("checksums", "compare", "auto", "writeprotect"):
@@ -288,7 +292,7 @@ def test_link_at_the_journal_path_is_never_written_through(tmp_path):
     victim.write_bytes(b"precious")
     os.symlink(victim, journal.journal_path(path))
     namedschema.save(buf, path, incremental=True)
-    namedschema.checkpoint.incremental.wait(path)
+    namedschema.checkpoint._incremental.wait(path)
     assert victim.read_bytes() == b"precious"
     assert np.array_equal(namedschema.load(path, verify=True).obs, buf.obs)
 
@@ -306,9 +310,9 @@ def test_finishing_a_journal_without_space_names_what_to_free(tmp_path, monkeypa
     """Where a file system still refuses the journal's in-place writes, load says why."""
     import errno
 
-    from namedschema.checkpoint import incremental
+    from namedschema.checkpoint import _incremental as incremental
     buf, path = _saved_twice(tmp_path)
-    monkeypatch.setattr(namedschema.checkpoint.tracking, "write_in_place",
+    monkeypatch.setattr(namedschema.checkpoint._tracking, "write_in_place",
                         lambda *a: (_ for _ in ()).throw(OSError(errno.EIO, "I/O error")))
     # committed, then the finishing thread's in-place writes fail: the journal stays
     namedschema.save(buf, path, incremental=True)
@@ -330,7 +334,7 @@ def test_finishing_a_journal_without_space_names_what_to_free(tmp_path, monkeypa
 @pytest.mark.parametrize("tracking", TRACKING)
 def test_a_failed_save_loses_no_write(tmp_path, monkeypatch, tracking):
     """A save that fails after its scan re-armed tracking: the next one still sees those writes."""
-    monkeypatch.setattr(namedschema.checkpoint.tracking, "_forced",
+    monkeypatch.setattr(namedschema.checkpoint._tracking, "_forced",
                         None if tracking == "auto" else tracking)
     from namedschema.buffer import buffer_from_example
     S = namedschema.NamedArrayTupleSchema("S", "obs reward")
@@ -346,7 +350,7 @@ def test_a_failed_save_loses_no_write(tmp_path, monkeypatch, tracking):
     with pytest.raises(OSError):
         namedschema.save(buf, path, incremental=True)
     monkeypatch.undo()
-    monkeypatch.setattr(namedschema.checkpoint.tracking, "_forced",
+    monkeypatch.setattr(namedschema.checkpoint._tracking, "_forced",
                         None if tracking == "auto" else tracking)
     buf.obs[500] = 6
     namedschema.save(buf, path, incremental=True)

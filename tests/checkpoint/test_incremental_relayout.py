@@ -19,8 +19,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import namedschema
-from namedschema.checkpoint import incremental
-from namedschema.checkpoint.header import read_header
+from namedschema.checkpoint import _incremental as incremental
+from namedschema.checkpoint._header import read_header
 from tests.helpers import examples
 
 BIG = 1 << 19     # float64 elements: 4 MiB

@@ -25,8 +25,9 @@ from hypothesis import strategies as st
 
 import namedschema
 from namedschema.buffer import buffer_from_example
-from namedschema.checkpoint import incremental, pages
-from namedschema.checkpoint import tracking as tracking_module
+from namedschema.checkpoint import _incremental as incremental
+from namedschema.checkpoint import _storage as pages
+from namedschema.checkpoint import _tracking as tracking_module
 from tests.helpers import examples
 
 pytestmark = [pytest.mark.skipif(not pages.available(), reason="needs Linux"), pytest.mark.slow]

@@ -23,7 +23,8 @@ from hypothesis import strategies as st
 
 import namedschema
 import namedschema.checkpoint
-from namedschema.checkpoint import incremental, journal
+from namedschema.checkpoint import _incremental as incremental
+from namedschema.checkpoint import _incremental as journal
 from namedschema.errors import FormatError
 from tests.bounds import bounded
 from tests.figures import record

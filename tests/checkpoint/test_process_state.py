@@ -28,7 +28,7 @@ from namedschema.checkpoint import (background, baselines, forked, incremental, 
 path, other = sys.argv[1:3] if len(sys.argv) > 2 else ({path!r}, {other!r})
 forks, exits = _process.registered()
 assert forks == _process.FORK_ORDER, forks
-assert exits == ("checkpoint.background", "checkpoint.incremental"), exits
+assert exits == ("checkpoint._background:background", "checkpoint._incremental"), exits
 
 data = {{"a": np.arange(100_000, dtype=np.float64), "step": 1}}
 namedschema.save(data, path, incremental=True)

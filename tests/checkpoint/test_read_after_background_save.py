@@ -30,7 +30,7 @@ def test_reading_right_after_a_background_save_sees_it(tmp_path, reader):
     elif reader == "inspect":
         assert "(131072," in str(namedschema.inspect(path))
     else:
-        from namedschema.checkpoint.verifier import verify
+        from namedschema.checkpoint._read import verify
         verify(path)
     assert handle.done()
     handle.wait()

@@ -22,8 +22,8 @@ import numpy as np
 import pytest
 
 import namedschema
-from namedschema.checkpoint import saver as saver_module
-from namedschema.checkpoint import writer as writer_module
+from namedschema.checkpoint import _write as saver_module
+from namedschema.checkpoint import _write as writer_module
 from namedschema.errors import NotRegularFileError
 from tests.figures import record
 

@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 import namedschema
-from namedschema.checkpoint import blocks, verify
+from namedschema.checkpoint import _storage as blocks
+from namedschema.checkpoint import verify
 
 MiB = 2**20
 pytestmark = pytest.mark.slow   # writes files of 64 MiB

@@ -10,7 +10,7 @@ import pytest
 
 import namedschema
 from namedschema.buffer import buffer_from_example
-from namedschema.checkpoint import writeprotect
+from namedschema.checkpoint import _tracking as writeprotect
 
 pytestmark = pytest.mark.skipif(not writeprotect.available(),
                                 reason="userfaultfd write protection is not available here")

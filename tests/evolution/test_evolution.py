@@ -503,7 +503,7 @@ def test_errors_pickle_with_their_attributes():
 
 def test_lazy_attribute():
     """namedschema.upgrade is the evolution module's function."""
-    from namedschema.evolution import api as evolution
+    from namedschema.evolution import _upgrade as evolution
     assert namedschema.upgrade is evolution.upgrade
 
 

@@ -22,12 +22,12 @@ PACKAGE = Path(namedschema.__file__).parent
 
 # Exceptions that never leave namedschema: internal control flow, caught where raised.
 INTERNAL = {
-    "namedschema.checkpoint.tracking.TooMuch",
-    "namedschema.checkpoint.nodes.NotData",
+    "namedschema.checkpoint._tracking.TooMuch",
+    "namedschema.checkpoint._graph.NotData",
     "namedschema.state.plain.NotDataValue",
     "namedschema.state.env._Unknown",
-    "namedschema.checkpoint.journal.Unusable",
-    "namedschema.checkpoint.squeezed._Stop",
+    "namedschema.checkpoint._incremental.Unusable",
+    "namedschema.checkpoint._squeezed._Stop",
 }
 # The adapter imports nothing of namedschema: the twin tests load it from its file in runs
 # of rlpyt alone (namedschema never imported), so its error is a plain ImportError.

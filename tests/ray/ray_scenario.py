@@ -78,7 +78,8 @@ def _pause_at(pause: str) -> None:
     """Make generation 2's checkpoint stop at ``pause`` (see the module's docstring)."""
     import threading
 
-    from namedschema.ray import manifest, sharded
+    from namedschema.ray import _files as manifest
+    from namedschema.ray import sharded
 
     def stop() -> None:
         print(f"PAUSED {pause}", flush=True)

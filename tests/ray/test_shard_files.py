@@ -20,9 +20,15 @@ from hypothesis import strategies as st
 
 import namedschema as ns
 from namedschema.errors import FormatError
-from namedschema.ray.manifest import Manifest, read_manifest, shard_file, write_manifest
+from namedschema.ray._files import (
+    Manifest,
+    check_shard_files,
+    expected_shard,
+    read_manifest,
+    shard_file,
+    write_manifest,
+)
 from namedschema.ray.shard import ReplayShard
-from namedschema.ray.shard_files import check_shard_files, expected_shard
 from tests.bounds import bounded
 from tests.figures import record
 from tests.helpers import examples

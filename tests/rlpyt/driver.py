@@ -290,7 +290,7 @@ class Recorder:
             self.itr = itr
             if self.args.kill_at_itr is not None and itr == self.args.kill_at_itr:
                 if self.args.ckpt:   # "between checkpoints": the last one has been written
-                    from namedschema.checkpoint.background import written
+                    from namedschema.checkpoint._background import written
                     written(str(self.args.ckpt))
                 os.kill(os.getpid(), signal.SIGKILL)
             if self.kill_worker is not None and itr == self.kill_worker[0]:

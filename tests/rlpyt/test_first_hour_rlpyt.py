@@ -124,7 +124,7 @@ def test_too_little_space_for_the_runs_state_is_refused_before_the_first_iterati
     raises ResumeError at startup, before any iteration or checkpoint."""
     code = PRELUDE + textwrap.dedent(f"""
         os.chdir({str(tmp_path)!r})
-        from namedschema.checkpoint import destination
+        from namedschema.checkpoint import _write as destination
         from namedschema.rlpyt.resume import runner as announce
         need = []
         def state_bytes(state):

@@ -19,7 +19,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import namedschema
-from namedschema.checkpoint import background, tracking, writelog
+from namedschema.checkpoint import _background as background
+from namedschema.checkpoint import _tracking as tracking
+from namedschema.checkpoint import _tracking as writelog
 from namedschema.testing.compare import first_difference, reference_records
 from namedschema.testing.runs import Event, Life
 from namedschema.training import audit
@@ -140,7 +142,7 @@ def test_a_change_by_another_process_is_not_missed(tmp_path, route):
         data = namedschema.load({run.path!r})
         data["replay"]["obs"][7, 7] += 1.0
         namedschema.save(data, {run.path!r}, incremental=True)
-        from namedschema.checkpoint.incremental import fallback_reason
+        from namedschema.checkpoint._incremental import fallback_reason
         assert fallback_reason({run.path!r}) is None
         """)
     again = run.record(0)

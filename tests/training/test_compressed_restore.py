@@ -21,9 +21,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import namedschema
-from namedschema.checkpoint import compression
-from namedschema.checkpoint.header import read_header
-from namedschema.checkpoint.opening import open_checkpoint
+from namedschema.checkpoint import _compression as compression
+from namedschema.checkpoint._header import read_header
+from namedschema.checkpoint._read import open_checkpoint
 from namedschema.errors import RunCheckpointError
 
 pytest.importorskip("zstandard")

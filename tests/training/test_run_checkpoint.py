@@ -86,7 +86,7 @@ def test_resumed_in_a_fresh_build_equals_the_uninterrupted_run(tmp_path, priorit
     chunks (this run's arrays are small): saves and the resume read compressed files."""
     if compression is not None:
         pytest.importorskip("zstandard")
-        from namedschema.checkpoint import compression as codec
+        from namedschema.checkpoint import _compression as codec
         patch = mock.patch.multiple(codec, CHUNK=128, MIN_BLOCK=64)
     else:
         patch = contextlib.nullcontext()

@@ -1,48 +1,10 @@
-"""Pickling for rlpyt's replay buffers that keeps array views as views.
-
-Plain pickle copies each array object on its own. rlpyt's buffers hold views
-(a frame buffer's ``samples_new_frames`` is ``samples_frames[n_frames - 1:]``,
-a sum tree's ``priorities`` a reshaped slice of ``tree``), so after a round
-trip the view is a copy that no longer sees writes to its base: the buffer
-loads, uses twice the memory and trains silently wrong. Async buffers hold
-locks and ``multiprocessing`` shared values, which plain pickle refuses
-(``cannot pickle 'mmap.mmap' object``, with no hint of where).
-
-``patch_rlpyt()`` gives rlpyt's replay-buffer and sum-tree base classes
-:func:`reduce_keeping_views` as ``__reduce_ex__``. Its state is an ordinary
-dict of the attributes (so ``copy.copy`` stays a shallow copy), whose own
-reduction records, at pickling time:
-
-* every group of arrays that overlap in memory: one C-contiguous member that
-  spans the group is stored as it is, the others as (offset, shape, strides,
-  dtype) views of it; a group no member spans is stored as one byte block;
-* which arrays lived in shared memory, so they are shared again on load;
-* locks, semaphores, events, conditions (``multiprocessing`` and
-  ``threading``) and ``multiprocessing`` shared values and arrays (``Value``,
-  ``RawValue``, ``Array``, ``RawArray``), which are made anew on load with
-  the values they held.
-
-Under :func:`namedschema.save`, which stores arrays raw and keeps their
-aliasing itself, arrays outside shared memory are handed over as they are
-(so ``inspect`` lists each view by name). Loading needs namedschema
-importable, not the patch. Arrays are rebuilt as plain ``np.ndarray``
-views, so indexing costs what it did. Anything else that
-cannot be pickled is reported before pickling starts, by an
-:class:`~namedschema.errors.UnpicklableError` that names the attribute path.
-While ``multiprocessing`` is starting a child (``spawn``/``forkserver``), the
-default reduction is used instead: shared memory and locks then travel by
-handle, as rlpyt expects.
-
-reduce_keeping_views  ``__reduce_ex__`` for objects whose ``__dict__`` holds arrays
-reduce_fresh          ``__reduce_ex__`` for objects made only of locks: a new one on load
-restore_state         what the pickles call to rebuild a state (keep the name stable)
-restore_with_globals  the same for a buffer that carries rlpyt's lazy globals (stable name)
-"""
+"""Pickling for rlpyt's replay buffers that keeps array views as views."""
 
 from __future__ import annotations
 
 import copyreg
 import ctypes
+import importlib
 import mmap
 import pickle
 import sys
@@ -56,12 +18,135 @@ import numpy as np
 
 from ..._core import tree
 from ..._core.pickling import arrays_kept_apart
+from ..._core.schema import NamedTupleSchema
 from ..._core.tree import byte_span, extent, memory_owner, overlap_groups
 from ...buffer import is_shared_memory, np_mp_array
 from ...errors import UnpicklableError
-from .lazy_globals import GLOBALS_KEY, assign_lazy_globals
 
-__all__ = ["reduce_keeping_views", "reduce_fresh", "restore_state", "restore_with_globals"]
+__all__ = ["LAZY_GLOBALS", "GLOBALS_KEY", "used_lazy_globals", "assign_lazy_globals",
+           "refuse_unloadable", "reduce_keeping_views", "reduce_fresh", "restore_state",
+           "restore_with_globals"]
+
+
+# ---------------------------------------- lazy_globals
+#
+# rlpyt's sample types that no fresh interpreter can find by name (rlpyt issue #111).
+#
+# rlpyt assigns some module globals only when a buffer is built
+# (``BufferSamples`` in ``rlpyt.replays.frame``, ``SamplesToBuffer`` in
+# ``rlpyt.replays.sequence.n_step``: ``None`` until then), and makes others at
+# run time in no module at all (``namedarraytuple_like``: an ``EnvInfo`` "of"
+# ``rlpyt.utils.collections``). A pickle that names them loads nowhere but in
+# the process that wrote it. This module knows them:
+#
+# LAZY_GLOBALS        the lazily assigned globals, ``(module, name)``
+# GLOBALS_KEY         the key under which a patched buffer's state carries their schemas
+# used_lazy_globals   the lazily assigned schemas a replay buffer of this class uses
+# assign_lazy_globals set them, as the buffer's constructor would, when a buffer loads
+# refuse_unloadable   raise for a class a pickle would name but a fresh process not find
+
+LAZY_GLOBALS = (("rlpyt.replays.frame", "BufferSamples"),
+                ("rlpyt.replays.sequence.n_step", "SamplesToBuffer"))
+GLOBALS_KEY = "_namedschema_rlpyt_globals"
+
+
+def used_lazy_globals(cls) -> dict[str, Any]:
+    """``{"module:name": schema}`` of the lazy globals that ``cls``'s modules hold as schemas."""
+    modules = {c.__module__ for c in cls.__mro__}
+    used = {}
+    for module_name, name in LAZY_GLOBALS:
+        value = getattr(sys.modules.get(module_name), name, None)
+        if module_name in modules and isinstance(value, NamedTupleSchema):
+            used[f"{module_name}:{name}"] = value
+    return used
+
+
+def assign_lazy_globals(used: dict[str, Any]) -> None:
+    """Assign rlpyt's lazy globals (as the buffer constructor does) from :func:`used_lazy_globals`.
+
+    As in rlpyt, the buffer built (here: loaded) last sets them.
+    """
+    for key, schema in used.items():
+        module_name, _, name = key.partition(":")
+        if (module_name, name) not in LAZY_GLOBALS:
+            continue
+        module = sys.modules.get(module_name)
+        if module is None:
+            try:
+                module = importlib.import_module(module_name)
+            except ImportError:
+                continue
+        setattr(module, name, schema)
+
+
+def refuse_unloadable(cls) -> None:
+    """Raise UnpicklableError if pickling class ``cls`` by name would make an unloadable file.
+
+    Called for rlpyt's classes by :func:`namedschema.save`'s pickler. Schemas
+    (rlpyt patched by :func:`namedschema.patch_rlpyt`) pickle by value and pass.
+    """
+    module_name = getattr(cls, "__module__", None) or ""
+    if isinstance(cls, NamedTupleSchema) or not (module_name == "rlpyt"
+                                                 or module_name.startswith("rlpyt.")):
+        return
+    name = getattr(cls, "__qualname__", "?")
+    where = f"{module_name}.{name}"
+    if (module_name, name) in LAZY_GLOBALS:
+        why = ("rlpyt assigns this class to a module global only when it builds a buffer, "
+               "so a fresh interpreter would not find it and could not load the file "
+               "(rlpyt issue #111)")
+    elif getattr(sys.modules.get(module_name), name, None) is not cls:
+        why = (f"rlpyt made this class at run time; {module_name} does not hold it, so "
+               "no process could load it by name")
+    else:
+        return
+    raise UnpicklableError(where, f"class {where}",
+                           why + ": call namedschema.patch_rlpyt() before rlpyt builds its "
+                           "objects (its types then pickle by value), or checkpoint the "
+                           "run with namedschema.rlpyt.resumable")
+
+
+# ---------------------------------------- pickling
+#
+# Pickling for rlpyt's replay buffers that keeps array views as views.
+#
+# Plain pickle copies each array object on its own. rlpyt's buffers hold views
+# (a frame buffer's ``samples_new_frames`` is ``samples_frames[n_frames - 1:]``,
+# a sum tree's ``priorities`` a reshaped slice of ``tree``), so after a round
+# trip the view is a copy that no longer sees writes to its base: the buffer
+# loads, uses twice the memory and trains silently wrong. Async buffers hold
+# locks and ``multiprocessing`` shared values, which plain pickle refuses
+# (``cannot pickle 'mmap.mmap' object``, with no hint of where).
+#
+# ``patch_rlpyt()`` gives rlpyt's replay-buffer and sum-tree base classes
+# :func:`reduce_keeping_views` as ``__reduce_ex__``. Its state is an ordinary
+# dict of the attributes (so ``copy.copy`` stays a shallow copy), whose own
+# reduction records, at pickling time:
+#
+# * every group of arrays that overlap in memory: one C-contiguous member that
+#   spans the group is stored as it is, the others as (offset, shape, strides,
+#   dtype) views of it; a group no member spans is stored as one byte block;
+# * which arrays lived in shared memory, so they are shared again on load;
+# * locks, semaphores, events, conditions (``multiprocessing`` and
+#   ``threading``) and ``multiprocessing`` shared values and arrays (``Value``,
+#   ``RawValue``, ``Array``, ``RawArray``), which are made anew on load with
+#   the values they held.
+#
+# Under :func:`namedschema.save`, which stores arrays raw and keeps their
+# aliasing itself, arrays outside shared memory are handed over as they are
+# (so ``inspect`` lists each view by name). Loading needs namedschema
+# importable, not the patch. Arrays are rebuilt as plain ``np.ndarray``
+# views, so indexing costs what it did. Anything else that
+# cannot be pickled is reported before pickling starts, by an
+# :class:`~namedschema.errors.UnpicklableError` that names the attribute path.
+# While ``multiprocessing`` is starting a child (``spawn``/``forkserver``), the
+# default reduction is used instead: shared memory and locks then travel by
+# handle, as rlpyt expects.
+#
+# reduce_keeping_views  ``__reduce_ex__`` for objects whose ``__dict__`` holds arrays
+# reduce_fresh          ``__reduce_ex__`` for objects made only of locks: a new one on load
+# restore_state         what the pickles call to rebuild a state (keep the name stable)
+# restore_with_globals  the same for a buffer that carries rlpyt's lazy globals (stable name)
 
 # Containers nested deeper than this are left to pickle as they are.
 _MAX_DEPTH = 100

@@ -28,7 +28,7 @@ import math
 import sys
 from typing import Any
 
-from ..._core.optional import torch_if_loaded
+from ..._core.tree import torch_if_loaded
 
 __all__ = ["snapshot", "accepted", "compare", "Differences", "Reapply", "NEVER"]
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ... import checkpoint
-from ...checkpoint import incremental as _incremental
+from ...checkpoint import _incremental
 from ...errors import FormatError, ResumeError, ResumeWarning
 from ...training import audit as _audit
 

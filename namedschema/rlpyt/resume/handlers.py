@@ -25,7 +25,7 @@ import copy
 import pickle
 from typing import Any
 
-from ..._core.optional import is_tensor, torch_if_loaded
+from ..._core.tree import is_tensor, torch_if_loaded
 from ...state.env import emulator_kind
 from . import workers
 from .table import (

@@ -54,11 +54,11 @@ from collections.abc import Callable, Iterable
 from typing import Any, Literal, TypeVar
 
 from ... import checkpoint as _checkpoint
-from ...checkpoint.compression import compression_argument
-from ...checkpoint.destination import free_bytes, state_bytes, unwritable
-from ...checkpoint.inspector import mappable
+from ...checkpoint._compression import compression_argument
+from ...checkpoint._read import mappable
+from ...checkpoint._write import free_bytes, state_bytes, unwritable
 from ...errors import ResumeError, ResumeWarning, UnexpectedKindError
-from ..patch.tabular_logs import continue_tabular_logs, open_tabular_logs
+from ..patch.install import continue_tabular_logs, open_tabular_logs
 from . import arguments as _arguments
 from . import state as _state
 from . import table as _table

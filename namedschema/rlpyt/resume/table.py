@@ -45,18 +45,17 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from ..._core.optional import import_torch, is_tensor
 from ..._core.schema import (
     NamedArrayTupleSchema,
     NamedTupleSchema,
     is_classic_namedtuple_class,
     is_classic_nat_class,
 )
-from ..._core.tree import is_named
-from ...checkpoint.mapped import copy_from_map
+from ..._core.tree import import_torch, is_named, is_tensor
+from ...checkpoint._storage import copy_from_map
 from ...errors import RunCheckpointError, StateMismatchError
 from ...training import state_kinds as _kinds
-from ..patch.lazy_globals import LAZY_GLOBALS, refuse_unloadable
+from ..patch.pickling import LAZY_GLOBALS, refuse_unloadable
 
 __all__ = ["Handler", "HandlerTable", "ResumeContext", "StateMismatchError", "handler_key",
            "writable_copy", "say_on_stderr", "CaptureFunction", "RestoreFunction",

@@ -1,55 +1,4 @@
-"""Incremental saves of compressed checkpoints: rewrite only the chunks that changed.
-
-``save(obj, path, incremental=True, compression="zstd")`` lands here (through
-``incremental``, which locks the file, settles its journal and finishes the save).
-Nothing else imports this module: plain saves and loads never load it.
-
-Layout (``full_save``): ``writer.write`` with the ``PAGE_ALIGNED`` policy and
-compression writes the file (``writer`` writes every new file; this module only
-updates one in place): every block ``compression.compressed_blocks`` selects (at
-least ``min_block`` bytes; with ``"auto"``, of one-byte dtypes only), and the pickle
-block whatever its size, stored as a chunk table that places its chunks (``offsets``,
-the feature ``"zstd-chunk-offsets"``) and lists their raw CRC-32s (``raw_crc32``, the
-feature ``"zstd-chunk-raw-crcs"``) in a tensor with room to spare
-(``writer.placed_capacity``); smaller blocks raw; the header with room to grow; a
-``saved`` record. The baseline of the next save (``_Baseline``) is kept in memory:
-each chunk's raw CRC-32, and the write-protect token of the block's memory.
-
-An update (``update``, or ``begin`` and its second half for background saves):
-
-1. *Candidates.* With write protection, the chunks holding pages written since the
-   last save (and a chunk whose partial edge page changed); otherwise every chunk
-   whose raw CRC-32 differs from the baseline's. Each is copied aside (the save's
-   snapshot).
-2. *Compress* them (a thread pool); a chunk whose stored bytes equal the file's is
-   left alone (a page written with the same values).
-3. *Place* each changed chunk in its block's tensor: where it was if it still fits,
-   else in the first free gap; if the gaps are too small, the block's chunks are
-   packed together again (the unchanged ones read from the file); if they do not fit
-   its capacity at all, the block moves to a free stretch of padding or to the end of
-   the file, with half as much again as it needs, and its old place is zeroed.
-4. A save that would cost more than a quarter of a full one (bytes compressed, plus
-   twice the bytes written), or leave more padding than half the blocks' tensors
-   (plus ``SLACK``), or outgrow the header's room, is not made: the caller writes a
-   full save, which packs the file again. So the file stays within about twice its
-   blocks' stored size whatever the number of saves.
-5. The changed chunks, the moved blocks and the new header go through the journal
-   (``journal.py``), then into the file in place, as any incremental save.
-
-Without a baseline in memory (a file this process did not save: a resumed run; or one
-changed since) the file's own chunk tables give one (``_from_file``): each chunk's raw
-CRC-32 as the file lists it, trusted only where it agrees with the rest of the file (a
-raw chunk's stored checksum, the block's CRC-32). Nothing is then known of the memory,
-so every chunk of it is checksummed (a thread pool) and compared; the chunks that
-differ are rewritten as above. A background save does this in its snapshot child, not
-in the caller. A file whose tables list no raw checksums is saved in full. A compressed file is not made incremental by uncompressed saves, nor the
-other way round: switching writes a full file.
-
-full_save  a full compressed save laid out for these updates
-update     the whole update of a locked file: a SaveRecord, or why a full save is needed
-begin      the caller's half of a background update (candidates copied aside)
-report, adopt  a snapshot child's baseline, handed to its parent
-"""
+"""In-place updates of compressed checkpoints (incremental compressed saves)."""
 
 from __future__ import annotations
 
@@ -67,22 +16,69 @@ from typing import Any
 import numpy as np
 
 from .. import _process
-from . import journal, layout, tracking, writeprotect, writer
-from .baselines import identity
-from .blocks import MemorySpan, Progress, Source
-from .compression import (
-    Compression,
-    chunk_pieces,
-    compress_chunk,
-    workers,
-)
-from .constants import ALIGN
-from .crc import crc_concat
-from .graph import EncodedGraph
-from .header import BlockEntry, Header, SaveRecord, TensorEntry, read_header
-from .pages import PAGE
+from . import _incremental, _storage, _tracking, _write
+from ._compression import Compression, chunk_pieces, compress_chunk, workers
+from ._graph import EncodedGraph
+from ._header import ALIGN, BlockEntry, Header, SaveRecord, TensorEntry, crc_concat, read_header
+from ._storage import PAGE, MemorySpan, Progress, Source
+from ._tracking import identity
 
 __all__ = ["full_save", "update", "begin", "report", "adopt", "forget", "FULL_FRACTION", "SLACK"]
+
+
+# ---------------------------------------- squeezed
+#
+# Incremental saves of compressed checkpoints: rewrite only the chunks that changed.
+#
+# ``save(obj, path, incremental=True, compression="zstd")`` lands here (through
+# ``incremental``, which locks the file, settles its journal and finishes the save).
+# Nothing else imports this module: plain saves and loads never load it.
+#
+# Layout (``full_save``): ``writer.write`` with the ``PAGE_ALIGNED`` policy and
+# compression writes the file (``writer`` writes every new file; this module only
+# updates one in place): every block ``compression.compressed_blocks`` selects (at
+# least ``min_block`` bytes; with ``"auto"``, of one-byte dtypes only), and the pickle
+# block whatever its size, stored as a chunk table that places its chunks (``offsets``,
+# the feature ``"zstd-chunk-offsets"``) and lists their raw CRC-32s (``raw_crc32``, the
+# feature ``"zstd-chunk-raw-crcs"``) in a tensor with room to spare
+# (``writer.placed_capacity``); smaller blocks raw; the header with room to grow; a
+# ``saved`` record. The baseline of the next save (``_Baseline``) is kept in memory:
+# each chunk's raw CRC-32, and the write-protect token of the block's memory.
+#
+# An update (``update``, or ``begin`` and its second half for background saves):
+#
+# 1. *Candidates.* With write protection, the chunks holding pages written since the
+#    last save (and a chunk whose partial edge page changed); otherwise every chunk
+#    whose raw CRC-32 differs from the baseline's. Each is copied aside (the save's
+#    snapshot).
+# 2. *Compress* them (a thread pool); a chunk whose stored bytes equal the file's is
+#    left alone (a page written with the same values).
+# 3. *Place* each changed chunk in its block's tensor: where it was if it still fits,
+#    else in the first free gap; if the gaps are too small, the block's chunks are
+#    packed together again (the unchanged ones read from the file); if they do not fit
+#    its capacity at all, the block moves to a free stretch of padding or to the end of
+#    the file, with half as much again as it needs, and its old place is zeroed.
+# 4. A save that would cost more than a quarter of a full one (bytes compressed, plus
+#    twice the bytes written), or leave more padding than half the blocks' tensors
+#    (plus ``SLACK``), or outgrow the header's room, is not made: the caller writes a
+#    full save, which packs the file again. So the file stays within about twice its
+#    blocks' stored size whatever the number of saves.
+# 5. The changed chunks, the moved blocks and the new header go through the journal
+#    (``journal.py``), then into the file in place, as any incremental save.
+#
+# Without a baseline in memory (a file this process did not save: a resumed run; or one
+# changed since) the file's own chunk tables give one (``_from_file``): each chunk's raw
+# CRC-32 as the file lists it, trusted only where it agrees with the rest of the file (a
+# raw chunk's stored checksum, the block's CRC-32). Nothing is then known of the memory,
+# so every chunk of it is checksummed (a thread pool) and compared; the chunks that
+# differ are rewritten as above. A background save does this in its snapshot child, not
+# in the caller. A file whose tables list no raw checksums is saved in full. A compressed file is not made incremental by uncompressed saves, nor the
+# other way round: switching writes a full file.
+#
+# full_save  a full compressed save laid out for these updates
+# update     the whole update of a locked file: a SaveRecord, or why a full save is needed
+# begin      the caller's half of a background update (candidates copied aside)
+# report, adopt  a snapshot child's baseline, handed to its parent
 
 #: Above this share of a full save's cost, an update is not worth it.
 FULL_FRACTION = 0.25
@@ -144,21 +140,21 @@ def _clear_in_child() -> None:
                     b.token = None
 
 
-_process.on_fork_child("checkpoint.squeezed", _clear_in_child)
+_process.on_fork_child("checkpoint._squeezed", _clear_in_child)
 
 
 # --------------------------------------------------------------------------
 # Full saves
 # --------------------------------------------------------------------------
 
-def full_save(enc: EncodedGraph, plan: layout.Layout, path: str, progress: bool,
+def full_save(enc: EncodedGraph, plan: _storage.Layout, path: str, progress: bool,
               compression: Compression) -> SaveRecord:
     """A full compressed save laid out for updates; its baseline recorded for the next."""
     real = os.path.realpath(path)
-    known = tracking.arm_for_full_save(plan.sources, [b.nbytes for b in plan.blocks])
+    known = _tracking.arm_for_full_save(plan.sources, [b.nbytes for b in plan.blocks])
     edges = [_edge_crcs(s.lo, b.nbytes) if isinstance(s, MemorySpan) and not s.lead
              else (0, 0) for s, b in zip(plan.sources, plan.blocks, strict=True)]
-    written = writer.write(enc, plan, path, writer.PAGE_ALIGNED, progress=progress,
+    written = _write.write(enc, plan, path, _write.PAGE_ALIGNED, progress=progress,
                            compression=compression)
     header, st = written.header, written.stat
     crcs = [None if b.table is None or b.table.raw_crcs is None else b.table.raw_crcs
@@ -230,9 +226,9 @@ class _Candidates:
     edges: dict[int, tuple[int, int]]
 
 
-def _compatible(old: Header, plan: layout.Layout, enc: EncodedGraph,
+def _compatible(old: Header, plan: _storage.Layout, enc: EncodedGraph,
                 compression: Compression) -> str | None:
-    chunked = writer.chunked_blocks(plan, enc, compression)
+    chunked = _write.chunked_blocks(plan, enc, compression)
     has_pickle = enc.pickle_bytes is not None
     if (len(old.blocks) != len(plan.blocks) or old.arrays != plan.arrays
             or (old.description.pickle is not None) != has_pickle):
@@ -279,7 +275,7 @@ def _from_file(old: Header) -> _Baseline | None:
     return _Baseline((), old.description.checkpoint_id, blocks, from_file=True)
 
 
-def _find(enc: EncodedGraph, plan: layout.Layout, path: str, real: str, fd: int,
+def _find(enc: EncodedGraph, plan: _storage.Layout, path: str, real: str, fd: int,
           compression: Compression, caller_half: bool = False) -> _Candidates:
     """Step 1 (module docstring): the candidate chunks, copied; raises _Stop.
 
@@ -335,8 +331,8 @@ def _chunks_of(source: Source, nbytes: int, known: _Block | None, chunk: int,
     n = -(-nbytes // chunk)
     same = known is not None and known.nbytes == nbytes and known.crcs.size == n
     if lo is not None and known is not None and same and known.lo == lo \
-            and known.token is not None and tracking.mode() == "writeprotect":
-        scanned = writeprotect.scan_and_token(lo, lo + nbytes, known.token)
+            and known.token is not None and _tracking.mode() == "writeprotect":
+        scanned = _tracking.scan_and_token(lo, lo + nbytes, known.token)
         if scanned is not None:
             runs, token = scanned
             found.tokens[i] = token
@@ -358,7 +354,7 @@ def _chunks_of(source: Source, nbytes: int, known: _Block | None, chunk: int,
     # No protection to ask: every chunk's raw CRC against the baseline's (armed first, so
     # writes from now on are seen by the next save).
     if lo is not None:
-        armed = tracking.arm_for_full_save([source], [nbytes])[0]
+        armed = _tracking.arm_for_full_save([source], [nbytes])[0]
         found.tokens[i] = None if armed is None else armed.token
         found.edges[i] = _edge_crcs(lo, nbytes)
     out: dict[int, bytes] = {}
@@ -463,7 +459,7 @@ def _too_loose(sizes: list[int], end: int) -> bool:
     return end - used > used // 2 + SLACK
 
 
-def _place(found: _Candidates, plan: layout.Layout, fd: int, budget: int | None,
+def _place(found: _Candidates, plan: _storage.Layout, fd: int, budget: int | None,
            squeezed: dict[int, dict[int, tuple[Any, int, int]]]) -> _Plan:
     """Steps 3 and 4: where every changed chunk goes; the journal's pieces.
 
@@ -538,7 +534,7 @@ def _place(found: _Candidates, plan: layout.Layout, fd: int, budget: int | None,
             total = sum(len(p) for p in parts)
             if total > sizes[i]:
                 # too big for its tensor: move it (padding, else the end of the file)
-                size = writer.placed_capacity(total, nbytes, table.chunk)
+                size = _write.placed_capacity(total, nbytes, table.chunk)
                 at = region_space.take(size, PAGE)
                 if at is None:
                     at = end + (-end % PAGE)
@@ -570,7 +566,7 @@ def _place(found: _Candidates, plan: layout.Layout, fd: int, budget: int | None,
     return _Plan(pieces, blocks, sizes, crcs, end, sum(len(memoryview(p[1])) for p in pieces))
 
 
-def _commit(enc: EncodedGraph, plan: layout.Layout, path: str, real: str, fd: int,
+def _commit(enc: EncodedGraph, plan: _storage.Layout, path: str, real: str, fd: int,
             found: _Candidates, compression: Compression, progress: bool,
             lenient: bool = False) -> SaveRecord:
     """Steps 2 to 5 of an update whose candidates are copied aside; raises _Stop.
@@ -584,8 +580,8 @@ def _commit(enc: EncodedGraph, plan: layout.Layout, path: str, real: str, fd: in
     placed = _place(found, plan, fd, budget, squeezed)
     declared = [plan.tensors[b.tensor] for b in plan.blocks]
     saved = SaveRecord("incremental", placed.written, len(placed.pieces), plan.data_bytes)
-    header = Header(writer.placed_description(enc, plan, tuple(placed.blocks), saved),
-                    writer.placed_tensors(placed.blocks, placed.sizes, declared, placed.end),
+    header = Header(_write.placed_description(enc, plan, tuple(placed.blocks), saved),
+                    _write.placed_tensors(placed.blocks, placed.sizes, declared, placed.end),
                     name=path)
     length = old.data_start - 8
     raw = header.encode()
@@ -595,15 +591,15 @@ def _commit(enc: EncodedGraph, plan: layout.Layout, path: str, real: str, fd: in
     pieces = [*placed.pieces, (0, head, zlib.crc32(head))]
     size = max(found.st.st_size, old.data_start + placed.end)
     bar = Progress(placed.written, "saving (incremental)", progress)
-    journal.reserve(fd, pieces, found.st.st_size)
+    _incremental.reserve(fd, pieces, found.st.st_size)
     try:
-        journal.write(journal.journal_path(path), old.description.checkpoint_id,
+        _incremental.write(_incremental.journal_path(path), old.description.checkpoint_id,
                       header.description.checkpoint_id, size, pieces)
-    except journal.Unusable as exc:
+    except _incremental.Unusable as exc:
         raise _Stop("something that is not a journal is in the way of the journal") from exc
     if size > found.st.st_size:   # committed: the file may grow now (a replay grows it too)
         os.ftruncate(fd, size)
-    tracking.write_in_place(fd, size, pieces, bar)
+    _tracking.write_in_place(fd, size, pieces, bar)
     news: list[_Block | None] = []
     for i, crcs in enumerate(placed.crcs):
         b = plan.blocks[i]
@@ -620,7 +616,7 @@ def _commit(enc: EncodedGraph, plan: layout.Layout, path: str, real: str, fd: in
     return saved
 
 
-def update(enc: EncodedGraph, plan: layout.Layout, path: str, real: str, fd: int,
+def update(enc: EncodedGraph, plan: _storage.Layout, path: str, real: str, fd: int,
            progress: bool, compression: Compression) -> SaveRecord | str:
     """Update the locked file ``fd`` in place with the chunks that changed, or say why not."""
     return _or_why(real, lambda: _commit(enc, plan, path, real, fd,
@@ -628,7 +624,7 @@ def update(enc: EncodedGraph, plan: layout.Layout, path: str, real: str, fd: int
                                          compression, progress))
 
 
-def begin(enc: EncodedGraph, plan: layout.Layout, path: str, real: str, fd: int,
+def begin(enc: EncodedGraph, plan: _storage.Layout, path: str, real: str, fd: int,
           progress: bool, compression: Compression
           ) -> Callable[[], SaveRecord | str] | str:
     """The caller's half of a background update: the candidates, copied; the rest to run
@@ -692,4 +688,3 @@ def adopt(path: str, reported: tuple[str, os.stat_result, list[_Block | None]] |
             b.token = None
         blocks.append(b)
     _record(real, now, reported[0], blocks)
-

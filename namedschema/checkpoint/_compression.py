@@ -1,33 +1,7 @@
-"""Compressed blocks: the codec argument, chunks compressed by a thread pool, and
-chunks decompressed straight into the memory they belong to.
+"""Compressed blocks: codecs, chunks and their tables.
 
-A compressed block is stored as independent chunks of ``Compression.chunk``
-raw bytes (the last one may be shorter), each either one zstd frame, strictly
-smaller than its raw bytes, or the raw bytes themselves when compressing did
-not make them smaller (incompressible data is stored as it is, at the cost of
-one attempt). The header lists every chunk's stored size and the CRC-32 of its
-stored bytes; the block's own ``crc32`` stays the CRC-32 of its raw bytes, as
-in uncompressed blocks, so ``verify`` checks both what is in the file and what
-loading makes of it.
-
-Writing: the calling thread cuts a block into chunks and hands them to a small
-pool (zstd releases the GIL while it works), writing the results in order;
-at most ``2 x workers`` chunks are in flight, so the extra memory is a few
-chunks whatever the block's size. Loading reads each chunk's stored bytes and
-a worker decompresses them into the block's destination memory; raw chunks
-are read straight into it.
-
-Compression       a parsed ``compression=`` argument: codec, level, chunk size, dtypes
-compression_argument  ``None``, ``"zstd"``, ``("zstd", level)`` or ``"auto"`` checked
-compressed_blocks which blocks of a layout a save with a ``Compression`` compresses
-write_block       write one block compressed, returning its chunk table
-compress_chunk    one chunk compressed (or kept raw), with its checksums
-read_block        a compressed block read and decompressed into new memory
-verify_block      a compressed block checked from a map of the file
-check_stored      a restore's first pass over a compressed block: its chunks' checksums
-decompress_into   a compressed block decompressed from a map of the file into given memory
-Deferred          a large compressed array a restore decompresses into the run's own array
-deferrable        which blocks of a file a restore may leave compressed (``Deferred``)
+Which blocks are compressed, how they are cut into chunks and written with a chunk
+table, and how chunks are read back, checked and decompressed (in place for restores).
 """
 
 from __future__ import annotations
@@ -45,17 +19,59 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from ..errors import FormatError
-from .arrays import aligned_empty
-from .blocks import EarlySync, MemorySpan, Progress, Source, submit_or_run, write_all
-from .chunktable import ChunkTable
-from .constants import ALIGN, CODECS, COMPRESSED_FEATURE, MAX_CHUNK, MIN_CHUNK
-from .crc import crc_concat
-from .header import ArrayEntry, BlockEntry, Header, fail
+from ._graph import aligned_empty
+from ._header import (
+    ALIGN,
+    CODECS,
+    COMPRESSED_FEATURE,
+    MAX_CHUNK,
+    MIN_CHUNK,
+    ArrayEntry,
+    BlockEntry,
+    ChunkTable,
+    Header,
+    crc_concat,
+    fail,
+)
+from ._storage import EarlySync, MemorySpan, Progress, Source, submit_or_run, write_all
 
-__all__ = ["Compression", "compression_argument", "compressed_blocks", "write_block",
-           "read_block", "verify_block", "compress_chunk", "chunk_pieces", "workers", "CHUNK",
-           "FEATURE", "AUTO", "AUTO_DTYPES", "Deferred", "deferrable", "check_stored",
-           "decompress_into"]
+__all__ = ["Compression", "compression_argument", "compressed_blocks", "write_block", "read_block",
+           "verify_block", "compress_chunk", "chunk_pieces", "workers", "CHUNK", "FEATURE", "AUTO",
+           "AUTO_DTYPES", "Deferred", "deferrable", "check_stored", "decompress_into"]
+
+
+# ---------------------------------------- compression
+#
+# Compressed blocks: the codec argument, chunks compressed by a thread pool, and
+# chunks decompressed straight into the memory they belong to.
+#
+# A compressed block is stored as independent chunks of ``Compression.chunk``
+# raw bytes (the last one may be shorter), each either one zstd frame, strictly
+# smaller than its raw bytes, or the raw bytes themselves when compressing did
+# not make them smaller (incompressible data is stored as it is, at the cost of
+# one attempt). The header lists every chunk's stored size and the CRC-32 of its
+# stored bytes; the block's own ``crc32`` stays the CRC-32 of its raw bytes, as
+# in uncompressed blocks, so ``verify`` checks both what is in the file and what
+# loading makes of it.
+#
+# Writing: the calling thread cuts a block into chunks and hands them to a small
+# pool (zstd releases the GIL while it works), writing the results in order;
+# at most ``2 x workers`` chunks are in flight, so the extra memory is a few
+# chunks whatever the block's size. Loading reads each chunk's stored bytes and
+# a worker decompresses them into the block's destination memory; raw chunks
+# are read straight into it.
+#
+# Compression       a parsed ``compression=`` argument: codec, level, chunk size, dtypes
+# compression_argument  ``None``, ``"zstd"``, ``("zstd", level)`` or ``"auto"`` checked
+# compressed_blocks which blocks of a layout a save with a ``Compression`` compresses
+# write_block       write one block compressed, returning its chunk table
+# compress_chunk    one chunk compressed (or kept raw), with its checksums
+# read_block        a compressed block read and decompressed into new memory
+# verify_block      a compressed block checked from a map of the file
+# check_stored      a restore's first pass over a compressed block: its chunks' checksums
+# decompress_into   a compressed block decompressed from a map of the file into given memory
+# Deferred          a large compressed array a restore decompresses into the run's own array
+# deferrable        which blocks of a file a restore may leave compressed (``Deferred``)
 
 #: Raw bytes per chunk (the last chunk of a block may be shorter). Read when
 #: ``save`` checks its argument: tests set it (and MIN_BLOCK) lower to cross

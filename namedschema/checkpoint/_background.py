@@ -1,54 +1,4 @@
-"""Background saves: ``save(..., background=True)`` returns once a consistent snapshot exists.
-
-Three ways to a snapshot, chosen per save (``save_in_background``):
-
-* **A small state copied aside** (at most SMALL_STATE bytes of data): the
-  caller copies every block; the writer thread writes the copy as a
-  foreground save would. No fork (its page tables cost more than the copy).
-* **Changes copied aside** (an incremental save of a file this process saved,
-  with write-protect tracking): the caller asks the kernel which pages were
-  written since the last save (re-arming the tracking in the same call) and
-  copies those pages; a thread then compares them with the file, journals
-  and writes the changed bytes in place and syncs (``incremental.py``). The
-  caller pays for the scan and the copy of what changed.
-* **A fork** (full saves; incremental saves under other tracking): the child
-  sees the caller's memory as it was at that instant (copy-on-write) and
-  writes the checkpoint (data, checksums, fsync, rename or journal) while the
-  caller goes on. Everything that touches the caller's objects (encoding the
-  graph, torch tensors, pickling) happens before the fork; the child only
-  reads memory, computes CRC-32s and does file I/O, so locks that other
-  threads of the caller held at the fork (a torch thread pool, a logging
-  lock) are never needed in it. Write protection is armed in the caller at
-  the fork and the child's file recorded as the baseline once it reports, so
-  the next save is incremental. Memory that a fork does not freeze (shared
-  mappings, which other processes write) is copied aside first. The caller
-  pays for the fork (page tables: about 1 ms per GiB in transparent huge
-  pages, 25 ms per GiB in 4 KiB pages) and, while the child runs, a page
-  copy at the first write to each page.
-
-Order and errors. Saves of one path (background or not) run one after the
-other: a save first waits for the background save of the same path before it
-(a lock per path held from the start of a save to its snapshot). An error of
-the writer is raised by :meth:`BackgroundSave.wait`, or else by the next save
-of that path, or else written to stderr at interpreter exit (which first waits
-for every background save); it is never dropped. A writer child dies with the
-process (``PR_SET_PDEATHSIG``, forked from one long-lived thread): a killed
-training process leaves the last complete checkpoint (and a temporary file
-or journal that the next save or load settles).
-
-BackgroundSave    the handle: ``wait()``, ``done()``
-SaveError         (namedschema.errors) the writer died, or its error could not come back
-save_in_background  the background half of ``save``: picks the route below
-start             run a save job in a snapshot child (``forked``), return its handle
-start_thread      run the rest of a save whose changes are copied aside, in a thread
-incremental_job   the child's job of an incremental-mode save (compares), with its tracking
-settle, written, serialized  (``inflight``, re-exported) the per-path order of saves
-freeze_shared     copies of the blocks that live in shared memory
-
-A fork child of this process starts with no background save: the parent's
-handles and locks (``inflight``) and queued writes are dropped in it
-(``load``, saves and exit there never wait for the parent's writers).
-"""
+"""Background saves: the writer thread and the snapshot child."""
 
 from __future__ import annotations
 
@@ -56,6 +6,7 @@ import ctypes
 import os
 import pickle
 import queue
+import signal
 import sys
 import threading
 import time
@@ -67,13 +18,228 @@ from typing import Any
 
 from .. import _process
 from ..errors import BackgroundSaveError, SaveError
-from . import baselines, forked, incremental, tracking, writelog, writer
-from .blocks import CompactCopy, MemorySpan, RawBytes
-from .header import SaveRecord, read_header
-from .inflight import handles, register, serialized, settle, written
+from . import _incremental, _tracking
+from . import _write as writer
+from ._header import SaveRecord, read_header
+from ._storage import CompactCopy, MemorySpan, RawBytes
+from ._write import handles, register, serialized, settle, written
 
-__all__ = ["BackgroundSave", "SaveError", "BackgroundSaveError", "start", "settle", "written",
-           "serialized", "freeze_shared"]
+__all__ = ["fork", "reap", "CHILD_FAILED", "BackgroundSave", "SaveError", "BackgroundSaveError",
+           "start", "settle", "written", "serialized", "freeze_shared"]
+
+
+# ---------------------------------------- forked
+#
+# The snapshot child of a background save: forked from one long-lived thread, reporting by pipe.
+#
+# The child sees the caller's memory as it was at the fork (copy-on-write),
+# runs the save's job (file I/O and CRC-32s only) and writes a pickled report
+# (``("ok", value)`` or ``("error", exception, traceback text)``) to a pipe
+# before it exits. It dies with the process (``PR_SET_PDEATHSIG``) and ignores
+# Ctrl-C (the caller decides whether to stop).
+#
+# fork      fork a child that runs a job; its pid and the read end of its pipe
+# reap      wait for the child to end; its exit status and its report's bytes
+
+_PR_SET_PDEATHSIG = 1
+CHILD_FAILED = 70           # exit status of a child that could not report
+_MAX_REPORT = 48 * 1024     # a report fits in a pipe's buffer (64 KiB on Linux)
+_MAX_TEXT = 16 * 1024       # of a traceback, the last this many characters
+
+
+class _Forker:
+    """One long-lived thread makes every snapshot child.
+
+    ``PR_SET_PDEATHSIG`` fires when the thread that forked a child ends, not
+    the process: forking from a thread that lives as long as the process
+    keeps the child alive exactly as long as the process.
+    """
+
+    def __init__(self) -> None:
+        self._requests: queue.SimpleQueue = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def fork(self, job: Callable[[], Any]) -> tuple[int, int]:
+        """Fork a child that runs ``job`` and reports through a pipe; (pid, read end)."""
+        with self._lock:
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._serve, daemon=True,
+                                                name="namedschema-snapshot")
+                self._thread.start()
+        box: list = []
+        ready = threading.Event()
+        self._requests.put((job, box, ready))
+        ready.wait()
+        if isinstance(box[0], BaseException):
+            raise box[0]
+        return box[0]
+
+    def _serve(self) -> None:
+        while True:
+            job, box, ready = self._requests.get()
+            try:
+                box.append(_fork_child(job))
+            except BaseException as exc:  # fork failed (no memory, no processes left)
+                box.append(exc)
+            ready.set()
+            # This thread lives as long as the process: holding the last job while it
+            # waits would keep the saved object's graph (and all it reaches) alive.
+            del job, box, ready
+
+
+def _fork_child(job: Callable[[], Any]) -> tuple[int, int]:
+    parent = os.getpid()
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - runs in the child, which ends with os._exit
+        os.close(read_end)
+        _child_main(job, write_end, parent)
+    os.close(write_end)
+    return pid, read_end
+
+
+def _child_main(job: Callable[[], Any], write_end: int, parent: int) -> None:  # pragma: no cover
+    status = CHILD_FAILED
+    try:
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        except (OSError, AttributeError):
+            pass
+        if os.getppid() != parent:
+            os._exit(CHILD_FAILED)  # the caller died before the prctl
+        # Ctrl-C reaches the whole process group: the caller decides whether to stop,
+        # and a caller that exits waits for this save or takes it down with it.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        try:
+            payload = pickle.dumps(("ok", job()))
+        except BaseException as exc:
+            text = "".join(traceback.format_exception(exc))[-_MAX_TEXT:]
+            try:
+                payload = pickle.dumps(("error", exc, text))
+                pickle.loads(payload)
+            except BaseException:
+                payload = b""
+            if not payload or len(payload) > _MAX_REPORT:
+                payload = pickle.dumps(("error", None, text))
+        view = memoryview(payload)
+        while view.nbytes:
+            view = view[os.write(write_end, view):]
+        status = 0
+    finally:
+        os._exit(status)
+
+
+def _exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return True
+
+
+_forker = _Forker()
+
+
+def _forget_forker_in_child() -> None:
+    # The thread that forks is the parent's (gone here); its lock and queue may be held.
+    global _forker
+    _forker = _Forker()
+
+
+_process.on_fork_child("checkpoint._background:forked", _forget_forker_in_child)
+
+
+def fork(job: Callable[[], Any]) -> tuple[int, int]:
+    """Fork a snapshot child that runs ``job`` and reports; ``(pid, read end of its pipe)``."""
+    return _forker.fork(job)
+
+
+def reap(pid: int, read_end: int) -> tuple[int | None, bytes]:
+    """Wait for the child ``pid`` to end: its wait status (None if someone else reaped it)
+    and the bytes of its report (closes ``read_end``).
+
+    The child exits after writing its report (less than a pipe's buffer), so
+    the report is read after ``waitpid``: another process forked meanwhile
+    (a sampler worker) may hold a copy of the pipe's write end, so the end of
+    the pipe would not say that the child ended.
+    """
+    status: int | None
+    try:
+        _, status = os.waitpid(pid, 0)
+    except ChildProcessError:  # reaped by someone else (SIGCHLD ignored, a waitpid(-1))
+        status = None
+        while _exists(pid):
+            time.sleep(0.01)
+    os.set_blocking(read_end, False)
+    chunks = []
+    with open(read_end, "rb", buffering=0) as f:
+        while True:
+            try:
+                chunk = f.read(1 << 16)
+            except BlockingIOError:
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+    return status, b"".join(chunks)
+
+
+# ---------------------------------------- background
+#
+# Background saves: ``save(..., background=True)`` returns once a consistent snapshot exists.
+#
+# Three ways to a snapshot, chosen per save (``save_in_background``):
+#
+# * **A small state copied aside** (at most SMALL_STATE bytes of data): the
+#   caller copies every block; the writer thread writes the copy as a
+#   foreground save would. No fork (its page tables cost more than the copy).
+# * **Changes copied aside** (an incremental save of a file this process saved,
+#   with write-protect tracking): the caller asks the kernel which pages were
+#   written since the last save (re-arming the tracking in the same call) and
+#   copies those pages; a thread then compares them with the file, journals
+#   and writes the changed bytes in place and syncs (``incremental.py``). The
+#   caller pays for the scan and the copy of what changed.
+# * **A fork** (full saves; incremental saves under other tracking): the child
+#   sees the caller's memory as it was at that instant (copy-on-write) and
+#   writes the checkpoint (data, checksums, fsync, rename or journal) while the
+#   caller goes on. Everything that touches the caller's objects (encoding the
+#   graph, torch tensors, pickling) happens before the fork; the child only
+#   reads memory, computes CRC-32s and does file I/O, so locks that other
+#   threads of the caller held at the fork (a torch thread pool, a logging
+#   lock) are never needed in it. Write protection is armed in the caller at
+#   the fork and the child's file recorded as the baseline once it reports, so
+#   the next save is incremental. Memory that a fork does not freeze (shared
+#   mappings, which other processes write) is copied aside first. The caller
+#   pays for the fork (page tables: about 1 ms per GiB in transparent huge
+#   pages, 25 ms per GiB in 4 KiB pages) and, while the child runs, a page
+#   copy at the first write to each page.
+#
+# Order and errors. Saves of one path (background or not) run one after the
+# other: a save first waits for the background save of the same path before it
+# (a lock per path held from the start of a save to its snapshot). An error of
+# the writer is raised by :meth:`BackgroundSave.wait`, or else by the next save
+# of that path, or else written to stderr at interpreter exit (which first waits
+# for every background save); it is never dropped. A writer child dies with the
+# process (``PR_SET_PDEATHSIG``, forked from one long-lived thread): a killed
+# training process leaves the last complete checkpoint (and a temporary file
+# or journal that the next save or load settles).
+#
+# BackgroundSave    the handle: ``wait()``, ``done()``
+# SaveError         (namedschema.errors) the writer died, or its error could not come back
+# save_in_background  the background half of ``save``: picks the route below
+# start             run a save job in a snapshot child (``forked``), return its handle
+# start_thread      run the rest of a save whose changes are copied aside, in a thread
+# incremental_job   the child's job of an incremental-mode save (compares), with its tracking
+# settle, written, serialized  (``inflight``, re-exported) the per-path order of saves
+# freeze_shared     copies of the blocks that live in shared memory
+#
+# A fork child of this process starts with no background save: the parent's
+# handles and locks (``inflight``) and queued writes are dropped in it
+# (``load``, saves and exit there never wait for the parent's writers).
 
 #: States with at most this many bytes of data are copied aside whole and written by
 #: the writer thread (a fork of a large process costs more than copying them).
@@ -171,7 +337,7 @@ def _wait_at_exit() -> None:
     _stop_writer()
 
 
-_process.at_exit("checkpoint.background", _wait_at_exit)
+_process.at_exit("checkpoint._background:background", _wait_at_exit)
 
 
 def _stop_writer() -> None:
@@ -238,7 +404,7 @@ def freeze_shared(sources: tuple[Any, ...]) -> tuple[Any, ...]:
 def _collect(handle: BackgroundSave, pid: int, read_end: int,
              on_done: Callable[[Any], None]) -> None:
     """In a waiter thread: reap the child, read its report, finish the handle."""
-    status, data = forked.reap(pid, read_end)
+    status, data = reap(pid, read_end)
     record, error, extra = None, None, None
     try:
         report = pickle.loads(data) if data else None
@@ -276,8 +442,6 @@ def _what_is_left(path: str) -> str:
     return f"no checkpoint was written: there is none at {path!r} yet"
 
 
-
-
 def start(path: str, job: Callable[[], tuple[SaveRecord | None, Any]], began: float,
           on_done: Callable[[Any], None] = lambda _extra: None) -> BackgroundSave:
     """Run ``job`` (the save's writing) in a snapshot child of this process; return its handle.
@@ -292,7 +456,7 @@ def start(path: str, job: Callable[[], tuple[SaveRecord | None, Any]], began: fl
     try:
         if not hasattr(os, "fork"):
             raise OSError("no fork on this platform")
-        pid, read_end = forked.fork(job)
+        pid, read_end = fork(job)
     except OSError as exc:
         warnings.warn(f"namedschema: cannot start a background save of {path!r} ({exc}); "
                       "saving in the foreground", RuntimeWarning, stacklevel=3)
@@ -336,7 +500,7 @@ def start_thread(path: str, rest: Callable[[], SaveRecord | None],
 _writer_lock = threading.Lock()
 _writer: threading.Thread | None = None
 _writes: queue.SimpleQueue = queue.SimpleQueue()
-_process.on_fork_child("checkpoint.background", _forget_in_child)
+_process.on_fork_child("checkpoint._background:background", _forget_in_child)
 
 
 def _write_in_order(jobs: queue.SimpleQueue) -> None:
@@ -371,37 +535,37 @@ def incremental_job(enc: Any, plan: Any, path: str, progress: bool, compression:
     child's rewrites of a watched file (``writelog``) come back in its report.
     """
     real, parent = os.path.realpath(path), os.getpid()
-    armed = tracking.mode() == "writeprotect"
-    known = tracking.arm_for_full_save(plan.sources, [b.nbytes for b in plan.blocks]) \
+    armed = _tracking.mode() == "writeprotect"
+    known = _tracking.arm_for_full_save(plan.sources, [b.nbytes for b in plan.blocks]) \
         if armed or compression is not None else []
 
     def job() -> tuple[SaveRecord, tuple[Any, ...]]:
         if os.getpid() != parent:    # (not when it runs here, fork having failed)
-            tracking.compare_only()
-        record = incremental.save_encoded(enc, plan, path, progress, compression)
-        incremental.wait(path)   # its sync thread: the child ends after it
+            _tracking.compare_only()
+        record = _incremental.save_encoded(enc, plan, path, progress, compression)
+        _incremental.wait(path)   # its sync thread: the child ends after it
         with open(real, "rb", buffering=0) as f:
             st = os.fstat(f.fileno())
             done = (read_header(f, path, st.st_size).description.checkpoint_id, st,
-                    writelog.take(real) if writelog.watching(real) else None)
+                    _tracking.take(real) if _tracking.watching(real) else None)
         if compression is not None:   # the chunks' checksums, the parent's next baseline
-            from . import squeezed
+            from . import _squeezed as squeezed
             return record, (*done, squeezed.report(path))
         return record, done
 
     def on_done(written: tuple[Any, ...] | None) -> None:
-        writelog.add(real, None if written is None else written[2])
+        _tracking.add(real, None if written is None else written[2])
         if compression is not None:
-            from . import squeezed
+            from . import _squeezed as squeezed
             squeezed.adopt(path, None if written is None else written[3], known)
             return
         now = os.stat(real) if os.path.exists(real) else None
         if armed and written and now and \
-                baselines.identity(now) == baselines.identity(written[1]):
-            baselines.record(real, now, written[0], known)
-            tracking.warm_spare(plan.data_bytes)   # the next save copies into warm pages
+                _tracking.identity(now) == _tracking.identity(written[1]):
+            _tracking.record(real, now, written[0], known)
+            _tracking.warm_spare(plan.data_bytes)   # the next save copies into warm pages
         else:
-            baselines.forget(real)
+            _tracking.forget(real)
     return job, on_done
 
 
@@ -426,7 +590,7 @@ def save_in_background(enc: Any, plan: Any, path: str, progress: bool, in_place:
     if plan.data_bytes <= SMALL_STATE:
         copy = replace(plan, sources=_copied(plan.sources))
         if in_place:
-            return start_thread(path, lambda: incremental.save_encoded(
+            return start_thread(path, lambda: _incremental.save_encoded(
                 enc, copy, path, progress, compression), began)
 
         def write_copy() -> None:
@@ -435,7 +599,7 @@ def save_in_background(enc: Any, plan: Any, path: str, progress: bool, in_place:
         return start_thread(path, write_copy, began)
     frozen = replace(plan, sources=freeze_shared(plan.sources))
     if in_place:
-        rest = incremental.begin_background(enc, frozen, path, progress, compression)
+        rest = _incremental.begin_background(enc, frozen, path, progress, compression)
         if rest is not None:       # the changes are copied aside: the thread writes them
             return start_thread(path, rest, began)
         job, on_done = incremental_job(enc, frozen, path, progress, compression)
