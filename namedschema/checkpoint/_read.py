@@ -22,10 +22,9 @@ from ..errors import (
     UnexpectedKindError,
     UnsafeLoadError,
 )
-from . import _compression, _graph
-from ._compression import verify_blocks as verify_compressed
+from . import _graph
 from ._graph import Decoder, Describer, fold, make_arrays
-from ._header import SaveRecord, check_metadata_argument, fail, read_header
+from ._header import Header, SaveRecord, check_metadata_argument, fail, read_header
 from ._storage import (
     MMAP_ACCESS,
     Progress,
@@ -41,9 +40,20 @@ from ._storage import (
 from ._write import file_kind, reading, recover, written
 
 if TYPE_CHECKING:
+    from types import ModuleType
+
     from ..evolution import CastingChoice, ExtraChoice, SchemaSpec, UpgradeReport
 
 __all__ = ["verify"]
+
+
+def _codec(header: Header) -> ModuleType | None:
+    """The compression module when ``header``'s file has compressed blocks, else None:
+    files without compression never import the codec (a plain load's import count)."""
+    if not any(b.table is not None for b in header.blocks):
+        return None
+    from . import _compression
+    return _compression
 
 
 # ---------------------------------------- opening
@@ -276,7 +286,9 @@ def _load(source: Any, mmap_mode: str | None, allow_pickle: bool, check: bool,
             _refuse(header, name, allow_pickle, expected)
             bar = _bar(header, "loading", progress)
             blocks_data = read_blocks(window, header, check, bar)
-            _compression.read_blocks(window, header, blocks_data, check, bar)
+            codec = _codec(header)
+            if codec is not None:
+                codec.read_blocks(window, header, blocks_data, check, bar)
         source.seek(source.size)  # after the checkpoint, as np.load leaves a file
         return _rebuild(header, blocks_data, name)
     name = source
@@ -288,7 +300,9 @@ def _load(source: Any, mmap_mode: str | None, allow_pickle: bool, check: bool,
         if mmap_mode is None:
             bar = _bar(header, "loading", progress)
             blocks_data = read_blocks(f, header, check, bar)
-            _compression.read_blocks(f, header, blocks_data, check, bar)
+            codec = _codec(header)
+            if codec is not None:
+                codec.read_blocks(f, header, blocks_data, check, bar)
         else:
             blocks_data = map_blocks(f, header, mmap_mode)
             if check:
@@ -333,6 +347,7 @@ def load_for_restore(path: str | os.PathLike[str], *, allow_pickle: bool = False
         blocks_data = map_blocks(f, header, "r", stored=True)
         if verify:
             verify_blocks_crc(header, blocks_data, None)
+        from . import _compression
         candidates = _compression.deferrable(header)
         deferred: dict[int, Any] = {}
         for index, b in enumerate(header.blocks):
@@ -695,6 +710,8 @@ def verify(path: str | os.PathLike[str], *, progress: bool = False) -> Checkpoin
         blocks = map_blocks(f, header, "r", stored=True)
         bar = Progress(sum(int(b.nbytes) for b in header.blocks), "verifying", progress)
         verify_blocks(header, blocks, bar)
-        verify_compressed(header, blocks, bar)
+        codec = _codec(header)
+        if codec is not None:
+            codec.verify_blocks(header, blocks, bar)
         del blocks
     return inspect(name)

@@ -36,8 +36,7 @@ import numpy as np
 
 from .. import _process
 from ..errors import SaveError
-from . import _compression, _storage
-from ._compression import Compression, compressed_blocks, compression_argument
+from . import _storage
 from ._graph import EncodedGraph, encode_graph, features_of
 from ._header import (
     ALIGN,
@@ -58,6 +57,7 @@ from ._storage import PAGE, Progress, Source, write_all, write_blocks
 
 if TYPE_CHECKING:
     from ._background import BackgroundSave
+    from ._compression import Compression
 
 __all__ = ["recover", "reading", "serialized", "register", "settle", "written", "handles",
            "Handle", "unwritable", "free_bytes", "state_bytes", "LayoutPolicy", "PLAIN",
@@ -938,6 +938,7 @@ def _compressed_file(path: str, shown: str, data_bytes: int) -> Iterator[int]:
 def _write_compressed(graph: EncodedGraph, plan: _storage.Layout, path: str,
                       compression: Compression, shown: str, progress: bool) -> Written:
     """``write`` with large blocks compressed (see the module docstring)."""
+    from . import _compression  # only saves that compress load the codec
     chunk = compression.chunk
     squeeze = _compression.compressed_blocks(plan.blocks, plan.arrays, compression)
     # The largest table each block can have: every chunk stored raw.
@@ -992,6 +993,7 @@ def chunked_blocks(plan: _storage.Layout, graph: EncodedGraph,
     """Which blocks a placed file stores as chunk tables: those ``compression``
     compresses (the large ones; with ``"auto"``, of one-byte dtypes only), and the
     pickle."""
+    from . import _compression  # only saves that compress load the codec
     last = len(plan.blocks) - 1 if graph.pickle_bytes is not None else -1
     chosen = _compression.compressed_blocks(plan.blocks, plan.arrays, compression)
     return [i == last or c for i, c in enumerate(chosen)]
@@ -1041,6 +1043,7 @@ def _write_placed(graph: EncodedGraph, plan: _storage.Layout, path: str,
     """A full compressed save laid out for incremental ones (the package docstring,
     "Placed chunks"): chunk tables with offsets and raw checksums, tensors with room
     to spare, the header with room to grow, a ``saved`` record."""
+    from . import _compression  # only saves that compress load the codec
     chunked = chunked_blocks(plan, graph, compression)
     chunk = compression.chunk
     # The header's room: that of the largest header this file can need (every chunk raw,
@@ -1226,7 +1229,10 @@ def save(obj: Any, path: str | os.PathLike[str] | io.RawIOBase | io.BufferedIOBa
     began = time.perf_counter()
     target = _target(obj, path, incremental or background)
     meta = check_metadata_argument(metadata)
-    codec = compression_argument(compression)
+    codec = None
+    if compression is not None:
+        from . import _compression  # only saves that compress load the codec
+        codec = _compression.compression_argument(compression)
     if not isinstance(target, str):
         _save_to_file_object(obj, target, allow_pickle, progress, meta, codec)
         return None
@@ -1302,7 +1308,7 @@ def _write(obj: Any, path: str, shown: str, allow_pickle: bool, progress: bool,
 def _nothing_to_compress(codec: Compression | None, plan: _storage.Layout) -> Compression | None:
     """None when ``codec`` is a policy (``"auto"``) that compresses no block of ``plan``
     (a state of floats): the file is then the uncompressed one, incremental if asked."""
-    if codec is not None and codec.dtypes is not None and \
-            not any(compressed_blocks(plan.blocks, plan.arrays, codec)):
-        return None
-    return codec
+    if codec is None or codec.dtypes is None:
+        return codec
+    from . import _compression
+    return codec if any(_compression.compressed_blocks(plan.blocks, plan.arrays, codec)) else None
