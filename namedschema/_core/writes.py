@@ -61,6 +61,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
+import sys
 import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -68,7 +69,6 @@ from typing import Any
 import numpy as np
 
 from ..errors import field_error_class
-from .tree import torch_if_loaded
 
 __all__ = ["cast_checked", "changed_at", "check_write", "describe_change", "limits",
            "quiet_cast", "value_problem", "write_checker"]
@@ -250,7 +250,8 @@ def _np_dtype(x: Any) -> np.dtype | None:
     dtype = getattr(x, "dtype", None)
     if isinstance(dtype, np.dtype):
         return dtype
-    torch = torch_if_loaded()
+    # never imports torch; not tree.torch_if_loaded: tree imports schema, which loads us
+    torch = sys.modules.get("torch")
     if torch is not None and isinstance(dtype, torch.dtype):
         try:
             return np.dtype(str(dtype).removeprefix("torch."))

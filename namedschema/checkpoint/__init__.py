@@ -9,54 +9,53 @@ FieldInfo       one stored array as ``inspect`` reports it
 FORMAT_NAME     the value of the ``format`` metadata key
 FORMAT_VERSION  the format version this package writes (independent of the package)
 
-The package, one module per concern (each imports only those listed before it):
+The package, one module per concern, on three floors (each module imports only those
+listed before it; the upper floors import the plain one, never the reverse):
 
-* ``constants``: the format's name, version, limits and dtype tables
-* ``jsontext``: JSON from a file, its value count bounded before parsing
-* ``metadata``: the caller's plain-string metadata, checked
-* ``header``: typed header records with ``to_json``/``from_json``, and every
-  check of untrusted header data (the trust boundary)
-* ``arrays``: the table of arrays a graph holds; arrays rebuilt from blocks
-* ``nodes``: the node kinds, each with encode, parse, decode and describe
-* ``pickled``: the pickle path for graphs that are not data
-* ``graph``: a graph encoded as nodes, or pickled when allowed (both ways of saving)
-* ``mapped``: arrays copied out of a read-only map holding at most a piece of it
-  (read from the file, or its pages released behind each piece): a resume
-  holds a buffer once, not once more as mapped file
-* ``chunktable``: a compressed block's chunk table, and every check of one
-  read from a file (part of the trust boundary, called by ``header``)
-* ``blocks``: block I/O: chunked writes with CRC-32 and fdatasync, reads, maps
-* ``compression``: the ``compression=`` argument; compressed blocks written
-  from a thread pool, read and verified chunk by chunk
-* ``pages``: which pages of memory were written since read from a file (Linux)
-* ``layout``: arrays grouped into blocks and placed in the file
-* ``atomic``: the atomic file writer (mode kept, symlinks followed) and the
-  stale temporary file reaper
-* ``opening``: opening an untrusted file (regular files only, never blocking)
-  and the one place where failures of reading it become ``FormatError``
-* ``crc``: a block's CRC-32 updated from the ranges that changed
-* ``inflight``: what a save or read of a path waits for: this process's
-  background save of it, another's incremental save (its lock), the journal
-  an interrupted one left (found with one ``lstat``; ``incremental`` is loaded
-  only to settle one)
-* ``journal``: the redo journal of in-place incremental saves
-* ``tracking``: the changed ranges of each block; memory remapped onto the file
-* ``relayout``: where an incremental save puts the blocks that changed size,
-  came or went (and the pickle that outgrew its room), around those kept
-* ``writer``: the one full-file writer (header room, blocks, checksums, header,
-  atomically) and its two layout policies: ``PLAIN``, and ``PAGE_ALIGNED`` for
-  files that incremental saves update in place
-* ``incremental``: ``save(..., incremental=True)``: in-place updates through
-  the journal, baselines, journal recovery at load
-* ``writelog``: the byte ranges in-place saves rewrote, for readers that keep
-  what they computed from a file (check-resume's audit digests)
-* ``background``: ``save(..., background=True)``: a fork snapshot, written by
-  the child while the caller goes on
-* ``saver``, ``loader``, ``inspector``: ``save``, ``load``, ``inspect``
+The plain format
 
-Plain saves and loads of files without a journal load none of ``incremental``,
-``background``, ``journal``, ``tracking``, ``baselines``, ``writeprotect``,
-``forked``; ``load`` loads ``evolution`` only with ``schemas=``.
+* ``_header``: the format's constants and limits, JSON text with its value count
+  bounded before parsing, the caller's metadata, CRC-32 helpers, file-kind sniffing,
+  compressed blocks' chunk tables, and the typed header records with every check of
+  untrusted header data (the trust boundary)
+* ``_graph``: the object graph: tensor names, the table of arrays, folding, the node
+  kinds (encode, parse, decode, describe), pickled leaves; a graph encoded as nodes,
+  or pickled when allowed
+* ``_storage``: arrays copied out of a read-only map a piece at a time, which pages
+  of memory were written since read from a file (Linux), block I/O (chunked writes
+  with CRC-32 and fdatasync, reads, maps), arrays grouped into blocks and placed
+* ``_compression``: the ``compression=`` argument; compressed blocks written from a
+  thread pool, read, verified and decompressed into their destination chunk by chunk
+  (imported only by a save that compresses and a file that holds compressed blocks)
+* ``_write``: the atomic file writer (mode kept, symlinks followed) and the stale
+  temporary file reaper; what a save or read of a path waits for (this process's
+  background save of it, another's incremental save); disk-space checks; the one
+  full-file writer and its layout policies (``PLAIN``; ``PAGE_ALIGNED`` for files that
+  incremental saves update in place; placed chunk tables for compressed ones)
+* ``_save``: ``save``, and the check for the journal an interrupted incremental save
+  left (one ``lstat``; ``_incremental`` is loaded only to settle one)
+* ``_read``: opening an untrusted file (regular files only, never blocking), ``load``,
+  ``inspect`` (``CheckpointInfo``, ``FieldInfo``) and ``verify``
+* ``inspector``: the old module path of ``CheckpointInfo`` and ``FieldInfo``, kept
+  for objects pickled before
+
+Incremental saves
+
+* ``_tracking``: pages watched for writes, the byte ranges in-place saves rewrote
+  (for check-resume's audit digests), what the last save of each file wrote, and the
+  changed ranges of each block
+* ``_incremental``: ``save(..., incremental=True)``: the redo journal, relayout of
+  blocks that changed size, came or went, in-place updates, recovery at load
+* ``_squeezed``: in-place updates of compressed files, chunk by chunk
+
+Background saves
+
+* ``_background``: ``save(..., background=True)``: the snapshot child's forker and
+  the writer thread
+
+Plain saves and loads of files without a journal load none of the incremental and
+background floors, nor ``_compression`` for uncompressed files; ``load`` loads
+``evolution`` only with ``schemas=``.
 
 File format, version 1.0
 ------------------------
@@ -103,7 +102,7 @@ as safetensors requires) and has a ``__metadata__`` object of strings:
     ``{"block", "offset", "shape", "strides", "dtype", "path"}`` plus, for
     torch tensors, ``"torch": dtype name`` and ``"requires_grad"``. ``dtype``
     is numpy's ``dtype.str`` and must be one of the bool, integer, float and
-    complex types in ``constants.ALLOWED_DTYPES`` (either byte order). Every
+    complex types in ``_header.ALLOWED_DTYPES`` (either byte order). Every
     array is rebuilt as a view ``np.ndarray(shape, dtype, buffer=block,
     offset=offset, strides=strides)``, so arrays that shared memory share it
     again. An empty array has ``"block": null``.
@@ -117,7 +116,7 @@ as safetensors requires) and has a ``__metadata__`` object of strings:
     namedarraytuple class as a ``NamedArrayTupleSchema``.
 
     ``structure``: the object graph as a node, or ``null`` when pickled. The
-    node kinds (``nodes.KINDS``, in this order):
+    node kinds (``_graph.KINDS``, in this order):
 
     * JSON ``null``/``true``/``false``/numbers/strings: None, bool, int, float, str
     * ``{"float": "nan"|"inf"|"-inf"}``: a float that is not finite
@@ -300,7 +299,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._header import FORMAT_NAME, FORMAT_VERSION
 from ._read import CheckpointInfo, FieldInfo, inspect, load, verify
-from ._write import save
+from ._save import save
 
 if TYPE_CHECKING:
     from ._background import BackgroundSave

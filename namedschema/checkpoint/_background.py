@@ -201,7 +201,7 @@ def reap(pid: int, read_end: int) -> tuple[int | None, bytes]:
 #   with write-protect tracking): the caller asks the kernel which pages were
 #   written since the last save (re-arming the tracking in the same call) and
 #   copies those pages; a thread then compares them with the file, journals
-#   and writes the changed bytes in place and syncs (``incremental.py``). The
+#   and writes the changed bytes in place and syncs (``_incremental.py``). The
 #   caller pays for the scan and the copy of what changed.
 # * **A fork** (full saves; incremental saves under other tracking): the child
 #   sees the caller's memory as it was at that instant (copy-on-write) and
@@ -582,7 +582,7 @@ def save_in_background(enc: Any, plan: Any, path: str, progress: bool, in_place:
       save would write them (incrementally, comparing with the file, when
       ``in_place``). No fork: the caller pays for the encoding and a copy.
     * Incremental saves with write protection: the changes are copied aside,
-      the writer thread writes them (``incremental.begin_background``).
+      the writer thread writes them (``_incremental.begin_background``).
     * Otherwise a snapshot child, shared memory copied aside first.
 
     ``compression`` is passed to the writer as it is.

@@ -434,7 +434,7 @@ def _run(header: Header, index: int, check: bool, progress: Progress | None,
 
 def read_blocks(f: BinaryIO, header: Header, blocks_data: list, check: bool,
                 progress: Progress | None = None) -> None:
-    """Fill the compressed blocks left None by ``blocks.read_blocks``."""
+    """Fill the compressed blocks left None by ``_storage.read_blocks``."""
     for index, b in enumerate(header.blocks):
         if b.table is not None:
             blocks_data[index] = read_block(f, header, index, check, progress)
@@ -570,7 +570,7 @@ class Deferred:
     A restore (``RunCheckpoint.restore`` and the rows of ``training/state_kinds.py``)
     loads the file with its large compressed arrays as these: ``shape``, ``dtype``,
     ``ndim``, ``size`` and ``nbytes`` are known without decompressing anything, and
-    :meth:`copy_into` (called by ``mapped.copy_from_map``) decompresses straight into
+    :meth:`copy_into` (called by ``_storage.copy_from_map``) decompresses straight into
     the run's own array, chunk by chunk, with no whole-array copy in between. Anything
     else (``np.asarray``, indexing, any other attribute) decompresses the array into
     new memory once and works on that, so a reader that needs the values gets the

@@ -290,7 +290,7 @@ def make_arrays(entries: tuple[ArrayEntry, ...], blocks_data: list, name: str = 
     """Every array of the table as a view of its loaded block (tensors share storages).
 
     A tensor views its block only where torch's alignment for its dtype is
-    met (see ``constants.torch_alignment``); files written by this version
+    met (see ``_header.torch_alignment``); files written by this version
     always meet it, and a tensor of an older or crafted file that does not
     is loaded as an aligned copy instead, since torch's kernels may crash on
     misaligned data. The array of a block in ``deferred`` (a restore's compressed

@@ -63,7 +63,7 @@ MAX_INDEX = 2**62           # bound on any stride or offset read from a file
 # then takes at most about 100 bytes of memory per value.
 MAX_JSON_VALUES = 4_000_000
 ZERO_CRC = "00000000"
-# Compressed blocks (``compression.py``): the codecs a block may name, the raw
+# Compressed blocks (``_compression.py``): the codecs a block may name, the raw
 # chunk sizes a file may declare, and the most raw bytes a stored byte may
 # claim: no zstd frame expands more (an RLE block, 4 bytes, gives at most
 # 128 KiB), so a small file cannot make a load allocate more than this times
@@ -365,7 +365,7 @@ def looks_like(f: BinaryIO) -> str:
 #
 # The chunk table of a compressed block: the record, and every check of one read from a file.
 #
-# Part of the trust boundary: ``header.read_header`` hands each block entry that
+# Part of the trust boundary: ``_header.read_header`` hands each block entry that
 # names a codec to :meth:`ChunkTable.from_json`, which bounds everything before
 # work proportional to it: the chunk count against the raw size (and the stored
 # bytes, one at least per chunk), each chunk's stored size against its raw size
@@ -545,7 +545,7 @@ def first_fields(raw_arrays: list[Any]) -> dict[int, str]:
 # * the pickle entry, if any, names an existing block.
 #
 # The structure itself is a tree of nodes checked node by node by the node table
-# (``nodes.py``), where each node kind is defined once.
+# (``_graph.py``), where each node kind is defined once.
 #
 # Writing builds the same records (``Header.encode``), so the two sides cannot
 # disagree on a field's name or form.

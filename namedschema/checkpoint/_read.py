@@ -25,6 +25,7 @@ from ..errors import (
 from . import _graph
 from ._graph import Decoder, Describer, fold, make_arrays
 from ._header import Header, SaveRecord, check_metadata_argument, fail, read_header
+from ._save import reading, recover
 from ._storage import (
     MMAP_ACCESS,
     Progress,
@@ -37,7 +38,7 @@ from ._storage import (
 from ._storage import (
     verify as verify_blocks_crc,
 )
-from ._write import file_kind, reading, recover, written
+from ._write import file_kind, written
 
 if TYPE_CHECKING:
     from types import ModuleType
@@ -316,9 +317,9 @@ def load_for_restore(path: str | os.PathLike[str], *, allow_pickle: bool = False
     """A checkpoint loaded to be copied into a run's own objects (a restore's load).
 
     Raw blocks are mapped read-only, as with ``mmap_mode="r"``: copies out of them
-    (``mapped.copy_from_map``) read the file straight into their targets. A large
-    compressed array (``compression.deferrable``) whose path ``defer`` accepts comes
-    back as a ``compression.Deferred``, which ``copy_from_map`` decompresses straight
+    (``_storage.copy_from_map``) read the file straight into their targets. A large
+    compressed array (``_compression.deferrable``) whose path ``defer`` accepts comes
+    back as a ``_compression.Deferred``, which ``copy_from_map`` decompresses straight
     into its target, chunk by chunk: restoring a compressed replay buffer costs no
     second copy of it. Other compressed blocks are decompressed into memory.
 

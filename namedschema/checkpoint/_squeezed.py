@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from .. import _process
-from . import _incremental, _storage, _tracking, _write
+from . import _journal, _storage, _tracking, _write
 from ._compression import Compression, chunk_pieces, compress_chunk, workers
 from ._graph import EncodedGraph
 from ._header import ALIGN, BlockEntry, Header, SaveRecord, TensorEntry, crc_concat, read_header
@@ -34,14 +34,14 @@ __all__ = ["full_save", "update", "begin", "report", "adopt", "forget", "FULL_FR
 # ``incremental``, which locks the file, settles its journal and finishes the save).
 # Nothing else imports this module: plain saves and loads never load it.
 #
-# Layout (``full_save``): ``writer.write`` with the ``PAGE_ALIGNED`` policy and
+# Layout (``full_save``): ``_write.write`` with the ``PAGE_ALIGNED`` policy and
 # compression writes the file (``writer`` writes every new file; this module only
-# updates one in place): every block ``compression.compressed_blocks`` selects (at
+# updates one in place): every block ``_compression.compressed_blocks`` selects (at
 # least ``min_block`` bytes; with ``"auto"``, of one-byte dtypes only), and the pickle
 # block whatever its size, stored as a chunk table that places its chunks (``offsets``,
 # the feature ``"zstd-chunk-offsets"``) and lists their raw CRC-32s (``raw_crc32``, the
 # feature ``"zstd-chunk-raw-crcs"``) in a tensor with room to spare
-# (``writer.placed_capacity``); smaller blocks raw; the header with room to grow; a
+# (``_write.placed_capacity``); smaller blocks raw; the header with room to grow; a
 # ``saved`` record. The baseline of the next save (``_Baseline``) is kept in memory:
 # each chunk's raw CRC-32, and the write-protect token of the block's memory.
 #
@@ -64,7 +64,7 @@ __all__ = ["full_save", "update", "begin", "report", "adopt", "forget", "FULL_FR
 #    full save, which packs the file again. So the file stays within about twice its
 #    blocks' stored size whatever the number of saves.
 # 5. The changed chunks, the moved blocks and the new header go through the journal
-#    (``journal.py``), then into the file in place, as any incremental save.
+#    (``_incremental.py``), then into the file in place, as any incremental save.
 #
 # Without a baseline in memory (a file this process did not save: a resumed run; or one
 # changed since) the file's own chunk tables give one (``_from_file``): each chunk's raw
@@ -591,11 +591,11 @@ def _commit(enc: EncodedGraph, plan: _storage.Layout, path: str, real: str, fd: 
     pieces = [*placed.pieces, (0, head, zlib.crc32(head))]
     size = max(found.st.st_size, old.data_start + placed.end)
     bar = Progress(placed.written, "saving (incremental)", progress)
-    _incremental.reserve(fd, pieces, found.st.st_size)
+    _journal.reserve(fd, pieces, found.st.st_size)
     try:
-        _incremental.write(_incremental.journal_path(path), old.description.checkpoint_id,
-                      header.description.checkpoint_id, size, pieces)
-    except _incremental.Unusable as exc:
+        _journal.write(_write.journal_path(path), old.description.checkpoint_id,
+                       header.description.checkpoint_id, size, pieces)
+    except _journal.Unusable as exc:
         raise _Stop("something that is not a journal is in the way of the journal") from exc
     if size > found.st.st_size:   # committed: the file may grow now (a replay grows it too)
         os.ftruncate(fd, size)
@@ -671,7 +671,7 @@ def report(path: str) -> tuple[str, os.stat_result, list[_Block | None]] | None:
 def adopt(path: str, reported: tuple[str, os.stat_result, list[_Block | None]] | None,
           armed: list[Any]) -> None:
     """Record what a snapshot child ``reported`` as this process's baseline, with the
-    write protection ``armed`` at its fork (``tracking.arm_for_full_save``)."""
+    write protection ``armed`` at its fork (``_tracking.arm_for_full_save``)."""
     real = os.path.realpath(path)
     try:
         now = os.stat(real)

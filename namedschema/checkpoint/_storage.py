@@ -54,7 +54,7 @@ __all__ = ["available", "Mapping", "file_mappings", "overlapping", "entries", "o
 # same bytes as ``np.copyto``. Only read-only maps (``load(mmap_mode="r")``) are
 # handled so: copy-on-write maps may hold writes that the file does not, and
 # arrays that view no map are copied by ``np.copyto``. A large compressed array of a
-# file a restore loaded (``compression.Deferred``) is decompressed straight into the
+# file a restore loaded (``_compression.Deferred``) is decompressed straight into the
 # target, chunk by chunk.
 #
 # copy_from_map   ``np.copyto(target, source)`` holding at most a piece of the map
@@ -120,7 +120,7 @@ def copy_from_map(target: np.ndarray, source: Any) -> None:
     match (callers check them, naming what differs).
 
     A ``source`` that is a compressed array a restore left compressed
-    (``compression.Deferred``) is decompressed straight into ``target``.
+    (``_compression.Deferred``) is decompressed straight into ``target``.
     """
     if not isinstance(source, np.ndarray):
         copy_into = getattr(type(source), "copy_into", None)
@@ -658,7 +658,7 @@ def check_crc(header: Header, index: int, value: int) -> None:
 
 def verify(header: Header, blocks_data: list[Any], progress: Progress | None = None) -> None:
     """Check every raw block's CRC-32 against the header (compressed ones: see
-    ``compression.verify_block``)."""
+    ``_compression.verify_block``)."""
     for index, data in enumerate(blocks_data):
         if header.blocks[index].table is not None:
             continue
@@ -677,7 +677,7 @@ def read_blocks(f: BinaryIO, header: Header, verify: bool,
 
     The checksums run in a worker thread behind the reads (they only read
     memory that is already filled), so they overlap the I/O. Compressed
-    blocks are left as None (``compression.read_block`` reads them).
+    blocks are left as None (``_compression.read_block`` reads them).
     """
     blocks_data: list[Any] = []
     crcs: list[Any] = []

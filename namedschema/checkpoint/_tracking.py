@@ -646,7 +646,7 @@ def page_crcs(data: np.ndarray, phase: int) -> np.ndarray:
 #   fallback, also for shared memory that other processes write;
 # * for a private map of this very file at the block's offset (a buffer loaded
 #   with ``mmap_mode='c'``), the pages the process has its own copy of
-#   (``pages.own_copies``): the others are the file;
+#   (``_storage.own_copies``): the others are the file;
 # * otherwise every page.
 #
 # Candidates are then copied aside (a private snapshot: the bytes the save
@@ -809,8 +809,8 @@ def _byte_runs(new: np.ndarray, old: np.ndarray) -> list[tuple[int, int]]:
 class Scan:
     """Finds the changed byte ranges of every block of one save.
 
-    ``blocks`` is the baseline the save leaves (``baselines.record`` it once
-    the save succeeded; a failed save must ``baselines.forget`` the file,
+    ``blocks`` is the baseline the save leaves (``_tracking.record`` it once
+    the save succeeded; a failed save must ``_tracking.forget`` the file,
     since write protection was re-armed here).
     """
 

@@ -35,10 +35,16 @@ torch              helpers for torch users (imports torch): ``safe_globals``,
 
 import sys
 
-from . import _cloudpickle_hook, _torch_hook
-
 __all__ = ["install", "hook_loaded"]
 
+
+#: The modules whose presence makes a hook due (``_torch_hook._WATCHED`` and
+#: ``_cloudpickle_hook.MODULES``; a test keeps them equal): a process that imported none
+#: of them loads neither hook module.
+_TORCH_MODULE = "torch.serialization"
+_CLOUDPICKLE_MODULES = ("cloudpickle.cloudpickle", "ray.cloudpickle.cloudpickle",
+                        "joblib.externals.cloudpickle.cloudpickle",
+                        "srsly.cloudpickle.cloudpickle")
 
 #: ``len(sys.modules)`` when ``hook_loaded`` last looked (a list: set without ``global``).
 _seen = [-1]
@@ -54,8 +60,13 @@ def hook_loaded() -> None:
     if count == _seen[0]:
         return
     _seen[0] = count
-    _torch_hook.register_if_loaded()
-    _cloudpickle_hook.patch_loaded()
+    modules = sys.modules
+    if _TORCH_MODULE in modules:
+        from . import _torch_hook
+        _torch_hook.register_if_loaded()
+    if any(name in modules for name in _CLOUDPICKLE_MODULES):
+        from . import _cloudpickle_hook
+        _cloudpickle_hook.patch_loaded()
 
 
 def install() -> None:
@@ -66,6 +77,7 @@ def install() -> None:
     which waits for their import: call it where a library is used on schemas
     with no schema made, unpickled or pickled since it was imported (see above).
     """
+    from . import _cloudpickle_hook, _torch_hook
     _torch_hook.install()
     _cloudpickle_hook.install()
 

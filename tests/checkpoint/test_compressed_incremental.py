@@ -216,7 +216,7 @@ class _Crash(BaseException):
 def test_a_commit_that_moves_a_block_past_the_end_is_finished_by_load(tmp_path, monkeypatch):
     """Killed between the journal's commit and growing the file (simulated: the save
     stops there), the next load grows the file and writes the moved block."""
-    from namedschema.checkpoint import _incremental as journal
+    from namedschema.checkpoint import _journal as journal
     path = str(tmp_path / "g.nsb")
     obj = {"a": np.zeros(1_000_000, np.uint8), "b": np.zeros(100_000, np.uint8)}
     real = journal.write

@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 
 import namedschema
-from namedschema.checkpoint import _incremental as journal
+from namedschema.checkpoint import _journal as journal
 from tests.helpers import REPO_ROOT
 
 pytest.importorskip("zstandard")
@@ -43,7 +43,7 @@ import numpy as np
 import namedschema
 from namedschema.checkpoint import _compression as compression
 from namedschema.checkpoint import _incremental as incremental
-from namedschema.checkpoint import _incremental as journal
+from namedschema.checkpoint import _journal as journal
 from namedschema.checkpoint import _squeezed as squeezed
 
 compression.CHUNK, compression.MIN_BLOCK = 8192, 256

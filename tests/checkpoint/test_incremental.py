@@ -14,7 +14,7 @@ import namedschema
 from namedschema import NamedArrayTupleSchema
 from namedschema.buffer import buffer_from_example, np_mp_array
 from namedschema.checkpoint import _incremental as incremental
-from namedschema.checkpoint import _incremental as journal
+from namedschema.checkpoint import _journal as journal
 from namedschema.checkpoint import _storage as pages
 from namedschema.checkpoint import _tracking as tracking
 from namedschema.checkpoint._header import updated_crc

@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 
 import namedschema
-from namedschema.checkpoint import _incremental as journal
+from namedschema.checkpoint import _journal as journal
 from namedschema.checkpoint import _storage as pages
 from tests.helpers import REPO_ROOT
 
@@ -45,7 +45,7 @@ import numpy as np
 import namedschema
 from namedschema.buffer import buffer_from_example
 from namedschema.checkpoint import _incremental as incremental
-from namedschema.checkpoint import _incremental as journal
+from namedschema.checkpoint import _journal as journal
 from namedschema.checkpoint import _tracking as tracking
 
 phase, seed, path, log = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]

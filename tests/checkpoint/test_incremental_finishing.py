@@ -19,7 +19,7 @@ import os, sys, time
 import numpy as np
 import namedschema
 from namedschema.checkpoint import _incremental as incremental
-from namedschema.checkpoint import _incremental as journal
+from namedschema.checkpoint import _journal as journal
 
 real = os.fdatasync
 def slow(fd):            # the finishing thread's sync takes a while
@@ -41,7 +41,7 @@ assert os.path.exists(journal.journal_path(path))   # still finishing
 def test_the_interpreter_exit_waits_for_the_last_save_to_finish(tmp_path):
     path = tmp_path / "c.nsb"
     run_fresh(SLOW_SYNC.format(path=str(path)) + "print('exiting')\n")
-    from namedschema.checkpoint import _incremental as journal
+    from namedschema.checkpoint import _journal as journal
     assert not (tmp_path / journal.journal_path(str(path))).exists()
     import namedschema
     assert namedschema.load(path)["a"][5] == 7
@@ -80,7 +80,7 @@ import multiprocessing as mp, os, sys, time
 import numpy as np
 import namedschema
 from namedschema.checkpoint import _incremental as incremental
-from namedschema.checkpoint import _incremental as journal
+from namedschema.checkpoint import _journal as journal
 
 def work(path):
     real = os.fdatasync
@@ -131,7 +131,7 @@ def test_in_place_writes_are_the_finishing_threads_and_readers_wait_for_them(tmp
 
     import namedschema
     from namedschema.checkpoint import _incremental as incremental
-    from namedschema.checkpoint import _incremental as journal
+    from namedschema.checkpoint import _journal as journal
     from namedschema.checkpoint import _tracking as tracking
 
     path = str(tmp_path / "c.nsb")

@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 import namedschema
 import namedschema.checkpoint
 from namedschema.checkpoint import _incremental as incremental
-from namedschema.checkpoint import _incremental as journal
+from namedschema.checkpoint import _journal as journal
 from namedschema.errors import FormatError
 from tests.bounds import bounded
 from tests.figures import record

@@ -12,7 +12,7 @@ import os
 
 import pytest
 
-from namedschema.checkpoint import _incremental as journal
+from namedschema.checkpoint import _journal as journal
 
 PAGE = 4096
 pytestmark = pytest.mark.skipif(not hasattr(os, "SEEK_HOLE"), reason="needs SEEK_HOLE")

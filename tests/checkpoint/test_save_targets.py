@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 import namedschema
-from namedschema.checkpoint import _write as saver_module
+from namedschema.checkpoint import _save as saver_module
 from namedschema.checkpoint import _write as writer_module
 from namedschema.errors import NotRegularFileError
 from tests.figures import record

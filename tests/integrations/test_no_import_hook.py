@@ -157,3 +157,29 @@ def test_joblib_imported_after_namedschema_round_trips():
               b"_make_skeleton_class" not in data)
         """)
     assert out == ["cloudpickle", "True", "3", "True", "True", "True"]
+
+
+def test_hook_modules_load_only_once_their_library_is_imported():
+    """A process that never imports torch or cloudpickle loads neither hook module; the
+    first schema made after cloudpickle's import loads (and applies) its hook."""
+    out = _out("""
+        import sys
+        import namedschema
+        P = namedschema.NamedTupleSchema("P", "x y")
+        hooks = ("namedschema.integrations._torch_hook",
+                 "namedschema.integrations._cloudpickle_hook")
+        print(*(name in sys.modules for name in hooks))
+        import cloudpickle
+        Q = namedschema.NamedTupleSchema("Q", "x y")
+        from namedschema.integrations import _cloudpickle_hook
+        print(_cloudpickle_hook.is_patched(sys.modules["cloudpickle.cloudpickle"]))
+        """)
+    assert out == ["False", "False", "True"]
+
+
+def test_the_watched_names_match_the_hook_modules():
+    """``integrations`` looks for the very modules the hooks act on."""
+    from namedschema import integrations
+    from namedschema.integrations import _cloudpickle_hook, _torch_hook
+    assert integrations._CLOUDPICKLE_MODULES == _cloudpickle_hook.MODULES
+    assert integrations._TORCH_MODULE == _torch_hook._WATCHED

@@ -355,10 +355,10 @@ def test_no_import_cycles_among_namedschema_modules():
 def test_no_import_cycles_even_through_modules_loaded_by_name():
     """No cycle either where a module loads another by name when first needed (issue 29):
     ``_core.schema`` loads ``_core.writes`` (numpy) at the first checked write, and
-    ``checkpoint._write`` loads ``checkpoint._incremental`` to settle a journal; neither
+    ``checkpoint._save`` loads ``checkpoint._incremental`` to settle a journal; neither
     loaded module imports back."""
     graph = without_parents(import_graph(strings=True))
-    assert "namedschema.checkpoint._incremental" in graph["namedschema.checkpoint._write"]
+    assert "namedschema.checkpoint._incremental" in graph["namedschema.checkpoint._save"]
     assert "namedschema._core.writes" in graph["namedschema._core.schema"]
     assert find_cycles(graph) == []
 

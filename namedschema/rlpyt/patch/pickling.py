@@ -83,7 +83,7 @@ def refuse_unloadable(cls) -> None:
     """Raise UnpicklableError if pickling class ``cls`` by name would make an unloadable file.
 
     Called for rlpyt's classes by :func:`namedschema.save`'s pickler. Schemas
-    (rlpyt patched by :func:`namedschema.patch_rlpyt`) pickle by value and pass.
+    (rlpyt patched by :func:`namedschema.rlpyt.patch.patch_rlpyt`) pickle by value and pass.
     """
     module_name = getattr(cls, "__module__", None) or ""
     if isinstance(cls, NamedTupleSchema) or not (module_name == "rlpyt"
