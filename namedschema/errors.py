@@ -8,9 +8,8 @@ SchemaError             a schema definition is invalid, or an unpickled one conf
 SchemaClassError        a class statement cannot define a schema (a SchemaError, also a TypeError)
 StructureMismatchError  a value does not have the expected structure (TypeError)
 FieldError              reading or writing a field failed; also its builtin class (see below)
-FormatError             a checkpoint file is not valid (ValueError)
+FormatError             a checkpoint file is not valid, or needs allow_pickle (ValueError)
 UnexpectedKindError     a valid checkpoint of another kind than load was told to expect
-UnsafeLoadError         a checkpoint needs pickle and allow_pickle was not given
 SaveError               save refused a non-regular file, or a background writer failed (OSError)
 NotDataError            save met a value that is not data and allow_pickle was not given
 UnpicklableError        an attribute of an object being pickled cannot be (TypeError)
@@ -45,6 +44,7 @@ SchemaDefinitionError, SchemaConflictError            SchemaError
 NotRegularFileError, BackgroundSaveError              SaveError
 MissingFieldError, ExtraFieldError, FieldMismatchError SchemaEvolutionError
 ReplayStateError                                      BufferShapeError
+UnsafeLoadError                                       FormatError
 ShardedReplayError, SamplerWorkerError                WorkerError
 
 Every class is defined here, the lowest layer, so that one import reaches them all
@@ -69,7 +69,6 @@ __all__ = [
     "FieldError",
     "FormatError",
     "UnexpectedKindError",
-    "UnsafeLoadError",
     "SaveError",
     "NotDataError",
     "UnpicklableError",
@@ -106,6 +105,7 @@ __all__ = [
     "FieldMismatchError",
     "ShardedReplayError",
     "SamplerWorkerError",
+    "UnsafeLoadError",
 ]
 
 _short = reprlib.Repr()
@@ -270,7 +270,12 @@ FieldRuntimeError = _field_error_for((RuntimeError,))
 
 
 class FormatError(NamedSchemaError, ValueError):
-    """A file is not a namedschema checkpoint, or is damaged or unsupported."""
+    """A file is not a namedschema checkpoint, or is damaged or unsupported; or it holds
+    pickled objects and ``allow_pickle`` was not set (the message says so, and
+    ``inspect(path).needs_pickle`` tells it apart without loading)."""
+
+
+UnsafeLoadError = FormatError   # deprecated name (issue 29)
 
 
 class SaveError(NamedSchemaError, OSError):
@@ -307,10 +312,6 @@ class UnexpectedKindError(FormatError):
 
     def __reduce__(self):
         return (type(self), (str(self), self.metadata, self.expected))
-
-
-class UnsafeLoadError(FormatError):
-    """A checkpoint holds pickled objects and ``allow_pickle`` was not set."""
 
 
 class NotDataError(NamedSchemaError, TypeError):
@@ -497,6 +498,7 @@ DEPRECATED_NAMES: dict[str, str] = {
     "MissingFieldError": "SchemaEvolutionError", "ExtraFieldError": "SchemaEvolutionError",
     "FieldMismatchError": "SchemaEvolutionError", "ReplayStateError": "BufferShapeError",
     "ShardedReplayError": "WorkerError", "SamplerWorkerError": "WorkerError",
+    "UnsafeLoadError": "FormatError",
 }
 
 

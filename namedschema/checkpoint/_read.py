@@ -20,7 +20,6 @@ from ..errors import (
     MissingModuleError,
     SchemaEvolutionError,
     UnexpectedKindError,
-    UnsafeLoadError,
 )
 from . import _graph
 from ._graph import Decoder, Describer, fold, make_arrays
@@ -187,8 +186,8 @@ def load(path: _Path, *, mmap_mode: _MmapMode = None, allow_pickle: bool = False
 
     Raises:
         FormatError: (a ValueError) the file is not a checkpoint, is
-            truncated, corrupt or of an unknown version.
-        UnsafeLoadError: the file needs pickle and ``allow_pickle`` is false.
+            truncated, corrupt or of an unknown version, or it needs pickle and
+            ``allow_pickle`` is false (the message says so; nothing was unpickled).
         UnexpectedKindError: (a FormatError) the file's metadata lack a pair
             of ``expect_metadata``; nothing was loaded.
         OSError: the file cannot be read.
@@ -380,7 +379,7 @@ def _refuse(header: Any, name: str, allow_pickle: bool, expected: dict[str, str]
                       "was loaded"), found, expected)
     if header.description.pickle is not None and not allow_pickle:
         reason = printable(header.description.pickle.reason[:200])
-        raise UnsafeLoadError(
+        raise FormatError(
             printable(f"{name!r} holds pickled objects ({reason} is not plain "
                       "data); loading it runs code chosen by whoever wrote the "
                       "file. Pass allow_pickle=True only if you trust it."))
