@@ -43,7 +43,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import numpy as np  # noqa: E402
 
 import namedschema  # noqa: E402
-from namedschema.checkpoint import _incremental as incremental
+from benchmarks.suite.incremental import resident_bytes as _rss  # noqa: E402
+from namedschema.checkpoint import _incremental as incremental  # noqa: E402
 from namedschema.checkpoint import _tracking as tracking  # noqa: E402
 
 MIB = 2**20
@@ -95,16 +96,6 @@ def fallback(directory: str, mib: int, reps: int) -> dict[str, list[float]]:
                     raise SystemExit(f"{path}: not an incremental save")
     tracking._forced = None
     return out
-
-
-def _rss() -> int:
-    total = 0
-    with open("/proc/self/status") as f:
-        for line in f:
-            key, _, rest = line.partition(":")
-            if key in ("RssAnon", "RssShmem", "RssFile"):
-                total += int(rest.split()[0]) * 1024
-    return total
 
 
 def _resume_child(path: str, route: str, own: bool) -> None:

@@ -40,7 +40,7 @@ from typing import Any
 
 from .common import finish, progress, result, rotated, run_in_child, topic_parser
 
-__all__ = ["CASES", "main"]
+__all__ = ["CASES", "main", "resident_bytes"]
 
 CASES = ("buffer_from_example", "mmap_resume", "rlpyt_uniform", "rlpyt_prioritized")
 FRACTIONS = (0.001, 0.01, 0.1)
@@ -54,7 +54,7 @@ MEMORY_LIMIT_MIB = 64
 
 # ---------------------------------------------------------------- child side
 
-def _private_rss():
+def resident_bytes() -> int:
     """Resident bytes of this process: anonymous, shared and mapped-file pages."""
     total = 0
     with open("/proc/self/status") as f:
@@ -72,13 +72,13 @@ def _measure(func):
     """
     import threading
     import time
-    before = _private_rss()
+    before = resident_bytes()
     peak = [before]
     done = threading.Event()
 
     def sample():
         while not done.wait(0.001):
-            peak[0] = max(peak[0], _private_rss())
+            peak[0] = max(peak[0], resident_bytes())
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
@@ -87,7 +87,7 @@ def _measure(func):
     elapsed = time.perf_counter() - start
     done.set()
     sampler.join()
-    peak[0] = max(peak[0], _private_rss())
+    peak[0] = max(peak[0], resident_bytes())
     return elapsed, max(peak[0] - before, 0)
 
 
