@@ -59,7 +59,8 @@ import nothing of namedschema (runs of rlpyt alone load it from its file).
 from __future__ import annotations
 
 import reprlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from typing import Any, Self
 
 __all__ = [
     "NamedSchemaError",
@@ -113,7 +114,7 @@ _short.maxstring = 40
 _short.maxother = 40
 
 
-def short_repr(obj) -> str:
+def short_repr(obj: object) -> str:
     """A bounded repr for messages (index arrays can be huge)."""
     return _short.repr(obj)
 
@@ -149,7 +150,7 @@ class StructureMismatchError(NamedSchemaError, TypeError):
         msg = f"{path}: expected {expected}, got {got}"
         super().__init__(msg + (f"; {detail}" if detail else ""))
 
-    def __reduce__(self):  # (a background save's child sends its errors by pickle)
+    def __reduce__(self) -> tuple[type[Self], tuple[object, ...]]:  # (a background save's child sends its errors by pickle)
         return type(self), (self.path, self.expected, self.got, self.detail)
 
 
@@ -183,7 +184,7 @@ class FieldError(NamedSchemaError):
             msg = f"{where}: cannot index with {short_repr(loc)}: {reason}"
         super().__init__(msg)
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[type[Self], tuple[object, ...]]:
         return (type(self), (self.schema, self.path, self.loc, self.reason,
                              self.written, self.assigning))
 
@@ -226,13 +227,15 @@ def _field_error_for(builtins: tuple[type, ...]) -> type[FieldError]:
     return made
 
 
-def _reduce_made(self):
-    return (rebuild_field_error, (type(self)._builtins,
+def _reduce_made(self: FieldError) -> tuple[Callable[..., FieldError], tuple[object, ...]]:
+    # _builtins is in the dict of each class _field_error_for makes, not on FieldError
+    names: tuple[str, ...] = type(self)._builtins  # type: ignore[attr-defined]
+    return (rebuild_field_error, (names,
                                   (self.schema, self.path, self.loc, self.reason,
                                    self.written, self.assigning)))
 
 
-def rebuild_field_error(builtin_names: tuple, args: tuple) -> FieldError:
+def rebuild_field_error(builtin_names: tuple[str, ...], args: tuple[Any, ...]) -> FieldError:
     """Unpickle a FieldError of a class made on demand (by its builtins' names)."""
     import builtins
     classes = tuple(getattr(builtins, name) for name in builtin_names)
@@ -310,7 +313,7 @@ class UnexpectedKindError(FormatError):
         super().__init__(message)
         self.metadata, self.expected = dict(metadata or {}), dict(expected or {})
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[type[Self], tuple[object, ...]]:
         return (type(self), (str(self), self.metadata, self.expected))
 
 
@@ -329,7 +332,7 @@ class NotDataError(NamedSchemaError, TypeError):
                          + (f": {why}" if why else "")
                          + "; pass allow_pickle=True to pickle it")
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[type[Self], tuple[object, ...]]:
         return type(self), (self.file, self.path, self.type_name, self.why)
 
 
@@ -367,7 +370,7 @@ class UnpicklableError(NamedSchemaError, TypeError):
         self.path, self.what, self.reason = path, what, reason
         super().__init__(f"{path}: cannot pickle {what}: {reason}")
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[type[Self], tuple[object, ...]]:
         return type(self), (self.path, self.what, self.reason)
 
 
@@ -391,7 +394,7 @@ class MissingModuleError(NamedSchemaError, ModuleNotFoundError):
                          f"cannot be imported in this process ({reason}); make it "
                          "importable and load again", name=module)
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[type[Self], tuple[object, ...]]:
         return type(self), (self.module, self.qualname, self.reason)
 
 
@@ -411,7 +414,7 @@ class MissingClassError(NamedSchemaError, AttributeError):
         super().__init__(f"unpickling needs {module}.{qualname}, which module {module!r} "
                          f"does not define in this process ({reason})")
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[type[Self], tuple[object, ...]]:
         return type(self), (self.module, self.qualname, self.reason)
 
 

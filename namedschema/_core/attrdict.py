@@ -17,19 +17,24 @@ rebuild_attrdict       what its pickles call to make the object
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Self
+from collections.abc import Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Self, SupportsIndex, TypeVar
 
 __all__ = ["AttrDict", "reduce_attrdict", "setstate_attrdict", "rebuild_attrdict"]
 
+DictT = TypeVar("DictT", bound=dict[Any, Any])  # a dict subclass that is its own __dict__
 
-def rebuild_attrdict(cls):
+
+def rebuild_attrdict(cls: type[DictT]) -> DictT:
     """An empty instance of the dict subclass ``cls`` that is its own ``__dict__``."""
     obj = dict.__new__(cls)
     obj.__dict__ = obj
     return obj
 
 
-def reduce_attrdict(self, protocol):
+def reduce_attrdict(self: dict[Any, Any], protocol: SupportsIndex) -> tuple[
+        Callable[[type[dict[Any, Any]]], dict[Any, Any]], tuple[type[dict[Any, Any]]], None,
+        None, Iterator[tuple[Any, Any]]]:
     """``__reduce_ex__``: rebuild empty and self-dict first, then set the items.
 
     The items go through pickle's SETITEMS, so an AttrDict that contains itself
@@ -38,7 +43,7 @@ def reduce_attrdict(self, protocol):
     return rebuild_attrdict, (type(self),), None, None, iter(dict.items(self))
 
 
-def setstate_attrdict(self, state) -> None:
+def setstate_attrdict(self: dict[Any, Any], state: Mapping[Any, Any] | None) -> None:
     """``__setstate__`` for pickles made with the default reduction.
 
     Their state is the old ``__dict__``, i.e. the object itself (already

@@ -89,15 +89,18 @@ class SchemaBaseMeta(type):
     one, so subclasses of schemas pass through it as well.
     """
 
-    class_statement: Any = None
+    #: ``(mcls, name, bases, namespace, keywords) -> the new class``, or None
+    class_statement: Callable[[type, str, tuple[type, ...], dict[str, Any], dict[str, Any]],
+                              SchemaBaseMeta] | None = None
 
-    def __new__(mcls, name, bases, namespace, /, **kwargs):
+    def __new__(mcls, name: str, bases: tuple[type, ...], namespace: dict[str, Any], /,
+                **kwargs: Any) -> SchemaBaseMeta:
         build = SchemaBaseMeta.class_statement
         if build is None:  # the core's own base classes, before _classdef loads
             return super().__new__(mcls, name, bases, namespace, **kwargs)
         return build(mcls, name, bases, namespace, kwargs)
 
-    def __init__(cls, *args, **kwargs) -> None:
+    def __init__(cls, *args: object, **kwargs: object) -> None:
         # Everything happens in __new__; type.__init__ would reject the keywords
         # of the schema factories (and type checkers read the schema
         # metaclasses' __new__ only while __init__ is not defined beside it).
@@ -148,11 +151,11 @@ class NamedTuple(tuple[Any, ...], metaclass=SchemaBaseMeta):
         """Return a new dict mapping field names to their values."""
         return dict(zip(self._fields, self, strict=True))
 
-    def __getnewargs__(self):
+    def __getnewargs__(self) -> tuple[Any, ...]:
         # pickle and copy rebuild instances through ``__new__`` with these.
         return tuple(self)
 
-    def __setstate__(self, state):
+    def __setstate__(self, state: object) -> None:
         # An instance is its values, all given to ``__new__``: it has no state.
         # A crafted pickle's BUILD could otherwise set ``__class__`` and relabel
         # a 1-value instance as a 3-field schema (torch's weights-only loader
@@ -171,7 +174,8 @@ class NamedTuple(tuple[Any, ...], metaclass=SchemaBaseMeta):
         return GenericAlias(cls, item)
 
 
-def _locate_read_failure(nat, loc, exc):
+def _locate_read_failure(nat: NamedTuple, loc: object, exc: Exception
+                         ) -> tuple[tuple[str, ...], Exception] | tuple[None, None]:
     """Find the field whose indexing failed; return (path, exception) or (None, None).
 
     A nested array tuple that failed has already raised a FieldError that
@@ -238,7 +242,7 @@ class NamedArrayTuple(NamedTuple):
         except Exception as exc:
             raise_write_error(self, index, loc, value, exc)
 
-    def __contains__(self, key) -> bool:
+    def __contains__(self, key: object) -> bool:
         """True if ``key`` is a field name (like a dict, unlike a tuple)."""
         return key in self._fields
 
@@ -255,10 +259,10 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-def raise_read_error(nat, loc, exc) -> NoReturn:
+def raise_read_error(nat: NamedTuple, loc: object, exc: Exception) -> NoReturn:
     """Re-raise a failed ``nat[loc]`` as a FieldError naming the failing field."""
     path, cause = _locate_read_failure(nat, loc, exc)
-    if path is None:  # not a field's fault (a failing hook, or RecursionError)
+    if path is None or cause is None:  # not a field's fault (a failing hook, RecursionError)
         raise exc
     root = cause.__cause__ or cause if isinstance(cause, FieldError) else cause
     reason = cause.reason if isinstance(cause, FieldError) else _describe(cause)
@@ -270,7 +274,7 @@ def raise_read_error(nat, loc, exc) -> NoReturn:
 #: (type of a Python number, field dtypes...) -> (lowest, highest, whole): a broadcast of
 #: such a number within the bounds needs no full write check. Filled by the check
 #: (``writes``), read by the generated ``__setitem__`` (``schema``).
-SCALAR_RULES: dict[tuple[Any, ...], tuple] = {}
+SCALAR_RULES: dict[tuple[object, ...], tuple[float, float, bool]] = {}
 _write_checker: Callable[[Any, Any, Any, bool], None] | None = None
 _load_write_checker: Callable[[], Callable[[Any, Any, Any, bool], None]] | None = None
 
@@ -298,7 +302,8 @@ def check_write(nat: Any, loc: Any, value: Any, same_fields: bool) -> None:
     checker(nat, loc, value, same_fields)
 
 
-def raise_write_error(nat, index, loc, value, exc) -> NoReturn:
+def raise_write_error(nat: NamedTuple, index: int, loc: object, value: object,
+                      exc: Exception) -> NoReturn:
     """Re-raise a failed ``nat[loc] = value`` (at field ``index``) as a FieldError.
 
     The message lists the fields already written, since the assignment is

@@ -214,11 +214,11 @@ def _never_named(value: Any) -> bool:
 class _Core:
     """What the core hands over when it loads this module (:func:`write_checker`)."""
 
-    rules: dict[tuple, tuple] = {}
+    rules: dict[tuple[object, ...], tuple[float, float, bool]] = {}
     is_named: Callable[[Any], bool] = _never_named
 
 
-def write_checker(rules: dict[tuple, tuple],
+def write_checker(rules: dict[tuple[object, ...], tuple[float, float, bool]],
                   is_named: Callable[[Any], bool]) -> Callable[[Any, Any, Any, bool], None]:
     """:func:`check_write`, filling ``rules`` (the generated code's) and telling named
     tuples apart with ``is_named`` (``schema.is_named``: this module imports no schema)."""

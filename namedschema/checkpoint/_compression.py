@@ -285,7 +285,7 @@ def write_block(fd: int, source: Source, nbytes: int, compression: Compression,
     Chunks are compressed by ``pool``, at most ``in_flight_limit`` at a time, and
     written in order. ``raw_crcs`` (if given) receives each chunk's raw CRC-32.
     """
-    in_flight: collections.deque[tuple[Future, int]] = collections.deque()
+    in_flight: collections.deque[tuple[Future[tuple[Any, int, int]], int]] = collections.deque()
     limit = max(1, in_flight_limit)
     chunks: list[tuple[int, int]] = []
     raw_crcs = [] if raw_crcs is None else raw_crcs
@@ -398,7 +398,7 @@ def _decode(header: Header, index: int, k: int, frame: Any, out: Any, check: boo
 
 
 def _run(header: Header, index: int, check: bool, progress: Progress | None,
-         job: Callable[[int, int, int, int, ThreadPoolExecutor], Future]) -> None:
+         job: Callable[[int, int, int, int, ThreadPoolExecutor], Future[int]]) -> None:
     """Run ``job(k, stored_at, raw_at, raw_len, pool)`` (a future) for every chunk of a block, bounded,
     then check the block's raw CRC-32 (if ``check``)."""
     block = header.blocks[index]
@@ -406,7 +406,7 @@ def _run(header: Header, index: int, check: bool, progress: Progress | None,
     n = len(table.chunks)
     crcs = [0] * n
     with ThreadPoolExecutor(workers(), thread_name_prefix="namedschema-zstd") as pool:
-        in_flight: collections.deque[tuple[int, Future]] = collections.deque()
+        in_flight: collections.deque[tuple[int, Future[int]]] = collections.deque()
         limit = 2 * workers()
         for k, stored_at in enumerate(table.starts()):
             raw_at = k * table.chunk
@@ -432,7 +432,7 @@ def _run(header: Header, index: int, check: bool, progress: Progress | None,
                  f"{block.crc32:08x}")
 
 
-def read_blocks(f: BinaryIO, header: Header, blocks_data: list, check: bool,
+def read_blocks(f: BinaryIO, header: Header, blocks_data: list[np.ndarray], check: bool,
                 progress: Progress | None = None) -> None:
     """Fill the compressed blocks left None by ``_storage.read_blocks``."""
     for index, b in enumerate(header.blocks):
@@ -440,7 +440,7 @@ def read_blocks(f: BinaryIO, header: Header, blocks_data: list, check: bool,
             blocks_data[index] = read_block(f, header, index, check, progress)
 
 
-def verify_blocks(header: Header, stored: list, progress: Progress | None = None) -> None:
+def verify_blocks(header: Header, stored: list[np.ndarray], progress: Progress | None = None) -> None:
     """Check every compressed block of ``stored`` (``map_blocks(..., stored=True)``)."""
     for index, b in enumerate(header.blocks):
         if b.table is not None:
@@ -456,7 +456,7 @@ def read_block(f: BinaryIO, header: Header, index: int, check: bool,
     view = dest.data
     start = header.block_file_start(index)
 
-    def job(k: int, stored_at: int, raw_at: int, raw_len: int, pool: Any) -> Future:
+    def job(k: int, stored_at: int, raw_at: int, raw_len: int, pool: ThreadPoolExecutor) -> Future[int]:
         stored = table.chunks[k][0]
         out = view[raw_at:raw_at + raw_len]
         buf = out if stored == raw_len else memoryview(bytearray(stored))
@@ -469,7 +469,7 @@ def read_block(f: BinaryIO, header: Header, index: int, check: bool,
                      f"chunk {k} (file changed while reading?)")
             got += n
         if stored == raw_len and not check:
-            done: Future = Future()
+            done: Future[int] = Future()
             done.set_result(0)
             return done
         return submit_or_run(pool, _decode, header, index, k, buf, out, check)
@@ -498,7 +498,7 @@ def verify_block(stored: np.ndarray, header: Header, index: int,
             return table.chunks[k][1]
         return _decode(header, index, k, frame, out, True)
 
-    def job(k: int, stored_at: int, raw_at: int, raw_len: int, pool: Any) -> Future:
+    def job(k: int, stored_at: int, raw_at: int, raw_len: int, pool: ThreadPoolExecutor) -> Future[int]:
         return submit_or_run(pool, check_one, k, stored_at, raw_len)
 
     _run(header, index, True, progress, job)
@@ -540,7 +540,7 @@ def check_stored(stored: np.ndarray, header: Header, index: int, check: bool) ->
                      f"{raw_len}")
         return 0
 
-    def job(k: int, stored_at: int, raw_at: int, raw_len: int, pool: Any) -> Future:
+    def job(k: int, stored_at: int, raw_at: int, raw_len: int, pool: ThreadPoolExecutor) -> Future[int]:
         return submit_or_run(pool, check_one, k, stored_at, raw_len)
 
     _run(header, index, False, None, job)
@@ -556,7 +556,7 @@ def decompress_into(stored: np.ndarray, header: Header, index: int, out: memoryv
     zstd_module(header.block_field(index))
     whole = stored.data.cast("B")
 
-    def job(k: int, stored_at: int, raw_at: int, raw_len: int, pool: Any) -> Future:
+    def job(k: int, stored_at: int, raw_at: int, raw_len: int, pool: ThreadPoolExecutor) -> Future[int]:
         frame = whole[stored_at:stored_at + table.chunks[k][0]]
         return submit_or_run(pool, _decode, header, index, k, frame,
                              out[raw_at:raw_at + raw_len], check)

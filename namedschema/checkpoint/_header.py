@@ -135,8 +135,9 @@ _BITS = 48  # blocks up to 2**48 bytes
 
 def _apply(tables: np.ndarray, values: np.ndarray) -> np.ndarray:
     """Apply the linear map whose byte tables are ``tables`` (4 x 256) to ``values``."""
-    return (tables[0][values & 0xFF] ^ tables[1][(values >> 8) & 0xFF]
-            ^ tables[2][(values >> 16) & 0xFF] ^ tables[3][values >> 24])
+    mapped: np.ndarray = (tables[0][values & 0xFF] ^ tables[1][(values >> 8) & 0xFF]
+                          ^ tables[2][(values >> 16) & 0xFF] ^ tables[3][values >> 24])
+    return mapped
 
 
 def _tables_from_columns(columns: np.ndarray) -> np.ndarray:
@@ -914,7 +915,7 @@ class Header:
         return next((a.path for a in self.arrays if a.block == index),
                     self.blocks[index].tensor)
 
-    def with_crcs(self, crcs) -> Header:
+    def with_crcs(self, crcs: Iterable[int]) -> Header:
         """This header with the blocks' checksums set (known only once the data is written)."""
         blocks = tuple(replace(b, crc32=c) for b, c in zip(self.blocks, crcs, strict=True))
         return replace(self, description=replace(self.description, blocks=blocks))
@@ -1078,7 +1079,7 @@ def _check_metadata(name: str, meta: Any, raw: bytes) -> tuple[dict[str, Any], s
     return meta, f"{major}.{minor}"
 
 
-def _parse_description(name: str, meta: dict[str, Any]) -> dict:
+def _parse_description(name: str, meta: dict[str, Any]) -> dict[str, Any]:
     try:
         desc = parse_bounded(name, meta["namedschema"], "namedschema description")
     except (KeyError, TypeError, ValueError, RecursionError) as exc:

@@ -7,7 +7,7 @@ import fcntl
 import io
 import os
 import stat
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, BinaryIO, Literal, cast, overload
 
@@ -23,7 +23,7 @@ from ..errors import (
 )
 from . import _graph
 from ._graph import Decoder, Describer, fold, make_arrays
-from ._header import Header, SaveRecord, check_metadata_argument, fail, read_header
+from ._header import ArrayEntry, Header, SaveRecord, check_metadata_argument, fail, read_header
 from ._save import reading, recover
 from ._storage import (
     MMAP_ACCESS,
@@ -253,7 +253,7 @@ def _shown(source: Any) -> str:
 class _Window:
     """A binary file object seen from its current position, as a checkpoint file is."""
 
-    def __init__(self, f: Any):
+    def __init__(self, f: BinaryIO):
         self.f, self.start = f, f.tell()
         self.size = f.seek(0, os.SEEK_END) - self.start
         f.seek(self.start)
@@ -265,7 +265,8 @@ class _Window:
     def readinto(self, view: Any) -> int:
         into = getattr(self.f, "readinto", None)
         if callable(into):
-            return into(view)
+            got: int = into(view)
+            return got
         data = self.f.read(len(view))
         view[:len(data)] = data
         return len(data)
@@ -385,7 +386,7 @@ def _refuse(header: Any, name: str, allow_pickle: bool, expected: dict[str, str]
                       "file. Pass allow_pickle=True only if you trust it."))
 
 
-def _rebuild(header: Any, blocks_data: list, name: str,
+def _rebuild(header: Any, blocks_data: list[np.ndarray], name: str,
              deferred: dict[int, Any] | None = None) -> Any:
     with file_errors(name):
         arrays = make_arrays(header.arrays, blocks_data, name, deferred)
@@ -511,8 +512,9 @@ class CheckpointInfo:
         return "\n".join(lines)
 
 
-def describe(report, *, full: bool = False) -> str:
-    """The text ``namedschema inspect`` prints for a ``namedschema.inspect`` result.
+def describe(report: object, *, full: bool = False) -> str:
+    """The text ``namedschema inspect`` prints for a ``namedschema.inspect`` result
+    (a ``CheckpointInfo``; any other object is shown as its ``str``).
 
     Adds whether loading needs ``allow_pickle`` (decided by the report's
     ``needs_pickle``, never by searching text a file could forge). Control
@@ -566,10 +568,10 @@ def _array_line(info: FieldInfo) -> str:
     return text
 
 
-def _view_of(arrays) -> list[Any]:
+def _view_of(arrays: Iterable[ArrayEntry]) -> list[str | None]:
     """For each array, the path of the first earlier one it overlaps in its block."""
-    spans_by_block: dict[str, Any] = {}
-    result = []
+    spans_by_block: dict[int, list[tuple[int, int, str]]] = {}
+    result: list[str | None] = []
     for a in arrays:
         found = None
         if a.block is not None and a.nbytes:

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import cache
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, TypeVar, TypeVarTuple
 
 import numpy as np
 
@@ -28,6 +28,9 @@ from ._header import ALIGN, CHUNK, ST_DTYPES, ArrayEntry, BlockEntry, Header, Te
 
 __all__ = ["available", "Mapping", "file_mappings", "overlapping", "entries", "own_copies",
            "private", "PAGE", "copy_from_map", "read_only_map", "remember_file", "PIECE"]
+
+T = TypeVar("T")
+Ts = TypeVarTuple("Ts")
 
 
 # ---------------------------------------- mapped
@@ -304,7 +307,8 @@ def entries(lo: int, npages: int) -> np.ndarray:
 
 
 def _own(e: np.ndarray) -> np.ndarray:
-    return (((e & _PRESENT) != 0) & ((e & _FILE) == 0)) | ((e & _SWAPPED) != 0)
+    own: np.ndarray = (((e & _PRESENT) != 0) & ((e & _FILE) == 0)) | ((e & _SWAPPED) != 0)
+    return own
 
 
 def own_copies(before: np.ndarray, after: np.ndarray) -> np.ndarray:
@@ -319,8 +323,9 @@ def own_copies(before: np.ndarray, after: np.ndarray) -> np.ndarray:
     """
     present_before = (before & _PRESENT) != 0
     present_after = (after & _PRESENT) != 0
-    return _own(before) | (present_after & ((after & _FILE) == 0)) | (
+    copies: np.ndarray = _own(before) | (present_after & ((after & _FILE) == 0)) | (
         present_before & ((after & _SWAPPED) != 0))
+    return copies
 
 
 def private(lo: int, hi: int) -> bool:
@@ -522,7 +527,7 @@ class EarlySync:
     def __init__(self, fd: int) -> None:
         self.fd = fd
         self.unsynced = 0
-        self.syncing: Future | None = None
+        self.syncing: Future[None] | None = None
         self.pool: ThreadPoolExecutor | None = None
 
     def wrote(self, nbytes: int) -> None:
@@ -547,7 +552,7 @@ class EarlySync:
                 self.pool.shutdown(wait=True)
 
 
-def submit_or_run(pool: ThreadPoolExecutor, fn: Callable[..., Any], *args: Any) -> Future:
+def submit_or_run(pool: ThreadPoolExecutor, fn: Callable[[*Ts], T], *args: *Ts) -> Future[T]:
     """``pool.submit(fn, *args)``, or the call made here when the pool takes no more work.
 
     concurrent.futures refuses new work once the interpreter begins to exit (before
@@ -559,7 +564,7 @@ def submit_or_run(pool: ThreadPoolExecutor, fn: Callable[..., Any], *args: Any) 
         return pool.submit(fn, *args)
     except RuntimeError:
         pool.shutdown(wait=True)       # what it took still runs: let it finish first
-        done: Future[Any] = Future()
+        done: Future[T] = Future()
         try:
             done.set_result(fn(*args))
         except BaseException as exc:
