@@ -176,9 +176,14 @@ def reduce_keeping_views(self, protocol):
     ``__getstate__`` is respected.
     """
     cls = type(self)
-    if cls.__reduce__ is not object.__reduce__:
+    # strict_equality calls these identity checks non-overlapping: mypy types the method
+    # read from a class as unbound (self first) and object's as bound, though both are
+    # plain attribute reads of the same kind and may well be the same function.
+    if cls.__reduce__ is not object.__reduce__:  # type: ignore[comparison-overlap]
         return self.__reduce__()
-    state = self.__getstate__() if cls.__getstate__ is not object.__getstate__ else self.__dict__
+    state = (self.__getstate__()
+             if cls.__getstate__ is not object.__getstate__  # type: ignore[comparison-overlap]
+             else self.__dict__)
     if not isinstance(state, dict):
         return _NEWOBJ, (cls,), state
     return _NEWOBJ, (cls,), _State(state, cls.__name__)
@@ -518,7 +523,9 @@ def _attributes(x):
     kind = type(x)
     if not hasattr(x, "__dict__") or _is_stdlib(kind):
         return []  # the object itself is the answer: a Thread, not its inner lock
-    if kind.__reduce_ex__ is object.__reduce_ex__ and kind.__reduce__ is object.__reduce__:
+    # (comparison-overlap: mypy types kind's methods as unbound, object's as bound; see above)
+    if (kind.__reduce_ex__ is object.__reduce_ex__  # type: ignore[comparison-overlap]
+            and kind.__reduce__ is object.__reduce__):  # type: ignore[comparison-overlap]
         return list(vars(x).items())
     return []
 
