@@ -79,7 +79,7 @@ import sys
 import threading
 import uuid
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from ..errors import SchemaError
@@ -113,8 +113,10 @@ def arrays_kept_apart() -> bool:
 # Pickling by value
 # --------------------------------------------------------------------------
 
-# Values are schema classes (typed Any: their _fields etc. come from the metaclass).
-_registry: weakref.WeakValueDictionary[str, Any] = weakref.WeakValueDictionary()
+# A schema class, typed Any: its _fields, _typename etc. come from the metaclass, and
+# this module (standard library only, below ``schema``) imports no schema type.
+SchemaClass = Any
+_registry: weakref.WeakValueDictionary[str, SchemaClass] = weakref.WeakValueDictionary()
 # Re-entrant: rebuilding a schema happens while holding it, and building one
 # registers it under the same lock.
 _lock = threading.RLock()
@@ -153,19 +155,19 @@ def _used() -> None:
         callback()
 
 
-def register_schema(cls, schema_id: str) -> None:
+def register_schema(cls: SchemaClass, schema_id: str) -> None:
     """Record ``cls`` as the live schema for ``schema_id``."""
     with _lock:
         _registry[schema_id] = cls
     _used()
 
 
-def lookup_schema(schema_id: str):
+def lookup_schema(schema_id: str) -> SchemaClass | None:
     """The live schema registered under ``schema_id``, or None."""
     return _registry.get(schema_id)
 
 
-def is_registered_schema(obj) -> bool:
+def is_registered_schema(obj: object) -> bool:
     """True if ``obj`` is a schema class made by a factory and live in this process.
 
     False for everything else, including classes made by a class statement
@@ -187,7 +189,8 @@ def registered_schema_count() -> int:
 _ID_NAMESPACE = uuid.UUID("6f1c1d2e-5a0b-4c8e-9a57-2f3c4b5d6e7f")
 
 
-def derived_schema_id(kind: str, module, typename: str, fields, defaults,
+def derived_schema_id(kind: str, module: object, typename: str, fields: Iterable[str],
+                      defaults: Iterable[object] | None,
                       occurrence: int = 0) -> str | None:
     """The id a definition always gets, in every process; None if it has none.
 
@@ -208,14 +211,16 @@ def derived_schema_id(kind: str, module, typename: str, fields, defaults,
     return uuid.uuid5(_ID_NAMESPACE, key).hex
 
 
-def reduce_schema(cls):
+def reduce_schema(cls: SchemaClass
+                  ) -> str | tuple[Callable[..., SchemaClass], tuple[object, ...]]:
     """copyreg reducer: schema classes by value, user subclasses by name."""
     _used()
     schema_id = cls.__dict__.get("_schema_id")
     if schema_id is None:
         # ``class Point(SomeSchema): ...`` -- an ordinary class statement;
         # pickle it by reference like any other class.
-        return cls.__qualname__
+        qualname: str = cls.__qualname__
+        return qualname
     recorded = cls.__dict__.get(_REBUILT_FROM)
     module = recorded[0] if recorded is not None else cls.__module__
     module = module if isinstance(module, str) else None
@@ -225,8 +230,12 @@ def reduce_schema(cls):
              defaults, module))
 
 
-def rebuild_schema(kind, schema_id, typename, fields, defaults, module):
-    """Return the schema for ``schema_id``, building it on first sight."""
+def rebuild_schema(kind: str, schema_id: object, typename: str, fields: Sequence[str],
+                   defaults: Sequence[object], module: object) -> SchemaClass:
+    """Return the schema for ``schema_id``, building it on first sight.
+
+    The arguments are what a pickle holds (any object a crafted one chose): the id and
+    the module are checked here, the rest by the schema's builder."""
     try:
         _metaclass, build = KINDS[kind]
     except (KeyError, TypeError):
@@ -272,13 +281,15 @@ def rebuild_schema(kind, schema_id, typename, fields, defaults, module):
 # by any version load, and new pickles are byte-identical to old ones.
 rebuild_schema.__module__ = "namedschema._pickle"
 
-def _same_definition(cls, kind, typename, fields, defaults) -> bool:
+def _same_definition(cls: SchemaClass, kind: str, typename: str, fields: Iterable[str],
+                     defaults: Iterable[object]) -> bool:
     return (type(cls).__name__ == kind and cls._typename == typename
             and cls._fields == tuple(fields)
             and same_value(tuple(cls._field_defaults.values()), tuple(defaults)))
 
 
-def _variant_id(schema_id, kind, typename, fields, defaults) -> str:
+def _variant_id(schema_id: str, kind: str, typename: str, fields: Iterable[str],
+                defaults: Iterable[object]) -> str:
     """The id of a definition that claims an id another file's definition holds."""
     try:
         text = repr((schema_id, kind, typename, tuple(fields), tuple(defaults)))
@@ -287,8 +298,9 @@ def _variant_id(schema_id, kind, typename, fields, defaults) -> str:
     return uuid.uuid5(_VARIANT_NAMESPACE, text).hex
 
 
-def same_value(a, b) -> bool:
-    """Whether ``a`` and ``b`` are equal in type and value (tuples, lists, dicts deeply).
+def same_value(a: Any, b: Any) -> bool:
+    """Whether ``a`` and ``b`` (any objects: users' field defaults) are equal in type and
+    value (tuples, lists, dicts deeply).
 
     ``False == 0 == 0.0`` in Python, but as defaults they differ. Floats and
     complex numbers compare by ``repr`` (so ``nan`` equals itself and ``-0.0``
@@ -319,7 +331,7 @@ def same_value(a, b) -> bool:
         return False
 
 
-def adopt_rebuilt(cls, module) -> None:
+def adopt_rebuilt(cls: SchemaClass, module: str) -> None:
     """``cls``, built from a file, now belongs to ``module``'s own definition."""
     with _lock:
         if _REBUILT_FROM in cls.__dict__:

@@ -94,10 +94,12 @@ def _changed(src: np.ndarray, dst: np.ndarray) -> np.ndarray:
     if src.dtype.kind == "b":
         return np.zeros(src.shape, bool)
     kind = dst.dtype.kind
+    bad: np.ndarray  # (numpy's operators on arrays of unknown dtype are typed Any)
     with np.errstate(all="ignore"):
         if kind in "fc":
             if src.dtype.kind in "iu":
-                return ~np.isfinite(dst)
+                bad = ~np.isfinite(dst)
+                return bad
             bad = np.isfinite(src) & ~np.isfinite(dst)
             bad |= np.isnan(src) != np.isnan(dst)
             if src.dtype.kind == "c" and kind == "f":
@@ -105,14 +107,14 @@ def _changed(src: np.ndarray, dst: np.ndarray) -> np.ndarray:
             return bad
         if src.dtype.kind in "iu" and kind in "iu":  # by range: 128 -> int8 -> 128 wraps
             info = np.iinfo(dst.dtype)
-            return (src < info.min) | (src > info.max)
+            bad = (src < info.min) | (src > info.max)
+            return bad
         back = dst.astype(src.dtype)
-        if src.dtype.kind in "fc":
-            return ~(back == src) | ~np.isfinite(src)
-        return back != src
+        bad = ~(back == src) | ~np.isfinite(src) if src.dtype.kind in "fc" else back != src
+        return bad
 
 
-def cast_checked(src: Any, dtype: Any) -> tuple[np.ndarray, tuple | None]:
+def cast_checked(src: Any, dtype: Any) -> tuple[np.ndarray, tuple[int, ...] | None]:
     """``(src cast to dtype, index of the first changed value or None)``."""
     src = np.asarray(src)
     dtype = np.dtype(dtype)
@@ -124,7 +126,7 @@ def cast_checked(src: Any, dtype: Any) -> tuple[np.ndarray, tuple | None]:
         return out, (tuple(int(i) for i in np.argwhere(bad)[0]) if bad.any() else None)
     row = max(1, src.size // max(src.shape[0], 1))
     step = max(1, _CHUNK_ELEMENTS // row)
-    first = None
+    first: tuple[int, ...] | None = None
     for start in range(0, src.shape[0], step):
         part = src[start:start + step]
         with quiet_cast():
@@ -137,7 +139,7 @@ def cast_checked(src: Any, dtype: Any) -> tuple[np.ndarray, tuple | None]:
     return out, first
 
 
-def changed_at(src: Any, dtype: Any) -> tuple | None:
+def changed_at(src: Any, dtype: Any) -> tuple[int, ...] | None:
     """The first index where casting ``src`` to ``dtype`` changes a value, or None."""
     src = np.asarray(src)
     if np.can_cast(src.dtype, dtype, "safe"):
@@ -145,7 +147,7 @@ def changed_at(src: Any, dtype: Any) -> tuple | None:
     return cast_checked(src, dtype)[1]
 
 
-def describe_change(src: Any, dtype: Any, index: tuple) -> str:
+def describe_change(src: Any, dtype: Any, index: tuple[int, ...]) -> str:
     """``"70000 at [1] becomes 4464"`` for the value at ``index``."""
     value = np.asarray(src)[index]
     with quiet_cast():
@@ -155,7 +157,7 @@ def describe_change(src: Any, dtype: Any, index: tuple) -> str:
 
 
 @functools.lru_cache(maxsize=256)
-def limits(dtype: np.dtype) -> tuple:
+def limits(dtype: np.dtype) -> tuple[float, float]:
     """``(lowest, highest)`` value of an integer dtype; ``(-max, max)`` of a float one."""
     if dtype.kind in "iu":
         info = np.iinfo(dtype)
@@ -260,16 +262,20 @@ def _np_dtype(x: Any) -> np.dtype | None:
     return None
 
 
+#: (path of the refused field, exception class to raise, reason): what a refused write reports
+Problem = tuple[tuple[str, ...], type[Exception], str]
+
+
 def _a(word: str) -> str:
     return ("an " if word[:1] in "aeio" else "a ") + word
 
 
-def _named_fields(value: Any) -> tuple | None:
+def _named_fields(value: Any) -> tuple[str, ...] | None:
     """The fields of a named tuple (they must match to write field by field), else None."""
     return tuple(type(value)._fields) if _Core.is_named(value) else None
 
 
-def _leaf(field: Any, value: Any) -> tuple[type, str] | None:
+def _leaf(field: Any, value: Any) -> tuple[type[Exception], str] | None:
     """Why ``value`` may not be written into the array (or tensor) ``field``, or None."""
     dst = _np_dtype(field)
     if dst is None or dst.hasobject:
@@ -308,7 +314,7 @@ def _leaf(field: Any, value: Any) -> tuple[type, str] | None:
                         "cannot hold it")
 
 
-def _pairs(nat: Any, value: Any, path: tuple) -> tuple | None:
+def _pairs(nat: Any, value: Any, path: tuple[str, ...]) -> Problem | None:
     for name, field, item in zip(nat._fields, nat, value, strict=True):
         problem = _pair(field, item, path + (name,))
         if problem is not None:
@@ -316,7 +322,7 @@ def _pairs(nat: Any, value: Any, path: tuple) -> tuple | None:
     return None
 
 
-def _pair(field: Any, value: Any, path: tuple) -> tuple | None:
+def _pair(field: Any, value: Any, path: tuple[str, ...]) -> Problem | None:
     if field is None:
         if value is None:
             return None
@@ -331,7 +337,7 @@ def _pair(field: Any, value: Any, path: tuple) -> tuple | None:
     return None if problem is None else (path, *problem)
 
 
-def _broadcast(nat: Any, value: Any, path: tuple) -> tuple | None:
+def _broadcast(nat: Any, value: Any, path: tuple[str, ...]) -> Problem | None:
     fields = _named_fields(value)
     if fields is not None and fields != nat._fields:
         return path, TypeError, (
