@@ -15,7 +15,7 @@ from tests.helpers import REPO_ROOT
 
 # The ratchet: the number of strict modules when this was last raised. Raise it when
 # modules join the list in pyproject.toml; never lower it (a module never leaves).
-STRICT_MODULES_AT_LEAST = 45
+STRICT_MODULES_AT_LEAST = 47
 
 # The per-module flags of --strict; the rest of --strict is set for the whole package.
 PER_MODULE_STRICT = {"disallow_untyped_defs", "disallow_incomplete_defs",
