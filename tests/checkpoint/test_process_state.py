@@ -22,8 +22,7 @@ import numpy as np
 import namedschema
 from namedschema import _process
 from namedschema.buffer import shared_memory
-from namedschema.checkpoint import (background, baselines, forked, incremental, inflight,
-                                    squeezed, tracking, writelog, writeprotect)
+from namedschema.checkpoint import _background, _incremental, _squeezed, _tracking, _write
 
 path, other = sys.argv[1:3] if len(sys.argv) > 2 else ({path!r}, {other!r})
 forks, exits = _process.registered()
@@ -35,7 +34,11 @@ namedschema.save(data, path, incremental=True)
 data["a"][:10] = -1
 data["step"] = 2
 namedschema.save(data, path, incremental=True, background=True).wait()
-assert baselines._baselines and inflight._latest and inflight._path_locks
+# The save returned once its journal was committed; its in-place writes finish in a thread
+# that records the baseline under the lock held below (and holds the file's lock until
+# then, which the child's load waits for): let it finish first.
+_incremental.wait(path)
+assert _tracking._baselines and _write._latest and _write._path_locks
 
 ran = []
 for name, reset in list(_process._fork.items()):
@@ -60,11 +63,11 @@ if pid == 0:
         assert tuple(ran) == _process.FORK_ORDER, ran
         assert _process.LOCK.acquire(blocking=False)
         _process.LOCK.release()
-        assert not inflight._latest and not inflight._path_locks
-        assert not baselines._baselines
-        assert not incremental._pending and not incremental._locked_fds
-        assert background._writer is None
-        assert all(v == [] for v in writelog._pending.values())
+        assert not _write._latest and not _write._path_locks
+        assert not _tracking._baselines
+        assert not _incremental._pending and not _incremental._locked_fds
+        assert _background._writer is None
+        assert all(v == [] for v in _tracking._pending.values())
         back = namedschema.load(path)
         assert back["step"] == 2 and np.array_equal(back["a"], data["a"])
         back["a"][50:60] = 7

@@ -185,15 +185,19 @@ def module_source(pair):
 # --------------------------------------------------------------------------
 
 def expected_errors(pair, extra, casting, path=None):
-    """{(error class name, typename, field)} the rules allow; empty when compatible."""
+    """{(error class name, typename, field)} the rules allow; empty when compatible.
+
+    A missing field, an extra one and a dtype or shape mismatch are all a
+    SchemaEvolutionError (issue 29 merged MissingFieldError, ExtraFieldError and
+    FieldMismatchError into it; the old names are aliases)."""
     out = set()
     for f in pair.added:
         if f.default == "none":
-            out.add(("MissingFieldError", pair.typename, f.name))
+            out.add(("SchemaEvolutionError", pair.typename, f.name))
     if extra == "error":
         for f in pair.old:
             if not f.kept:
-                out.add(("ExtraFieldError", pair.typename, f.name))
+                out.add(("SchemaEvolutionError", pair.typename, f.name))
     for f in pair.old:
         if not f.kept and extra == "ignore":
             continue   # dropped unseen
@@ -204,7 +208,7 @@ def expected_errors(pair, extra, casting, path=None):
             dtype, shape = f.declared
             if tuple(shape) != tuple(f.shape) or not np.can_cast(
                     np.dtype(f.dtype), np.dtype(dtype), casting):
-                out.add(("FieldMismatchError", pair.typename, f.name))
+                out.add(("SchemaEvolutionError", pair.typename, f.name))
     return out
 
 

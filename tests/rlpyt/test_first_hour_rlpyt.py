@@ -127,8 +127,8 @@ def test_too_little_space_for_the_runs_state_is_refused_before_the_first_iterati
         from namedschema.checkpoint import _write as destination
         from namedschema.rlpyt.resume import runner as announce
         need = []
-        def state_bytes(state):
-            need.append(destination.state_bytes(state))
+        def state_bytes(state, compression=None):
+            need.append(destination.state_bytes(state, compression))
             return need[-1]
         announce.state_bytes = state_bytes
         announce.free_bytes = lambda path: 1000

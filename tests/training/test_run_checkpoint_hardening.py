@@ -297,8 +297,10 @@ def test_a_first_save_that_cannot_fit_is_refused_before_writing(tmp_path, monkey
     error names the path, the bytes needed and the bytes free, and nothing is written."""
     from namedschema.training import run_checkpoint
     path = tmp_path / "run.nsc"
+    # compression=None: the raw bytes are what is counted (with the default "auto" these
+    # frames would be compressed and count nothing; tests/checkpoint/test_compressed_space.py)
     ckpt = namedschema.RunCheckpoint(path, every_steps=10, global_rngs=False,
-                                     background=background).track(
+                                     background=background, compression=None).track(
         buffer={"obs": np.zeros((1000, 100), np.uint8)})
     monkeypatch.setattr(run_checkpoint, "free_bytes", lambda p: 50_000)
     with pytest.raises(RunCheckpointError) as info:
