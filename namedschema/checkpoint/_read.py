@@ -340,7 +340,8 @@ def load_for_restore(path: str | os.PathLike[str], *, allow_pickle: bool = False
     with file_errors(name), open_checkpoint(name) as f, reading(f, name):
         header = read_header(f, name, os.fstat(f.fileno()).st_size)
         _refuse(header, name, allow_pickle, expected)
-        if not any(b.table is not None for b in header.blocks):
+        codec = _codec(header)
+        if codec is None:
             blocks_data = map_blocks(f, header, "r")
             if verify:
                 verify_blocks_crc(header, blocks_data, None)
@@ -348,19 +349,18 @@ def load_for_restore(path: str | os.PathLike[str], *, allow_pickle: bool = False
         blocks_data = map_blocks(f, header, "r", stored=True)
         if verify:
             verify_blocks_crc(header, blocks_data, None)
-        from . import _compression
-        candidates = _compression.deferrable(header)
+        candidates = codec.deferrable(header)
         deferred: dict[int, Any] = {}
         for index, b in enumerate(header.blocks):
             if b.table is None:
                 continue
             entry = candidates.get(index)
             if entry is not None and defer(entry.path):
-                _compression.check_stored(blocks_data[index], header, index, verify)
-                deferred[index] = _compression.Deferred(blocks_data[index], header, index,
-                                                       entry, verify)
+                codec.check_stored(blocks_data[index], header, index, verify)
+                deferred[index] = codec.Deferred(blocks_data[index], header, index, entry,
+                                                 verify)
             else:
-                blocks_data[index] = _compression.read_block(f, header, index, verify)
+                blocks_data[index] = codec.read_block(f, header, index, verify)
     return _rebuild(header, blocks_data, name, deferred)
 
 
