@@ -8,23 +8,23 @@ SchemaError             a schema definition is invalid, or an unpickled one conf
 SchemaClassError        a class statement cannot define a schema (a SchemaError, also a TypeError)
 StructureMismatchError  a value does not have the expected structure (TypeError)
 FieldError              reading or writing a field failed; also its builtin class (see below)
-FormatError             a checkpoint file is not valid, or needs allow_pickle (ValueError)
-UnexpectedKindError     a valid checkpoint of another kind than load was told to expect
+FormatError             a checkpoint file is not valid, is of another kind than expected,
+                        or needs allow_pickle (ValueError)
 SaveError               save refused a non-regular file, or a background writer failed (OSError)
 NotDataError            save met a value that is not data and allow_pickle was not given
 UnpicklableError        an attribute of an object being pickled cannot be (TypeError)
-MissingModuleError      unpickling needs a module this process cannot import (ModuleNotFoundError)
+MissingModuleError      unpickling (or patch_rlpyt) needs a module this process cannot import
+                        (ModuleNotFoundError)
 MissingClassError       unpickling needs a name its module lacks here (AttributeError)
 SchemaEvolutionError    saved data does not map onto today's schemas (ValueError)
-FillLimitError          new fields would fill more memory than the file justifies (also MemoryError)
 BufferShapeError        buffer arrays or a saved replay buffer state do not fit (ValueError)
-BufferSizeError         a buffer too large to allocate (a BufferShapeError and MemoryError)
-EnvStateError           a captured env state does not fit the env it goes into (ValueError)
-RunCheckpointError      a run checkpoint that does not fit the run (ValueError)
-StateMismatchError      a saved rlpyt component state does not fit the new one (ValueError)
+SizeLimitError          a buffer too large to allocate, or new fields that would fill more
+                        memory than the file justifies (a BufferShapeError, a
+                        SchemaEvolutionError and a MemoryError)
+StateMismatchError      saved state does not fit what it is restored into: a run's component,
+                        an env, a RunCheckpoint (ValueError)
 ResumeError             an rlpyt runner or checkpoint that cannot be resumed (RuntimeError)
 WorkerError             a sampler worker or a ShardedReplay shard failed (RuntimeError)
-RlpytImportError        rlpyt cannot be imported for patch_rlpyt (ImportError)
 
 NamedSchemaWarning      base of namedschema's warnings (a UserWarning)
 RunCheckpointWarning    part of a run that RunCheckpoint restarts rather than resumes
@@ -46,6 +46,10 @@ MissingFieldError, ExtraFieldError, FieldMismatchError SchemaEvolutionError
 ReplayStateError                                      BufferShapeError
 UnsafeLoadError                                       FormatError
 ShardedReplayError, SamplerWorkerError                WorkerError
+UnexpectedKindError                                   FormatError (``expected`` set)
+EnvStateError, RunCheckpointError                     StateMismatchError
+FillLimitError, BufferSizeError                       SizeLimitError
+RlpytImportError                                      MissingModuleError
 
 Every class is defined here, the lowest layer, so that one import reaches them all
 and ``import namedschema`` stays light; the modules that raise them re-export
@@ -69,22 +73,17 @@ __all__ = [
     "StructureMismatchError",
     "FieldError",
     "FormatError",
-    "UnexpectedKindError",
     "SaveError",
     "NotDataError",
     "UnpicklableError",
     "MissingModuleError",
     "MissingClassError",
     "SchemaEvolutionError",
-    "FillLimitError",
     "BufferShapeError",
-    "BufferSizeError",
-    "EnvStateError",
-    "RunCheckpointError",
+    "SizeLimitError",
     "StateMismatchError",
     "ResumeError",
     "WorkerError",
-    "RlpytImportError",
     "NamedSchemaWarning",
     "RunCheckpointWarning",
     "ResumeWarning",
@@ -107,6 +106,12 @@ __all__ = [
     "ShardedReplayError",
     "SamplerWorkerError",
     "UnsafeLoadError",
+    "UnexpectedKindError",
+    "EnvStateError",
+    "RunCheckpointError",
+    "FillLimitError",
+    "BufferSizeError",
+    "RlpytImportError",
 ]
 
 _short = reprlib.Repr()
@@ -275,10 +280,23 @@ FieldRuntimeError = _field_error_for((RuntimeError,))
 class FormatError(NamedSchemaError, ValueError):
     """A file is not a namedschema checkpoint, or is damaged or unsupported; or it holds
     pickled objects and ``allow_pickle`` was not set (the message says so, and
-    ``inspect(path).needs_pickle`` tells it apart without loading)."""
+    ``inspect(path).needs_pickle`` tells it apart without loading); or it is a valid
+    checkpoint whose metadata are not what ``load(..., expect_metadata=)`` asked for.
+
+    Attributes (set only for the last case, else None; nothing was loaded):
+        metadata: the file's metadata (plain strings, from its header).
+        expected: what ``expect_metadata`` asked for.
+    """
+
+    def __init__(self, message: object = None, metadata: Mapping[str, str] | None = None,
+                 expected: Mapping[str, str] | None = None):
+        super().__init__(*(() if message is None else (message,)))
+        self.metadata = None if metadata is None and expected is None else dict(metadata or {})
+        self.expected = None if expected is None else dict(expected)
 
 
-UnsafeLoadError = FormatError   # deprecated name (issue 29)
+UnsafeLoadError = FormatError   # deprecated names (issue 29)
+UnexpectedKindError = FormatError
 
 
 class SaveError(NamedSchemaError, OSError):
@@ -298,23 +316,6 @@ class SaveError(NamedSchemaError, OSError):
 
 NotRegularFileError = SaveError   # deprecated names (issue 29)
 BackgroundSaveError = SaveError
-
-
-class UnexpectedKindError(FormatError):
-    """A valid checkpoint whose metadata are not what the reader expected; nothing was loaded.
-
-    Attributes:
-        metadata: the file's metadata (plain strings, from its header).
-        expected: what ``load(..., expect_metadata=)`` asked for.
-    """
-
-    def __init__(self, message: str, metadata: Mapping[str, str] | None = None,
-                 expected: Mapping[str, str] | None = None):
-        super().__init__(message)
-        self.metadata, self.expected = dict(metadata or {}), dict(expected or {})
-
-    def __reduce__(self) -> tuple[type[Self], tuple[object, ...]]:
-        return (type(self), (str(self), self.metadata, self.expected))
 
 
 class NotDataError(NamedSchemaError, TypeError):
@@ -346,13 +347,6 @@ class BufferShapeError(NamedSchemaError, ValueError):
     """
 
 
-class BufferSizeError(BufferShapeError, MemoryError):
-    """A buffer too large to allocate: more bytes than numpy can address, or the machine gave.
-
-    Also a MemoryError. The message names the field, its shape and the bytes needed.
-    """
-
-
 ReplayStateError = BufferShapeError   # deprecated name (issue 29)
 
 
@@ -375,27 +369,39 @@ class UnpicklableError(NamedSchemaError, TypeError):
 
 
 class MissingModuleError(NamedSchemaError, ModuleNotFoundError):
-    """Unpickling needs a module that cannot be imported in this process.
+    """A module that cannot be imported in this process is needed: unpickling needs it,
+    or ``patch_rlpyt`` needs rlpyt.
 
     Not a problem of the file (that is :class:`FormatError`): install the
     module or put it on ``sys.path``, and the same file loads.
 
+    Two forms, as OSError has: ``MissingModuleError(module, qualname, reason)`` words
+    unpickling's message; ``MissingModuleError(message, module=name)`` takes a whole one.
+
     Attributes:
         module: the module that failed to import (also ``name``).
-        qualname: the name pickle wanted from it.
+        qualname: the name pickle wanted from it ("" for the one-message form).
         reason: the import error's text.
         file: the checkpoint being loaded, when known (else None).
     """
 
-    def __init__(self, module: str, qualname: str, reason: str = ""):
-        self.module, self.qualname, self.reason = module, qualname, reason
+    def __init__(self, module_or_message: str, qualname: str | None = None,
+                 reason: str = "", /, *, module: str | None = None):
         self.file: str | None = None
-        super().__init__(f"unpickling needs {module}.{qualname}, but module {module!r} "
-                         f"cannot be imported in this process ({reason}); make it "
-                         "importable and load again", name=module)
+        if qualname is None:
+            self.module, self.qualname, self.reason = module, "", ""
+            self._form: tuple[str, ...] = (module_or_message,)
+            super().__init__(module_or_message, name=module)
+            return
+        self.module, self.qualname, self.reason = module_or_message, qualname, reason
+        self._form = (module_or_message, qualname, reason)
+        super().__init__(f"unpickling needs {module_or_message}.{qualname}, but module "
+                         f"{module_or_message!r} cannot be imported in this process "
+                         f"({reason}); make it importable and load again",
+                         name=module_or_message)
 
-    def __reduce__(self) -> tuple[type[Self], tuple[object, ...]]:
-        return type(self), (self.module, self.qualname, self.reason)
+    def __reduce__(self) -> tuple[type[Self], tuple[object, ...], dict[str, Any]]:
+        return type(self), self._form, {"module": self.module, "file": self.file}
 
 
 class MissingClassError(NamedSchemaError, AttributeError):
@@ -444,15 +450,24 @@ class SchemaEvolutionError(NamedSchemaError, ValueError):
         self.saved, self.expected = saved, expected
 
 
-class FillLimitError(SchemaEvolutionError, MemoryError):
-    """New fields filled from a file's leading shapes would take more memory than it justifies.
+class SizeLimitError(BufferShapeError, SchemaEvolutionError, MemoryError):
+    """More memory asked for than allowed or available; raised before anything is allocated.
 
-    ``load(path, schemas=...)`` makes the new fields of array tuples as large
-    as the leading shape found in the file; a crafted file (empty arrays of
-    shape ``(2**33, 0)``, or broadcast views) can claim any leading shape, so
-    the bytes of all fills are bounded by the file's size (at least 64 MiB).
-    Upgrade data you trust with :func:`namedschema.upgrade`, which has no bound.
+    * A buffer too large to allocate: more bytes than numpy can address, or than the
+      machine gave. The message names the field, its shape and the bytes needed.
+    * New fields that ``load(path, schemas=...)`` fills from a file's leading shapes would
+      take more memory than the file justifies: a crafted file (empty arrays of shape
+      ``(2**33, 0)``, or broadcast views) can claim any leading shape, so the bytes of
+      all fills are bounded by the file's size (at least 64 MiB). Upgrade data you trust
+      with :func:`namedschema.upgrade`, which has no bound.
+
+    Also a MemoryError, and both a BufferShapeError and a SchemaEvolutionError so that
+    ``except`` clauses written for either of the classes it replaced still catch it.
     """
+
+
+FillLimitError = SizeLimitError   # deprecated names (issue 29)
+BufferSizeError = SizeLimitError
 
 
 MissingFieldError = SchemaEvolutionError   # deprecated names (issue 29)
@@ -464,14 +479,6 @@ FieldMismatchError = SchemaEvolutionError
 # Errors of the higher layers (state, training, ray, rlpyt), defined here too
 # --------------------------------------------------------------------------
 
-class EnvStateError(NamedSchemaError, ValueError):
-    """A captured env state does not fit the env it is restored into (built differently)."""
-
-
-class RunCheckpointError(NamedSchemaError, ValueError):
-    """A checkpoint that does not fit the run (``RunCheckpoint.restore``)."""
-
-
 class WorkerError(NamedSchemaError, RuntimeError):
     """A worker failed: a sampler worker process of a resumable run (raised in the main
     process, naming it and why), or a shard of a ShardedReplay (or its checkpoint could
@@ -482,8 +489,7 @@ ShardedReplayError = WorkerError   # deprecated names (issue 29)
 SamplerWorkerError = WorkerError
 
 
-class RlpytImportError(NamedSchemaError, ImportError):
-    """rlpyt (``rlpyt.utils.collections`` / ``rlpyt.utils.buffer``) cannot be imported."""
+RlpytImportError = MissingModuleError   # deprecated name (issue 29)
 
 
 class ResumeError(NamedSchemaError, RuntimeError):
@@ -491,7 +497,25 @@ class ResumeError(NamedSchemaError, RuntimeError):
 
 
 class StateMismatchError(NamedSchemaError, ValueError):
-    """A checkpoint's state does not fit the freshly built component (config changed)."""
+    """Saved state does not fit what it is restored into, which was built differently
+    (config changed): a run's component (``RunCheckpoint.restore``,
+    ``namedschema.rlpyt.resumable``, ``namedschema.sb3.resumable``), an env or emulator
+    (``restore_env``), or a file that is not a checkpoint of this run. Raised before
+    anything of the run changed, unless the message says what was already restored.
+
+    Attributes:
+        where: the part of the run the message names, such as ``'replay'`` or
+            ``"algo.optimizer"``; None when it was raised below the layer that knows the
+            name (an env's own check): a restore then adds the name to the message.
+    """
+
+    def __init__(self, message: object = None, *, where: str | None = None):
+        super().__init__(*(() if message is None else (message,)))
+        self.where = where
+
+
+EnvStateError = StateMismatchError   # deprecated names (issue 29)
+RunCheckpointError = StateMismatchError
 
 
 # Deprecated name -> the class it names now (issue 29); the docs and changelog list them.
@@ -501,7 +525,10 @@ DEPRECATED_NAMES: dict[str, str] = {
     "MissingFieldError": "SchemaEvolutionError", "ExtraFieldError": "SchemaEvolutionError",
     "FieldMismatchError": "SchemaEvolutionError", "ReplayStateError": "BufferShapeError",
     "ShardedReplayError": "WorkerError", "SamplerWorkerError": "WorkerError",
-    "UnsafeLoadError": "FormatError",
+    "UnsafeLoadError": "FormatError", "UnexpectedKindError": "FormatError",
+    "EnvStateError": "StateMismatchError", "RunCheckpointError": "StateMismatchError",
+    "FillLimitError": "SizeLimitError", "BufferSizeError": "SizeLimitError",
+    "RlpytImportError": "MissingModuleError",
 }
 
 

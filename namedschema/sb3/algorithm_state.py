@@ -189,7 +189,7 @@ def _check(model: Any, saved: Any, ctx: KindContext) -> None:
     where = f"RunCheckpoint: {ctx.name!r}"
     if saved["class"] != _sb3_class(model):
         raise RunCheckpointError(f"{where} was saved from a {saved['class']}, this model is a "
-                                 f"{_sb3_class(model)}")
+                                 f"{_sb3_class(model)}", where=ctx.name)
     total, accept = _expected.get(model, (None, ()))
     changed = {}
     if total is not None and saved["state"].get("_total_timesteps") not in (None, total):
@@ -205,7 +205,7 @@ def _check(model: Any, saved: Any, ctx: KindContext) -> None:
             f"{where}: the run in {ctx.path!r} was made with other settings ({listed}); "
             f"{sorted(never)} shape the saved state (buffer, modules, envs), so they cannot "
             "be changed on resume, not even with accept_changes. Build the model as it was, "
-            "or start a new run (another path)")
+            "or start a new run (another path)", where=ctx.name)
     refused = {k: v for k, v in changed.items() if not accepted(k, accept)}
     if refused:
         listed = "; ".join(f"{k}: {a} -> {b}" for k, (a, b) in refused.items())
@@ -214,7 +214,7 @@ def _check(model: Any, saved: Any, ctx: KindContext) -> None:
             f"{where}: the run in {ctx.path!r} was made with other settings ({listed}); "
             f"resuming it would not continue that run. Build the model as it was, or accept "
             f"the change (it then takes effect): resumable(..., accept_changes={names!r}) "
-            "(or accept_changes=True)")
+            "(or accept_changes=True)", where=ctx.name)
     if changed:
         listed = "; ".join(f"{k}: {a} -> {b}" for k, (a, b) in changed.items())
         ctx.warn_once(f"{ctx.name}:accepted", f"{_sb3_class(model)}: resuming with this "
@@ -224,7 +224,7 @@ def _check(model: Any, saved: Any, ctx: KindContext) -> None:
         if tuple(value.shape) != tuple(current.shape) or value.dtype != current.dtype:
             raise RunCheckpointError(f"{where}: {name} was saved as {value.dtype} "
                                      f"{tuple(value.shape)}, this model's is {current.dtype} "
-                                     f"{tuple(current.shape)}")
+                                     f"{tuple(current.shape)}", where=ctx.name)
 
 
 def _apply(model: Any, saved: Any, ctx: KindContext) -> None:

@@ -37,7 +37,7 @@ from ..checkpoint._background import written
 from ..checkpoint._compression import compression_argument
 from ..checkpoint._read import load_for_restore
 from ..checkpoint._write import free_bytes, state_bytes
-from ..errors import FormatError, RunCheckpointError, RunCheckpointWarning, UnexpectedKindError
+from ..errors import FormatError, RunCheckpointError, RunCheckpointWarning
 from ..state import plain as _plain_state
 from ..state import rng as _rng_state
 from . import audit as _audit
@@ -315,12 +315,12 @@ class RunCheckpoint:
                 self.path, allow_pickle=self.allow_pickle, verify=self.verify,
                 expect_metadata={"kind": FORMAT} if self.allow_pickle else None,
                 defer=self._copied())
-        except UnexpectedKindError as exc:
-            raise RunCheckpointError(
-                f"RunCheckpoint: {self.path!r} is not a RunCheckpoint file (its header does "
-                "not say so; nothing in it was unpickled); refusing to use or overwrite "
-                "it") from exc
         except FormatError as exc:
+            if exc.expected is not None:  # a namedschema checkpoint of another kind
+                raise RunCheckpointError(
+                    f"RunCheckpoint: {self.path!r} is not a RunCheckpoint file (its header "
+                    "does not say so; nothing in it was unpickled); refusing to use or "
+                    "overwrite it") from exc
             raise RunCheckpointError(
                 f"RunCheckpoint: {self.path!r} cannot be restored: {exc} (nothing in the run "
                 "changed; delete the file to start fresh)") from exc
@@ -398,9 +398,9 @@ class RunCheckpoint:
             if kind.check is not None:
                 try:
                     kind.check(obj, components[name]["state"], self._context(name))
-                except RunCheckpointError:
-                    raise
                 except _BAD_STATE as exc:
+                    if isinstance(exc, RunCheckpointError) and exc.where is not None:
+                        raise  # its message already names the component
                     raise RunCheckpointError(
                         f"RunCheckpoint: {name!r} cannot be restored from {self.path!r}: "
                         f"{type(exc).__name__}: {exc} (nothing in the run changed)") from exc

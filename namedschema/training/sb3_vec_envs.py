@@ -129,11 +129,11 @@ def check(obj: Any, state: Any, ctx: KindContext) -> None:
     built = [type(layer).__qualname__ for layer in chain]
     if len(saved) != len(built) or any(s not in ("?", b) for s, b in zip(saved, built, strict=False)):
         raise RunCheckpointError(f"RunCheckpoint: {ctx.name!r} was saved as the vector envs "
-                                 f"{saved}, this one is {built}")
+                                 f"{saved}, this one is {built}", where=ctx.name)
     if len(state["envs"]) != chain[-1].num_envs:
         raise RunCheckpointError(f"RunCheckpoint: {ctx.name!r} was saved with "
                                  f"{len(state['envs'])} sub-envs, this one has "
-                                 f"{chain[-1].num_envs}")
+                                 f"{chain[-1].num_envs}", where=ctx.name)
 
 
 def apply(obj: Any, state: Any, ctx: KindContext) -> None:

@@ -126,7 +126,8 @@ def _fail(ctx: KindContext, message: str) -> Exception:
     if ctx.fail is not None:
         return ctx.fail(message)
     return RunCheckpointError(f"RunCheckpoint: {ctx.name!r} cannot be restored from "
-                              f"{ctx.path!r}: {message} (nothing in the run changed)")
+                              f"{ctx.path!r}: {message} (nothing in the run changed)",
+                              where=ctx.name)
 
 
 def _setting(value: Any) -> Any:

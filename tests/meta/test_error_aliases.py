@@ -57,6 +57,10 @@ BEFORE = {
     'StateMismatchError': (['NamedSchemaError'], ['ValueError']),
     'SamplerWorkerError': (['NamedSchemaError'], ['RuntimeError']),
 }
+# The one deliberate widening: patch_rlpyt's "rlpyt is not importable" is now the
+# MissingModuleError that unpickling raises for a module it cannot import, so it is also
+# a ModuleNotFoundError (``except ImportError`` still catches it, as before).
+WIDENED = {"RlpytImportError": ["ModuleNotFoundError"]}
 FIXTURE = Path(__file__).parent / "data" / "errors-before-issue-29.pkl"
 
 
@@ -71,8 +75,9 @@ def test_an_old_name_catches_what_it_caught_and_its_errors_keep_their_builtins(n
     cls = getattr(errors, name)
     assert getattr(namedschema, name, cls) is cls
     # What a raise site of ``name`` raises now is ``cls`` (each site raises the class its
-    # old one is a name of): exactly the builtins it was, so no ``except`` changes.
-    assert _builtins(cls) == builtins, name
+    # old one is a name of): exactly the builtins it was, so no ``except`` changes, with
+    # the one exception WIDENED lists.
+    assert _builtins(cls) == sorted(builtins + WIDENED.get(name, [])), name
     for parent in parents:  # ``except <parent>`` still catches it
         assert issubclass(cls, getattr(errors, parent)), (name, parent)
 
@@ -87,7 +92,7 @@ def test_the_deprecated_names_are_the_merged_ones_and_there_are_few_classes():
     for old, new in errors.DEPRECATED_NAMES.items():
         assert getattr(errors, old) is getattr(errors, new), old
         assert old in BEFORE and new in errors.__all__
-    assert len(classes - made) <= 22, sorted(c.__name__ for c in classes - made)
+    assert len(classes - made) <= 17, sorted(c.__name__ for c in classes - made)
     assert all(errors.field_error_class(b())
                is getattr(errors, "Field" + b.__name__) for b in
                (IndexError, KeyError, TypeError, ValueError, OverflowError, RuntimeError))

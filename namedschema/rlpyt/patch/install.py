@@ -15,7 +15,7 @@ from ..._core import schema as _factories
 from ..._core.attrdict import reduce_attrdict, setstate_attrdict
 from ..._core.instance import NamedArrayTuple, NamedTuple
 from ..._core.schema import NamedArrayTupleSchema, NamedTupleSchema, build_schema
-from ...errors import RlpytImportError
+from ...errors import MissingModuleError, RlpytImportError
 from ...integrations import import_hooks
 from . import pickling
 from .pickling import GLOBALS_KEY, assign_lazy_globals, used_lazy_globals
@@ -251,10 +251,11 @@ def _import_rlpyt():
         collections_mod = importlib.import_module("rlpyt.utils.collections")
         buffer_mod = importlib.import_module("rlpyt.utils.buffer")
     except ImportError as exc:
-        raise RlpytImportError(
+        raise MissingModuleError(
             "patch_rlpyt: rlpyt is not importable (rlpyt.utils.collections and "
             "rlpyt.utils.buffer are needed); install rlpyt or put its source tree "
-            f"on sys.path. Cause: {type(exc).__name__}: {exc}") from exc
+            f"on sys.path. Cause: {type(exc).__name__}: {exc}",
+            module=exc.name or "rlpyt") from exc
     return collections_mod, buffer_mod
 
 

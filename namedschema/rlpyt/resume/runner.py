@@ -57,7 +57,7 @@ from ... import checkpoint as _checkpoint
 from ...checkpoint._compression import compression_argument
 from ...checkpoint._read import mappable
 from ...checkpoint._write import free_bytes, state_bytes, unwritable
-from ...errors import ResumeError, ResumeWarning, UnexpectedKindError
+from ...errors import FormatError, ResumeError, ResumeWarning
 from ..patch.install import continue_tabular_logs, open_tabular_logs
 from . import arguments as _arguments
 from . import state as _state
@@ -253,7 +253,9 @@ def _load_checkpoint(path):
     try:
         data = _checkpoint.load(path, allow_pickle=True, mmap_mode=mappable(path),
                                 expect_metadata=_MARKER)
-    except UnexpectedKindError as exc:
+    except FormatError as exc:
+        if exc.metadata is None:
+            raise
         if exc.metadata.get("kind") == CHECKPOINT_KIND:
             raise ResumeError(f"resumable: {path} has resume-state version "
                               f"{exc.metadata.get('version')!r}; this namedschema reads "

@@ -53,7 +53,7 @@ from ..._core.schema import (
 )
 from ..._core.tree import import_torch, is_named, is_tensor
 from ...checkpoint._storage import copy_from_map
-from ...errors import RunCheckpointError, StateMismatchError
+from ...errors import StateMismatchError
 from ...training import state_kinds as _kinds
 from ..patch.pickling import LAZY_GLOBALS, refuse_unloadable
 
@@ -154,7 +154,8 @@ class ResumeContext:
         pickling allowed (resume checkpoints pickle), refusals as StateMismatchError."""
         return _kinds.KindContext(where, "", allow_pickle=True,
                                   warn_once=lambda key, message: self.note_once(message),
-                                  fail=lambda message: StateMismatchError(f"{where}: {message}"))
+                                  fail=lambda message: StateMismatchError(f"{where}: {message}",
+                                                                         where=where))
 
     def capture_kind(self, obj: Any, where: str) -> Any:
         """``obj``'s state, captured by its row of the state-kind table."""
@@ -167,11 +168,11 @@ class ResumeContext:
         if kind.check is not None:
             try:
                 kind.check(obj, state, kctx)
-            except StateMismatchError:
-                raise
-            except (RunCheckpointError, TypeError, ValueError, KeyError, IndexError,
-                    AttributeError, OverflowError, RuntimeError) as exc:
-                raise StateMismatchError(f"{where}: {exc}") from None
+            except (TypeError, ValueError, KeyError, IndexError, AttributeError,
+                    OverflowError, RuntimeError) as exc:
+                if isinstance(exc, StateMismatchError) and exc.where is not None:
+                    raise  # its message already names the component
+                raise StateMismatchError(f"{where}: {exc}", where=where) from None
         kind.apply(obj, state, kctx)
 
 
