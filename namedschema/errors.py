@@ -401,7 +401,8 @@ class MissingModuleError(NamedSchemaError, ModuleNotFoundError):
                          name=module_or_message)
 
     def __reduce__(self) -> tuple[type[Self], tuple[object, ...], dict[str, Any]]:
-        return type(self), self._form, {"module": self.module, "file": self.file}
+        return type(self), self._form, {"module": self.module, "file": self.file,
+                                        "name": self.name}
 
 
 class MissingClassError(NamedSchemaError, AttributeError):

@@ -403,7 +403,8 @@ class RunCheckpoint:
                         raise  # its message already names the component
                     raise RunCheckpointError(
                         f"RunCheckpoint: {name!r} cannot be restored from {self.path!r}: "
-                        f"{type(exc).__name__}: {exc} (nothing in the run changed)") from exc
+                        f"{type(exc).__name__}: {exc} (nothing in the run changed)",
+                        where=name) from exc
         rng = data["rng"]
         if (rng is None) == self.global_rngs:
             raise self._refuse(f"was saved with global_rngs={rng is not None}, this run has "
@@ -478,7 +479,7 @@ class RunCheckpoint:
         except (RunCheckpointError, *_BAD_STATE) as exc:
             raise RunCheckpointError(f"RunCheckpoint: {name!r} cannot be restored from "
                                      f"{self.path!r}: {type(exc).__name__}: {exc} (already "
-                                     f"restored: {done})") from exc
+                                     f"restored: {done})", where=name) from exc
 
 
 class _Absent:

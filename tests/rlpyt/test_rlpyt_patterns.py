@@ -53,21 +53,31 @@ def _driver(root, call):
 
 @pytest.mark.subprocess
 def test_patch_without_rlpyt_raises_clear_import_error():
-    """patch_rlpyt() raises RlpytImportError (ImportError + NamedSchemaError) without rlpyt."""
+    """patch_rlpyt() raises MissingModuleError (ModuleNotFoundError + NamedSchemaError;
+    RlpytImportError is its old name) without rlpyt; it names the module and pickles."""
     proc = run_fresh("""
         import sys, json
         sys.modules["rlpyt"] = None   # make rlpyt unimportable even if installed
+        import pickle
         import namedschema
         from namedschema.errors import NamedSchemaError
         try:
             namedschema.patch_rlpyt()
         except ImportError as exc:
+            back = pickle.loads(pickle.dumps(exc))
             print(json.dumps({"ns": isinstance(exc, NamedSchemaError),
+                              "missing": isinstance(exc, namedschema.MissingModuleError)
+                              and isinstance(exc, ModuleNotFoundError),
+                              "old_name": isinstance(exc, namedschema.rlpyt.RlpytImportError),
+                              "module": [exc.module, exc.name, back.module, back.name],
+                              "same": str(back) == str(exc),
                               "msg": str(exc), "patched":
                               namedschema.rlpyt.patch.is_patched()}))
         """)
     out = _last_json(proc)
-    assert out["ns"] and not out["patched"]
+    assert out["ns"] and out["missing"] and out["old_name"] and not out["patched"]
+    assert out["module"] == [out["module"][0]] * 4 and out["same"]
+    assert out["module"][0].split(".")[0] == "rlpyt"
     assert "rlpyt is not importable" in out["msg"]
 
 

@@ -241,3 +241,23 @@ def test_values_that_are_not_data_are_refused_naming_them(tmp_path):
             holder=Holder()).save(0)
     with pytest.raises(TypeError, match="cannot capture a object"):
         ckpt.track(thing=object())
+
+
+def test_a_checkpoint_of_another_kind_is_refused_by_its_header(tmp_path):
+    """A namedschema file whose header names another kind is refused before anything in
+    it is unpickled (``FormatError.expected`` set); a damaged one is reported as such."""
+    from namedschema.errors import StateMismatchError
+    path = tmp_path / "other.nsc"
+    namedschema.save({"a": np.zeros(3)}, path, metadata={"kind": "something else"})
+    target = np.ones(3)
+    ckpt = namedschema.RunCheckpoint(path, allow_pickle=True).track(a=target)
+    with pytest.raises(StateMismatchError, match="is not a RunCheckpoint file") as info:
+        ckpt.restore()
+    assert isinstance(info.value.__cause__, namedschema.FormatError)
+    assert info.value.__cause__.expected == {"kind": "namedschema.RunCheckpoint"}
+    assert info.value.__cause__.metadata == {"kind": "something else"}
+    path.write_bytes(path.read_bytes()[:40])
+    with pytest.raises(StateMismatchError, match="cannot be restored: ") as info:
+        ckpt.restore()
+    assert info.value.__cause__.expected is None
+    assert target.all()

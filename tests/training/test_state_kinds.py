@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import namedschema
-from namedschema.errors import RunCheckpointError
+from namedschema.errors import RunCheckpointError, StateMismatchError
 from namedschema.training import state_kinds
 from namedschema.training.state_kinds import KindContext, StateKind, kind_named, kind_of
 
@@ -154,3 +154,50 @@ def test_rlpyt_resume_uses_the_rows_of_the_state_kind_table():
     ctx.restore_kind(fresh, ctx.capture_kind(net, "agent.model"), "agent.model")
     assert all(torch.equal(a, b) for a, b in zip(net.parameters(), fresh.parameters(),
                                                  strict=True))
+
+
+# -- a refusal names its component once (StateMismatchError.where) ----------------------------
+
+def _refusing(where):
+    """A row for Counter whose check refuses every state, with ``where`` set or not."""
+    def check(obj, state, ctx):
+        raise StateMismatchError("the count does not fit", where=ctx.name if where else None)
+    return StateKind("test_counter", lambda obj: isinstance(obj, Counter),
+                     capture=COUNTER.capture, apply=COUNTER.apply, check=check)
+
+
+@pytest.mark.parametrize("names_itself", [True, False])
+def test_run_checkpoint_adds_the_component_to_a_refusal_that_does_not_name_it(
+        monkeypatch, tmp_path, names_itself):
+    """A refusal whose ``where`` is set already names the component and passes through
+    as it is; one raised below that layer (an env's own check) gets the name added."""
+    monkeypatch.setattr(state_kinds, "_rows", list(state_kinds.KINDS))
+    state_kinds.register_kind(COUNTER, before="dict")
+    namedschema.RunCheckpoint(tmp_path / "c.nsc", background=False).track(
+        counter=Counter()).save(0)
+    monkeypatch.setattr(state_kinds, "_rows", list(state_kinds.KINDS))
+    state_kinds.register_kind(_refusing(names_itself), before="dict")
+    ckpt = namedschema.RunCheckpoint(tmp_path / "c.nsc").track(counter=Counter())
+    with pytest.raises(StateMismatchError) as info:
+        ckpt.restore()
+    assert info.value.where == "counter"
+    if names_itself:
+        assert str(info.value) == "the count does not fit"
+    else:
+        assert str(info.value).startswith("RunCheckpoint: 'counter' cannot be restored from ")
+        assert "StateMismatchError: the count does not fit (nothing in the run changed)" \
+            in str(info.value)
+
+
+@pytest.mark.parametrize("names_itself", [True, False])
+def test_rlpyt_resume_adds_the_component_to_a_refusal_that_does_not_name_it(names_itself):
+    from namedschema.rlpyt.resume import state as rstate
+    ctx = rstate.context(note_once=lambda message: None)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(state_kinds, "_rows", list(state_kinds.KINDS))
+        state_kinds.register_kind(_refusing(names_itself), before="dict")
+        with pytest.raises(StateMismatchError) as info:
+            ctx.restore_kind(Counter(), {"n": 1}, "algo.counter")
+    assert info.value.where == "algo.counter"
+    assert str(info.value) == ("the count does not fit" if names_itself
+                               else "algo.counter: the count does not fit")
