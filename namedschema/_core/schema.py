@@ -143,7 +143,7 @@ import uuid
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast, overload
 
-from ..errors import SchemaClassError, SchemaError
+from ..errors import FieldError, SchemaClassError, SchemaError
 from . import pickling as _pickle
 from .instance import (
     SCALAR_RULES,
@@ -211,26 +211,30 @@ def _source(n: int) -> str:
         "",
         "def __setitem__(self, loc, value):",
         f"    {unpack} = self",
-        "    j = 0",
         # The same schema first: one class test, no isinstance call (x[3] = y of one schema
         # is the write a training loop makes most).
         "    if value.__class__ is self.__class__ or (isinstance(value, tuple)"
         " and getattr(value, '_fields', None) == self._fields):",
         f"        {unpack_values} = value",
+        # No None field or value and all dtypes matching: just write. A None has no
+        # dtype (AttributeError: the checked route below). Each write has its own
+        # try (free until it raises) to name its field, rather than a counter kept
+        # up to date: this route is the hot one.
         "        try:",
-        f"            same = {same or 'True'}",
-        "        except AttributeError:",
-        "            same = False",
-        "        if same:",  # no None field or value, all dtypes matching: just write
-        "            try:",
+        f"            if {same or 'True'}:",
     ]
     for i, (f, v) in enumerate(zip(names, values, strict=True)):
-        lines += [f"                j = {i}"] * (i > 0) + [f"                {f}[loc] = {v}"]
+        lines += ["                try:",
+                  f"                    {f}[loc] = {v}",
+                  "                except Exception as exc:",
+                  f"                    _raise_write_error(self, {i}, loc, value, exc)"]
     lines += [
         "                return",
-        "            except Exception as exc:",
-        "                _raise_write_error(self, j, loc, value, exc)",
+        "        except AttributeError as exc:",
+        "            if isinstance(exc, _FieldError):",  # a write failed: already worded
+        "                raise",
         "        _check_write(self, loc, value, True)",
+        "        j = 0",
         "        try:",
     ]
     # ``j`` tracks the field being written, for the error message; it starts at 0.
@@ -241,6 +245,7 @@ def _source(n: int) -> str:
     lines += ["            return",
               "        except Exception as exc:",
               "            _raise_write_error(self, j, loc, value, exc)",
+              "    j = 0",
               # A Python number broadcast within bounds that hold it in every
               # field (remembered per number type and field dtypes) is not checked.
               # 0 and 1 (also 0.0, 1.0, False, True) fit every dtype.
@@ -280,7 +285,8 @@ def accessors_for(n_fields: int):
     if pair is None:
         namespace = {"_tuple_new": tuple.__new__, "_raise_read_error": raise_read_error,
                      "_raise_write_error": raise_write_error, "_check_write": check_write,
-                     "_rules": SCALAR_RULES, "_int": int, "_float": float, "_bool": bool}
+                     "_rules": SCALAR_RULES, "_int": int, "_float": float, "_bool": bool,
+                     "_FieldError": FieldError}
         code = compile_source(_source(n_fields),
                               f"<namedschema accessors for {n_fields} fields>")
         exec(code, namespace)

@@ -115,6 +115,27 @@ def test_write_error_reports_partial_assignment():
     assert "Traj.obs.vel[1]" in str(info.value)
 
 
+def test_a_write_that_fails_on_the_fast_route_is_reported_once_not_retried():
+    """``x[i] = y`` of one schema with matching dtypes writes field by field at once; a
+    write that fails there (even with an AttributeError, which the dtype test also
+    catches) is reported as that field's error, and no field is written a second time."""
+    calls = []
+
+    class Refusing:
+        dtype = np.dtype(np.float64)
+
+        def __setitem__(self, loc, value):
+            calls.append(loc)
+            raise AttributeError("no writes here")
+
+    Pair = NamedArrayTupleSchema("Pair", ("a", "b"))
+    x = Pair(np.zeros(4), Refusing())
+    with pytest.raises(AttributeError) as info:
+        x[2] = Pair(np.array(1.0), np.array(5.0))
+    assert isinstance(info.value, FieldError) and info.value.path == ("b",)
+    assert info.value.written == ("a",) and calls == [2] and x.a[2] == 1
+
+
 def test_write_into_none_field_is_a_clear_typeerror():
     """Assigning a value to a None field says the field is None."""
     s = make_step()
