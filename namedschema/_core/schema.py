@@ -140,8 +140,8 @@ import threading
 import typing
 import unicodedata
 import uuid
-from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast, overload
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Literal, NoReturn, TypeVar, cast, overload
 
 from ..errors import FieldError, SchemaClassError, SchemaError
 from . import pickling as _pickle
@@ -156,6 +156,13 @@ from .instance import (
     raise_write_error,
 )
 from .pickling import is_registered_schema
+
+if TYPE_CHECKING:
+    from collections.abc import Sized
+    from types import CodeType, FunctionType, ModuleType
+
+    # The shared unrolled (``__getitem__``, ``__setitem__``) of a field count.
+    _Accessors = tuple[Callable[[Any, Any], Any], Callable[[Any, Any, Any], None]]
 
 __all__ = ["accessors_for", "build_schema", "check_field_count", "class_statement",
            "compile_source", "declared_dtypes", "has_class_body", "is_named",
@@ -186,7 +193,7 @@ def check_field_count(kind: str, typename: str, count: int) -> None:
 # --------------------------------------------------------------------------
 
 MAX_UNROLLED_FIELDS = 64
-_cache: dict[int, tuple[Any, ...]] = {}
+_cache: dict[int, _Accessors] = {}
 
 
 def _source(n: int) -> str:
@@ -269,7 +276,7 @@ def _source(n: int) -> str:
     return "\n".join(lines)
 
 
-def compile_source(source: str, filename: str):
+def compile_source(source: str, filename: str) -> CodeType:
     """Compile ``source`` for ``exec`` and register it in ``linecache`` as ``filename``."""
     code = compile(source, filename, "exec")
     # mtime None: linecache.checkcache keeps the entry (there is no file to check).
@@ -277,12 +284,13 @@ def compile_source(source: str, filename: str):
     return code
 
 
-def accessors_for(n_fields: int):
+def accessors_for(n_fields: int) -> _Accessors | None:
     """Shared unrolled (``__getitem__``, ``__setitem__``) for ``n_fields`` fields."""
     if n_fields > MAX_UNROLLED_FIELDS:
         return None
     pair = _cache.get(n_fields)
     if pair is None:
+        namespace: dict[str, Any]
         namespace = {"_tuple_new": tuple.__new__, "_raise_read_error": raise_read_error,
                      "_raise_write_error": raise_write_error, "_check_write": check_write,
                      "_rules": SCALAR_RULES, "_int": int, "_float": float, "_bool": bool,
@@ -308,7 +316,7 @@ try:  # CPython's C descriptor, as used by collections.namedtuple
 except ImportError:  # pragma: no cover - other interpreters
     from operator import itemgetter as _itemgetter
 
-    def _tuplegetter(index, doc):
+    def _tuplegetter(index: int, doc: str) -> property:
         return property(_itemgetter(index), doc=doc)
 
 
@@ -342,7 +350,8 @@ _module_level_seen: dict[str, int] = {}
 _seen_lock = threading.Lock()
 
 
-def _module_level_id(kind, module, typename, fields, defaults) -> str | None:
+def _module_level_id(kind: str, module: str | None, typename: str, fields: tuple[str, ...],
+                     defaults: tuple[Any, ...] | None) -> str | None:
     first = _pickle.derived_schema_id(kind, module, typename, fields, defaults)
     if first is None:
         return None
@@ -354,7 +363,8 @@ def _module_level_id(kind, module, typename, fields, defaults) -> str | None:
     return _pickle.derived_schema_id(kind, module, typename, fields, defaults, count)
 
 
-def _normalize_names(kind, typename, field_names, rename, reserved):
+def _normalize_names(kind: str, typename: str, field_names: str | Iterable[str], rename: bool,
+                     reserved: frozenset[str]) -> tuple[str, tuple[str, ...]]:
     """Validate like collections.namedtuple; return (typename, fields)."""
     typename = sys.intern(str(typename))
     if isinstance(field_names, str):
@@ -407,7 +417,8 @@ def _normalize_names(kind, typename, field_names, rename, reserved):
     return typename, tuple(field_names)
 
 
-def _make_new(typename, fields, defaults):
+def _make_new(typename: str, fields: tuple[str, ...], defaults: tuple[Any, ...] | None
+              ) -> FunctionType:
     """Generate ``__new__`` with the schema's real signature (fast keyword calls)."""
     params = ", ".join(fields)
     values = params + ("," if len(fields) == 1 else "")
@@ -424,7 +435,7 @@ def _make_new(typename, fields, defaults):
     else:
         filename = f"<namedschema __new__({params})>"
     exec(compile_source(source, filename), namespace)
-    new = namespace["__new__"]
+    new: FunctionType = namespace["__new__"]
     new.__qualname__ = f"{typename}.__new__"
     new.__doc__ = f"Create new instance of {typename}({values})"
     if defaults is not None:
@@ -432,8 +443,11 @@ def _make_new(typename, fields, defaults):
     return new
 
 
-def _make_make(typename, n_fields, _tuple_new=_tuple_new, _len=len):
-    def _make(cls, iterable):
+def _make_make(typename: str, n_fields: int,
+               _tuple_new: Callable[[type[Any], Iterable[Any]], tuple[Any, ...]] = _tuple_new,
+               _len: Callable[[Sized], int] = len
+               ) -> classmethod[Any, [Iterable[Any]], tuple[Any, ...]]:
+    def _make(cls: type[Any], iterable: Iterable[Any]) -> tuple[Any, ...]:
         """Make a new instance from a sequence or iterable of field values."""
         result = _tuple_new(cls, iterable)
         if _len(result) != n_fields:
@@ -444,7 +458,7 @@ def _make_make(typename, n_fields, _tuple_new=_tuple_new, _len=len):
     return classmethod(_make)
 
 
-def _defaults_equal(a: tuple[Any, ...], b: tuple) -> bool:
+def _defaults_equal(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
     if len(a) != len(b):
         return False
     for x, y in zip(a, b, strict=True):
@@ -541,8 +555,10 @@ class NamedTupleSchema(SchemaBaseMeta):
     def __new__(mcls, typename: str, field_names: tuple[type, ...],
                 namespace: dict[str, Any], /, **kwargs: Any) -> NamedTupleSchema: ...
 
-    def __new__(mcls, typename, field_names, namespace=None, /, *,
-                rename=False, defaults=None, module=None, **kwargs):
+    def __new__(mcls, typename: str, field_names: str | Iterable[Any],
+                namespace: dict[str, Any] | None = None, /, *, rename: bool = False,
+                defaults: Iterable[Any] | None = None, module: str | None = None,
+                **kwargs: Any) -> Any:
         if namespace is not None:
             # A class statement subclassing a schema: ``class P(Schema): ...``.
             if not isinstance(namespace, dict) or not isinstance(field_names, tuple):
@@ -607,8 +623,10 @@ class NamedArrayTupleSchema(NamedTupleSchema):
         def __new__(mcls, /, *args: Any, **kwargs: Any) -> Any: ...
 
 
-def build_schema(mcls, typename, field_names, *, rename=False, defaults=None,
-                 module=None, schema_id=None, module_level=False):
+def build_schema(mcls: type[NamedTupleSchema], typename: str, field_names: str | Iterable[str],
+                 *, rename: bool = False, defaults: Iterable[Any] | None = None,
+                 module: str | None = None, schema_id: str | None = None,
+                 module_level: bool = False) -> NamedTupleSchema:
     """Make, register and return one schema class of metaclass ``mcls``.
 
     The factories, class syntax, unpickling and the rlpyt patch all make
@@ -642,12 +660,13 @@ def build_schema(mcls, typename, field_names, *, rename=False, defaults=None,
                 and existing._typename == typename and existing._fields == fields
                 and _pickle.same_value(tuple(existing._field_defaults.values()),
                                        tuple(field_defaults.values()))):
-            _pickle.adopt_rebuilt(existing, module)
+            # (a module-level definition: ``module`` is its module's name)
+            _pickle.adopt_rebuilt(existing, cast(str, module))
             return existing
     if schema_id is None:
         schema_id = uuid.uuid4().hex
 
-    namespace = {
+    namespace: dict[str, Any] = {
         # A one-field signature reads "P(x,)", as namedtuple writes it.
         "__doc__": f"{typename}({', '.join(fields)}{',' if len(fields) == 1 else ''})",
         "__slots__": (),
@@ -672,8 +691,9 @@ def build_schema(mcls, typename, field_names, *, rename=False, defaults=None,
     return cls
 
 
-def _builder(mcls):
-    def build(typename, fields, *, defaults, module, schema_id):
+def _builder(mcls: type[NamedTupleSchema]) -> Callable[..., NamedTupleSchema]:
+    def build(typename: str, fields: Sequence[str], *, defaults: Iterable[Any] | None,
+              module: str | None, schema_id: str | None) -> NamedTupleSchema:
         return build_schema(mcls, typename, fields, defaults=defaults, module=module,
                             schema_id=schema_id)
     return build
@@ -705,9 +725,9 @@ def namedtuple(typename: str, field_names: str | Iterable[str], *, rename: bool 
     Point(x=1, y=2)
     """
     caller_module, module_level = calling_module(1)
-    return build_schema(NamedTupleSchema, typename, field_names, rename=rename,
-                        defaults=defaults, module=caller_module if module is None else module,
-                        module_level=module_level)
+    return cast("type[DynamicNamedTuple]", build_schema(
+        NamedTupleSchema, typename, field_names, rename=rename, defaults=defaults,
+        module=caller_module if module is None else module, module_level=module_level))
 
 
 @overload
@@ -756,13 +776,13 @@ def namedarraytuple(typename: str, field_names: str | Iterable[str],
     return nat
 
 
-def is_classic_namedtuple_class(obj) -> bool:
+def is_classic_namedtuple_class(obj: Any) -> bool:
     """True for a class-per-type named tuple (stdlib namedtuple, rlpyt's), not a schema test."""
     return (isinstance(obj, type) and issubclass(obj, tuple) and obj is not tuple
             and all(hasattr(obj, a) for a in _CLASSIC_NT_ATTRS))
 
 
-def is_classic_nat_class(obj) -> bool:
+def is_classic_nat_class(obj: Any) -> bool:
     """True for a class-per-type named array tuple such as rlpyt's ``namedarraytuple``."""
     # rlpyt's namedarraytuple: a namedtuple subclass overriding __getitem__
     # and adding get()/items().
@@ -898,32 +918,34 @@ _REASONS = {
 }
 
 
-def _refuse(base, name, what, cause=None):
+def _refuse(base: type, name: str, what: str, cause: BaseException | None = None
+            ) -> NoReturn:
     raise SchemaClassError(f"class {name}({base.__name__}): {what}") from cause
 
 
-def _is_classvar(annotation) -> bool:
+def _is_classvar(annotation: object) -> bool:
     if isinstance(annotation, str):
         text = annotation.replace(" ", "")
         return text.startswith(("ClassVar", "typing.ClassVar"))
     return annotation is typing.ClassVar or typing.get_origin(annotation) is typing.ClassVar
 
 
-def _protected(base) -> frozenset[Any]:
+def _protected(base: type) -> frozenset[Any]:
     return frozenset(dir(base)) - _MAY_REPLACE | _SCHEMA_OWNED | _SILENT_FALLBACK
 
 
-def _owner(base, name) -> str:
+def _owner(base: type, name: str) -> str:
     for klass in base.__mro__:
         if name in klass.__dict__:
             return klass.__name__
     return base.__name__
 
 
-_PROTECTED = {NamedTuple: _protected(NamedTuple), NamedArrayTuple: _protected(NamedArrayTuple)}
+_PROTECTED: dict[type, frozenset[Any]] = {NamedTuple: _protected(NamedTuple),
+                                          NamedArrayTuple: _protected(NamedArrayTuple)}
 
 
-def _namespace_annotations(namespace) -> dict[str, Any]:
+def _namespace_annotations(namespace: Mapping[str, Any]) -> dict[str, Any]:
     """The annotations of a class body, in order (Python 3.14 defers them to a function)."""
     if "__annotations__" in namespace:
         return dict(namespace["__annotations__"])
@@ -938,7 +960,8 @@ def _namespace_annotations(namespace) -> dict[str, Any]:
                                                      annotationlib.Format.FORWARDREF))
 
 
-def _split_body(base, name, namespace):
+def _split_body(base: type, name: str, namespace: Mapping[str, Any]
+                ) -> tuple[list[str], tuple[Any, ...], dict[str, Any], dict[str, Any]]:
     """Validate a class body; return (fields, defaults, annotations, members)."""
     annotations = _namespace_annotations(namespace)
     protected = _PROTECTED[base]
@@ -960,7 +983,7 @@ def _split_body(base, name, namespace):
             _refuse(base, name, f"field {field!r} without a default follows "
                     f"field {fields[-1]!r}, which has one")
         fields.append(field)
-    members = {}
+    members: dict[str, Any] = {}
     for key, value in namespace.items():
         if key in _SPECIAL or key in fields:
             continue
@@ -978,7 +1001,7 @@ def _split_body(base, name, namespace):
     return fields, tuple(defaults), annotations, members
 
 
-def _class_syntax(base, name, namespace):
+def _class_syntax(base: type, name: str, namespace: Mapping[str, Any]) -> NamedTupleSchema:
     kind = NamedArrayTupleSchema if base is NamedArrayTuple else NamedTupleSchema
     qualname = namespace.get("__qualname__", name)
     fields, defaults, annotations, members = _split_body(base, name, namespace)
@@ -1008,7 +1031,7 @@ def _class_syntax(base, name, namespace):
     return cls
 
 
-def _attach_body(cls, body) -> None:
+def _attach_body(cls: type, body: dict[str, Any]) -> None:
     cell = body.pop("__classcell__", None)
     for key, value in body.items():
         setattr(cls, key, value)
@@ -1020,7 +1043,8 @@ def _attach_body(cls, body) -> None:
         cell.cell_contents = cls
 
 
-def _subclass_of_schema(mcls, name, bases, namespace, kwargs):
+def _subclass_of_schema(mcls: type, name: str, bases: tuple[type, ...],
+                        namespace: dict[str, Any], kwargs: dict[str, Any]) -> SchemaBaseMeta:
     """``class Sub(SomeSchema)``: an ordinary subclass; it cannot add fields."""
     known: set[str] = set()
     for base in bases:
@@ -1034,11 +1058,12 @@ def _subclass_of_schema(mcls, name, bases, namespace, kwargs):
     return type.__new__(mcls, name, bases, namespace, **kwargs)
 
 
-def _base_names(bases) -> str:
+def _base_names(bases: Iterable[object]) -> str:
     return ", ".join(getattr(b, "__name__", repr(b)) for b in bases)
 
 
-def class_statement(mcls, name, bases, namespace, kwargs):
+def class_statement(mcls: type, name: str, bases: tuple[type, ...], namespace: dict[str, Any],
+                    kwargs: dict[str, Any]) -> SchemaBaseMeta:
     """Build the class of a class statement that has a base class of ours."""
     ours = [b for b in bases if b is NamedTuple or b is NamedArrayTuple]
     if not ours and any(isinstance(base, NamedTupleSchema) for base in bases):
@@ -1065,12 +1090,12 @@ def has_class_body(schema: type[Any]) -> bool:
     return BODY_MARK in getattr(schema, "__dict__", {})
 
 
-def _field_annotations(schema) -> dict[str, Any]:
+def _field_annotations(schema: type[Any]) -> dict[str, Any]:
     annotations = schema.__dict__.get("__annotations__", {})
     return {f: annotations[f] for f in schema._fields if f in annotations}
 
 
-def _resolve(schema, field, annotation):
+def _resolve(schema: type[Any], field: str, annotation: object) -> Any:
     # Only a class body's own annotations get here: by-value copies carry none,
     # so nothing read from a file is ever evaluated.
     if not isinstance(annotation, str):
@@ -1085,7 +1110,7 @@ def _resolve(schema, field, annotation):
             f"to find its declared dtype ({type(exc).__name__}: {exc})") from exc
 
 
-def _dtype_of(annotation, np):
+def _dtype_of(annotation: Any, np: ModuleType) -> numpy.dtype[Any] | None:
     """The numpy dtype ``annotation`` declares (NDArray[X], ndarray[S, dtype[X]], X), or None."""
     origin = typing.get_origin(annotation)
     args = typing.get_args(annotation)
@@ -1103,7 +1128,7 @@ def _dtype_of(annotation, np):
         return _dtype_of(args[0], np) if args else None
     if isinstance(annotation, type) and issubclass(annotation, np.generic):
         try:
-            dtype = np.dtype(annotation)
+            dtype: numpy.dtype[Any] = np.dtype(annotation)
         except (TypeError, ValueError):
             return None
         # Abstract scalar types (np.floating, np.generic) declare no one dtype.

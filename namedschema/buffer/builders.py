@@ -25,8 +25,8 @@ from __future__ import annotations
 
 import errno
 import weakref
-from collections.abc import Callable
-from typing import Any, TypeVar, overload
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar, cast, overload
 
 import numpy as np
 from numpy.typing import DTypeLike
@@ -43,6 +43,15 @@ _ArrayTuple = TypeVar("_ArrayTuple", bound=NamedArrayTuple)
 _Buffer = TypeVar("_Buffer")
 _Dims = int | tuple[int, ...] | list[int]
 
+if TYPE_CHECKING:
+    # A leaf of an example: its path, shape and dtype.
+    _Leaf = tuple[str, tuple[int, ...], np.dtype[Any]]
+    # What _plan makes of an example: None, a leaf's index in its list of leaves,
+    # or a named tuple's array schema and the skeletons of its fields.
+    _Skeleton = int | tuple[type[Any], list["_Skeleton"]] | None
+    # A leaf's (path, leaf) -> its replacement, for _map_structure.
+    _LeafFunc = Callable[[Any, str], Any]
+
 __all__ = [
     "buffer_from_example", "build_array", "np_mp_array", "to_shared_memory",
     "is_shared_memory", "torchify_buffer", "numpify_buffer", "buffer_to",
@@ -55,7 +64,7 @@ __all__ = [
 _like_cache: weakref.WeakKeyDictionary[type, type] = weakref.WeakKeyDictionary()
 
 
-def _array_schema_for(example):
+def _array_schema_for(example: Any) -> type[Any]:
     cls = type(example)
     schema = _like_cache.get(cls)
     if schema is None:
@@ -65,13 +74,14 @@ def _array_schema_for(example):
     return schema
 
 
-def _root_name(x, default: str) -> str:
+def _root_name(x: object, default: str) -> str:
     if tree.is_named(x):
         return getattr(type(x), "_typename", type(x).__name__)
     return default
 
 
-def _leading_dims(leading_dims, where: str, label: str = "leading_dims") -> tuple[Any, ...]:
+def _leading_dims(leading_dims: object, where: str, label: str = "leading_dims"
+                  ) -> tuple[int, ...]:
     """``leading_dims`` as a tuple of non-negative ints, or a clear error."""
     dims = leading_dims if isinstance(leading_dims, (list, tuple)) else (leading_dims,)
     out = []
@@ -87,7 +97,7 @@ def _leading_dims(leading_dims, where: str, label: str = "leading_dims") -> tupl
     return tuple(out)
 
 
-def _example_array(value, path: str) -> np.ndarray:
+def _example_array(value: Any, path: str) -> np.ndarray:
     """``np.asarray(value)``, refusing what cannot become a numeric array."""
     try:
         a = np.asarray(value)
@@ -103,7 +113,7 @@ def _example_array(value, path: str) -> np.ndarray:
     return a
 
 
-def _plan(example, path: str, leaves: list[Any]):
+def _plan(example: Any, path: str, leaves: list[_Leaf]) -> _Skeleton:
     """Walk ``example``: collect (path, shape, dtype) of leaves; return a skeleton.
 
     The skeleton is ``None``, an int (index into ``leaves``) or
@@ -120,7 +130,7 @@ def _plan(example, path: str, leaves: list[Any]):
     return len(leaves) - 1
 
 
-def _assemble(skeleton, arrays):
+def _assemble(skeleton: _Skeleton, arrays: Sequence[np.ndarray]) -> Any:
     if skeleton is None:
         return None
     if isinstance(skeleton, int):
@@ -138,7 +148,8 @@ def _human_bytes(n: int) -> str:
     return f"{n:,} bytes ({size:.1f} {unit})"
 
 
-def _check_sizes(leaves, shapes) -> int:
+def _check_sizes(leaves: Sequence[_Leaf],
+                 shapes: Sequence[tuple[tuple[int, ...], np.dtype[Any]]]) -> int:
     """Total bytes of the arrays; BufferSizeError if one is more than numpy can address."""
     limit = int(np.iinfo(np.intp).max)
     total = 0
@@ -155,7 +166,8 @@ def _check_sizes(leaves, shapes) -> int:
     return total
 
 
-def _allocate(leaves, leading: tuple[Any, ...], share_memory: bool) -> list[Any]:
+def _allocate(leaves: Sequence[_Leaf], leading: tuple[int, ...], share_memory: bool
+              ) -> list[np.ndarray]:
     shapes = [(leading + shape, np.dtype(dtype)) for _path, shape, dtype in leaves]
     total = _check_sizes(leaves, shapes)
     try:
@@ -169,7 +181,9 @@ def _allocate(leaves, leading: tuple[Any, ...], share_memory: bool) -> list[Any]
             f"({type(exc).__name__}: {exc}); check leading_dims") from exc
 
 
-def _allocate_checked(leaves, shapes, share_memory: bool) -> list[Any]:
+def _allocate_checked(leaves: Sequence[_Leaf],
+                      shapes: Sequence[tuple[tuple[int, ...], np.dtype[Any]]],
+                      share_memory: bool) -> list[np.ndarray]:
     try:
         if share_memory:
             return _shared_memory.allocate_many(shapes)
@@ -248,7 +262,7 @@ def buffer_from_example(example: Any, leading_dims: _Dims, share_memory: bool = 
         return None
     root = _root_name(example, "example")
     leading = _leading_dims(leading_dims, f"buffer_from_example({root})")
-    leaves: list[Any] = []
+    leaves: list[_Leaf] = []
     skeleton = _plan(example, root, leaves)
     return _assemble(skeleton, _allocate(leaves, leading, bool(share_memory)))
 
@@ -335,9 +349,9 @@ def to_shared_memory(buffer_: _Buffer) -> _Buffer:
         StructureMismatchError: a leaf is not a numpy array (a tensor, say) or
             has an object dtype.
     """
-    leaves: list[Any] = []
+    leaves: list[np.ndarray] = []
 
-    def collect(x, path):
+    def collect(x: Any, path: str) -> int:
         a = np.asarray(x)
         if a.dtype.hasobject:
             raise StructureMismatchError(path, "a numeric numpy array",
@@ -350,13 +364,14 @@ def to_shared_memory(buffer_: _Buffer) -> _Buffer:
     arrays = _shared_memory.allocate_many((a.shape, a.dtype) for a in leaves)
     for dst, src in zip(arrays, leaves, strict=True):
         dst[...] = src
-    return _map_structure(skeleton, lambda i, _path: arrays[i], "buffer",
-                          leaf_types=(int,))
+    shared: _Buffer = _map_structure(skeleton, lambda i, _path: arrays[i], "buffer",
+                                     leaf_types=(int,))
+    return shared
 
 
 # --- traversal --------------------------------------------------------------
 
-def _leaf_types():
+def _leaf_types() -> tuple[type, ...]:
     # No tensor can exist unless torch is already imported: torch is not imported here.
     torch = torch_if_loaded()
     return (np.ndarray, np.generic) if torch is None else (np.ndarray, np.generic, torch.Tensor)
@@ -365,10 +380,11 @@ def _leaf_types():
 _BUFFER_NODES = (tree.TUPLE, tree.NAMED)
 
 
-def _map_structure(buffer_, func, path, leaf_types):
+def _map_structure(buffer_: Any, func: _LeafFunc, path: str,
+                   leaf_types: tuple[type, ...]) -> Any:
     """Apply ``func(leaf, path)`` to every leaf, rebuilding tuples and named tuples."""
 
-    def leaf(x, where):
+    def leaf(x: Any, where: str) -> Any:
         if x is None:
             return None
         if isinstance(x, leaf_types):
@@ -379,11 +395,12 @@ def _map_structure(buffer_, func, path, leaf_types):
             where, f"None, a tuple, a named tuple or a leaf ({leaves})",
             f"{type(x).__name__} {short_repr(x)}")
 
-    return tree.map_structure(buffer_, leaf, kinds=_BUFFER_NODES, subclasses=True,
-                              path=path, shared=False)
+    # With a str ``path``, every leaf's path is a str too (None only without one).
+    return tree.map_structure(buffer_, cast("Callable[[Any, str | None], Any]", leaf),
+                              kinds=_BUFFER_NODES, subclasses=True, path=path, shared=False)
 
 
-def _import_torch(func_name: str):
+def _import_torch(func_name: str) -> Any:
     try:
         import torch
     except ImportError as exc:
@@ -410,7 +427,7 @@ def torchify_buffer(buffer_: Any) -> Any:
     """
     torch = _import_torch("torchify_buffer")
 
-    def convert(x, _path):
+    def convert(x: Any, _path: str) -> Any:
         if isinstance(x, torch.Tensor):
             return x
         return torch.from_numpy(np.asarray(x))
@@ -437,7 +454,7 @@ def numpify_buffer(buffer_: Any) -> Any:
     """
     torch = _import_torch("numpify_buffer")
 
-    def convert(x, _path):
+    def convert(x: Any, _path: str) -> Any:
         if isinstance(x, torch.Tensor):
             return x.cpu().numpy()
         return x
@@ -463,7 +480,7 @@ def buffer_to(buffer_: _Buffer, device: Any = None) -> _Buffer:
     """
     torch = _import_torch("buffer_to")
 
-    def move(x, path):
+    def move(x: Any, path: str) -> Any:
         if not isinstance(x, torch.Tensor):
             raise StructureMismatchError(path, "a torch tensor",
                                          f"a numpy {type(x).__name__}",
@@ -471,8 +488,9 @@ def buffer_to(buffer_: _Buffer, device: Any = None) -> _Buffer:
                                          "use torchify_buffer first")
         return x.to(device)
 
-    return _map_structure(buffer_, move, _root_name(buffer_, "buffer"),
-                          (np.ndarray, np.generic, torch.Tensor))
+    moved: _Buffer = _map_structure(buffer_, move, _root_name(buffer_, "buffer"),
+                                    (np.ndarray, np.generic, torch.Tensor))
+    return moved
 
 
 def buffer_method(buffer_: Any, method_name: str, *args: Any, **kwargs: Any) -> Any:
@@ -555,7 +573,7 @@ def get_leading_dims(buffer_: Any, n_dim: int = 1) -> tuple[int, ...] | None:
     """
     if buffer_ is None:
         return None
-    found: list[Any] = []
+    found: list[tuple[str, tuple[int, ...]]] = []
     _map_structure(buffer_, lambda x, path: found.append((path, x.shape[:n_dim])),
                    _root_name(buffer_, "buffer"), _leaf_types())
     if not found:

@@ -29,12 +29,19 @@ import mmap
 import os
 import threading
 import weakref
-from typing import Any
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol, SupportsInt
 
 import numpy as np
 
 from .. import _process
 from .._core.tree import extent
+
+if TYPE_CHECKING:
+    import numpy.typing as npt
+
+    # A shape: one dimension, or a sequence of them.
+    _ShapeLike = int | np.integer[Any] | Iterable[SupportsInt]
 
 __all__ = ["allocate", "allocate_many", "is_shared", "segment_count"]
 
@@ -70,7 +77,7 @@ class _Segment(mmap.mmap):
     address: int
     inode: tuple[Any, ...]
 
-    def __reduce__(self):
+    def __reduce__(self) -> NoReturn:
         # Only multiprocessing may send a segment (see _install_reducer);
         # plain pickle has no way to carry a file descriptor.
         raise TypeError("a shared-memory segment can only be sent to another "
@@ -93,7 +100,7 @@ def _purge() -> None:
 def _register(seg: _Segment) -> None:
     end = seg.address + seg.length
 
-    def forget(_ref, start=seg.address) -> None:
+    def forget(_ref: weakref.ref[_Segment], start: int = seg.address) -> None:
         # A weakref callback may run inside any allocation, also while this thread
         # holds _lock (registering another segment): taking the lock here deadlocked.
         # It only queues the removal (list.append is atomic); _purge applies it.
@@ -142,7 +149,8 @@ def _new_segment(nbytes: int) -> _Segment:
     return _map(fd, size)
 
 
-def _normalize(shape, dtype):
+def _normalize(shape: _ShapeLike, dtype: npt.DTypeLike
+               ) -> tuple[tuple[int, ...], np.dtype[Any]]:
     if isinstance(shape, (int, np.integer)):
         shape = (shape,)
     shape = tuple(int(d) for d in shape)
@@ -155,7 +163,7 @@ def _normalize(shape, dtype):
     return shape, dtype
 
 
-def allocate(shape, dtype) -> np.ndarray:
+def allocate(shape: _ShapeLike, dtype: npt.DTypeLike) -> np.ndarray:
     """A zero-filled array in a new shared-memory segment of its own.
 
     Args:
@@ -172,7 +180,7 @@ def allocate(shape, dtype) -> np.ndarray:
     return allocate_many([(shape, dtype)])[0]
 
 
-def allocate_many(specs) -> list[np.ndarray]:
+def allocate_many(specs: Iterable[tuple[_ShapeLike, npt.DTypeLike]]) -> list[np.ndarray]:
     """Zero-filled arrays for ``(shape, dtype)`` pairs, all in one segment.
 
     One segment costs one file descriptor and one mapping however many arrays
@@ -188,20 +196,21 @@ def allocate_many(specs) -> list[np.ndarray]:
         ValueError: a dimension is negative.
         TypeError: a dtype holds Python objects.
     """
-    specs = [_normalize(shape, dtype) for shape, dtype in specs]
-    if not specs:
+    normalized = [_normalize(shape, dtype) for shape, dtype in specs]
+    if not normalized:
         return []
-    offsets, total = [], 0
-    for shape, dtype in specs:
+    offsets: list[int] = []
+    total = 0
+    for shape, dtype in normalized:
         total = -(-total // _ALIGN) * _ALIGN
         offsets.append(total)
         total += int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
     seg = _new_segment(total)
     return [np.ndarray(shape, dtype=dtype, buffer=seg, offset=offset)
-            for (shape, dtype), offset in zip(specs, offsets, strict=True)]
+            for (shape, dtype), offset in zip(normalized, offsets, strict=True)]
 
 
-def _segment_of(a: np.ndarray):
+def _segment_of(a: np.ndarray) -> tuple[_Segment, int] | None:
     """(segment, offset of a's data pointer) if ``a`` lies in a live segment."""
     if not _starts:
         return None
@@ -220,7 +229,7 @@ def _segment_of(a: np.ndarray):
     return seg, data - start
 
 
-def is_shared(a) -> bool:
+def is_shared(a: object) -> bool:
     """True if ``a`` is an ndarray whose memory lies in a live shared segment."""
     return isinstance(a, np.ndarray) and _segment_of(a) is not None
 
@@ -234,13 +243,20 @@ def segment_count() -> int:
 
 # --- multiprocessing ------------------------------------------------------
 
-def _reduce_segment(seg: _Segment):
+class _Detachable(Protocol):
+    """What ``DupFd`` gives the receiving process: ``detach()`` returns the descriptor."""
+
+    def detach(self) -> int: ...
+
+
+def _reduce_segment(seg: _Segment
+                    ) -> tuple[Callable[[_Detachable, int], _Segment], tuple[_Detachable, int]]:
     from multiprocessing.reduction import DupFd
 
     return _rebuild_segment, (DupFd(seg.fd), seg.length)
 
 
-def _rebuild_segment(dupfd, size):
+def _rebuild_segment(dupfd: _Detachable, size: int) -> _Segment:
     fd = dupfd.detach()
     st = os.fstat(fd)
     with _lock:
@@ -252,7 +268,7 @@ def _rebuild_segment(dupfd, size):
     return _map(fd, size)
 
 
-def _reduce_ndarray(a: np.ndarray):
+def _reduce_ndarray(a: np.ndarray) -> str | tuple[Any, ...]:
     found = _segment_of(a)
     if found is None:
         # Not ours: exactly what ForkingPickler would have done without us
@@ -264,7 +280,8 @@ def _reduce_ndarray(a: np.ndarray):
     return _rebuild_ndarray, (seg, offset, a.shape, a.strides, a.dtype)
 
 
-def _rebuild_ndarray(seg, offset, shape, strides, dtype):
+def _rebuild_ndarray(seg: _Segment, offset: int, shape: tuple[int, ...],
+                     strides: tuple[int, ...], dtype: np.dtype[Any]) -> np.ndarray:
     return np.ndarray(shape, dtype=dtype, buffer=seg, offset=offset,
                       strides=strides)
 

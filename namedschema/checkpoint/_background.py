@@ -47,6 +47,11 @@ _MAX_REPORT = 48 * 1024     # a report fits in a pipe's buffer (64 KiB on Linux)
 _MAX_TEXT = 16 * 1024       # of a traceback, the last this many characters
 
 
+# A request to the forking thread: the job, the box for its (pid, read end) or
+# exception, and the event set once the box holds it.
+_ForkRequest = tuple[Callable[[], Any], list[tuple[int, int] | BaseException], threading.Event]
+
+
 class _Forker:
     """One long-lived thread makes every snapshot child.
 
@@ -56,7 +61,7 @@ class _Forker:
     """
 
     def __init__(self) -> None:
-        self._requests: queue.SimpleQueue = queue.SimpleQueue()
+        self._requests: queue.SimpleQueue[_ForkRequest] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
 
@@ -67,7 +72,7 @@ class _Forker:
                 self._thread = threading.Thread(target=self._serve, daemon=True,
                                                 name="namedschema-snapshot")
                 self._thread.start()
-        box: list = []
+        box: list[tuple[int, int] | BaseException] = []
         ready = threading.Event()
         self._requests.put((job, box, ready))
         ready.wait()
@@ -497,13 +502,15 @@ def start_thread(path: str, rest: Callable[[], SaveRecord | None],
     return handle
 
 
+# A save for the writer thread: its handle and the rest of its writing.
+_WriteJob = tuple[BackgroundSave, Callable[[], SaveRecord | None]]
 _writer_lock = threading.Lock()
 _writer: threading.Thread | None = None
-_writes: queue.SimpleQueue = queue.SimpleQueue()
+_writes: queue.SimpleQueue[_WriteJob | None] = queue.SimpleQueue()
 _process.on_fork_child("checkpoint._background:background", _forget_in_child)
 
 
-def _write_in_order(jobs: queue.SimpleQueue) -> None:
+def _write_in_order(jobs: queue.SimpleQueue[_WriteJob | None]) -> None:
     while True:
         job = jobs.get()
         if job is None:         # _stop_writer, at interpreter exit
@@ -520,7 +527,9 @@ def _write_in_order(jobs: queue.SimpleQueue) -> None:
         del job, handle, rest   # (as in _Forker._serve: keep nothing of a save once written)
 
 
-def incremental_job(enc: Any, plan: Any, path: str, progress: bool, compression: Any = None):
+def incremental_job(enc: Any, plan: Any, path: str, progress: bool, compression: Any = None
+                    ) -> tuple[Callable[[], tuple[SaveRecord, tuple[Any, ...]]],
+                               Callable[[tuple[Any, ...] | None], None]]:
     """``(job, on_done)`` of an incremental-mode save written by a snapshot child.
 
     The child saves incrementally by comparing its snapshot with the file

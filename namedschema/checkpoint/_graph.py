@@ -14,7 +14,7 @@ import pickle
 import re
 import warnings
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
@@ -66,7 +66,7 @@ __all__ = ["array_paths", "ArrayNames", "fold", "LONG"]
 MAX_VISITS = 200_000
 MAX_DEPTH = 64
 
-def _module_items(obj: Any):
+def _module_items(obj: Any) -> Iterator[tuple[str, Any]]:
     """A torch module's parameters, buffers and submodules under their own names."""
     for slot in ("_parameters", "_buffers", "_modules"):
         table = obj.__dict__.get(slot)
@@ -77,7 +77,7 @@ def _module_items(obj: Any):
             yield key, value
 
 
-def _children(obj: Any):
+def _children(obj: Any) -> Iterable[tuple[Any, Any]]:
     node = tree.node_of(obj, tree.CONTAINERS, subclasses=True)
     if node is not None:
         return node.items(obj)
@@ -285,8 +285,8 @@ def _import_torch(name: str, entry: ArrayEntry) -> Any:
     return torch
 
 
-def make_arrays(entries: tuple[ArrayEntry, ...], blocks_data: list, name: str = "",
-                deferred: dict[int, Any] | None = None) -> list:
+def make_arrays(entries: tuple[ArrayEntry, ...], blocks_data: list[Any], name: str = "",
+                deferred: dict[int, Any] | None = None) -> list[Any]:
     """Every array of the table as a view of its loaded block (tensors share storages).
 
     A tensor views its block only where torch's alignment for its dtype is
@@ -703,18 +703,18 @@ class NodeKind:
 class _Plain(NodeKind):
     spec = "JSON ``null``/``true``/``false``/numbers/strings: None, bool, int, float, str"
 
-    def encode(self, enc, obj, path):
+    def encode(self, enc: Encoder, obj: Any, path: str) -> Any:
         if type(obj) is int and obj.bit_length() > _MAX_INT_BITS:
             raise NotData(path, obj, "an int too large for JSON")
         return obj
 
-    def parse(self, walker, node):  # pragma: no cover - plain nodes are parsed by _Walker
+    def parse(self, walker: _Walker, node: Any) -> Any:  # pragma: no cover - plain nodes are parsed by _Walker
         return node
 
-    def decode(self, dec, operands, allow_refs):
+    def decode(self, dec: Decoder, operands: Any, allow_refs: bool) -> Any:
         return operands
 
-    def describe(self, desc, operands, label, depth) -> None:
+    def describe(self, desc: Describer, operands: Any, label: str, depth: int) -> None:
         desc.line(depth, f"{label}{json.dumps(operands)[:60]}")
 
 
@@ -722,42 +722,44 @@ class _Float(NodeKind):
     keys = frozenset({"float"})
     spec = '``{"float": "nan"|"inf"|"-inf"}``: a float that is not finite'
 
-    def encode(self, enc, obj, path):
+    def encode(self, enc: Encoder, obj: float, path: str) -> float | dict[str, str]:
         return obj if math.isfinite(obj) else {"float": repr(obj)}
 
-    def parse(self, walker, node):
+    def parse(self, walker: _Walker, node: dict[str, Any]) -> float:
         if node["float"] not in ("nan", "inf", "-inf"):
             walker.fail(f"unknown node {node!r:.60}")
         return float(node["float"])
 
-    def decode(self, dec, operands, allow_refs):
+    def decode(self, dec: Decoder, operands: float, allow_refs: bool) -> float:
         return operands
 
-    def describe(self, desc, operands, label, depth) -> None:
+    def describe(self, desc: Describer, operands: float, label: str, depth: int) -> None:
         desc.line(depth, f"{label}{operands!r}")
 
 
 class _Sequence(NodeKind):
     """``{"list": [...]}`` and ``{"tuple": [...]}``."""
 
-    def __init__(self, python_type: type) -> None:
+    def __init__(self, python_type: type[list[Any]] | type[tuple[Any, ...]]) -> None:
         self.python_type = python_type
         self.key = python_type.__name__
         self.keys = frozenset({self.key})
         self.spec = f'``{{"{self.key}": [node, ...]}}``: a {self.key}'
 
-    def encode(self, enc, obj, path):
+    def encode(self, enc: Encoder, obj: Sequence[Any], path: str) -> dict[str, list[Any]]:
         return {self.key: [enc.encode(v, join_path(path, i)) for i, v in enumerate(obj)]}
 
-    def parse(self, walker, node):
-        if type(node[self.key]) is not list:
+    def parse(self, walker: _Walker, node: dict[str, Any]) -> list[Any]:
+        items = node[self.key]
+        if type(items) is not list:
             walker.fail(f"unknown node {node!r:.60}")
-        return node[self.key]
+        return items
 
-    def decode(self, dec, operands, allow_refs):
+    def decode(self, dec: Decoder, operands: list[Any],
+               allow_refs: bool) -> list[Any] | tuple[Any, ...]:
         return self.python_type(dec.decode(v, allow_refs) for v in operands)
 
-    def describe(self, desc, operands, label, depth) -> None:
+    def describe(self, desc: Describer, operands: list[Any], label: str, depth: int) -> None:
         desc.line(depth, f"{label}{self.key} of {len(operands)}")
         for i, item in enumerate(operands):
             desc.describe(item, f"[{i}]: ", depth + 1)
@@ -767,7 +769,7 @@ class _Dict(NodeKind):
     keys = frozenset({"dict"})
     spec = ('``{"dict": [[key, node], ...]}``: a dict with str keys, in order')
 
-    def encode(self, enc, obj, path):
+    def encode(self, enc: Encoder, obj: dict[Any, Any], path: str) -> dict[str, list[list[Any]]]:
         items = []
         for key, value in obj.items():
             if type(key) is not str:
@@ -775,7 +777,7 @@ class _Dict(NodeKind):
             items.append([key, enc.encode(value, join_path(path, key))])
         return {"dict": items}
 
-    def parse(self, walker, node):
+    def parse(self, walker: _Walker, node: dict[str, Any]) -> list[list[Any]]:
         items = node["dict"]
         if type(items) is not list:
             walker.fail(f"unknown node {node!r:.60}")
@@ -784,10 +786,10 @@ class _Dict(NodeKind):
                 walker.fail("malformed dict item")
         return items
 
-    def decode(self, dec, operands, allow_refs):
+    def decode(self, dec: Decoder, operands: list[list[Any]], allow_refs: bool) -> dict[str, Any]:
         return {key: dec.decode(value, allow_refs) for key, value in operands}
 
-    def describe(self, desc, operands, label, depth) -> None:
+    def describe(self, desc: Describer, operands: list[list[Any]], label: str, depth: int) -> None:
         desc.line(depth, f"{label}dict of {len(operands)}")
         for key, value in operands:
             desc.describe(value, f"{key!r}: ", depth + 1)
@@ -799,19 +801,19 @@ class _Array(NodeKind):
     spec = ('``{"array": i}``: entry ``i`` of ``arrays`` (a numpy array or torch '
             'tensor; one object stored once is one object after loading)')
 
-    def encodes(self, obj):
+    def encodes(self, obj: Any) -> bool:
         return is_storable(obj)
 
-    def encode(self, enc, obj, path):
+    def encode(self, enc: Encoder, obj: Any, path: str) -> dict[str, int]:
         return {"array": enc.arrays.add(obj, path)}
 
-    def parse(self, walker, node):
+    def parse(self, walker: _Walker, node: dict[str, Any]) -> int:
         return walker.index(node["array"], len(walker.entries), "array")
 
-    def decode(self, dec, operands, allow_refs):
+    def decode(self, dec: Decoder, operands: int, allow_refs: bool) -> Any:
         return dec.arrays[operands]
 
-    def describe(self, desc, operands, label, depth) -> None:
+    def describe(self, desc: Describer, operands: int, label: str, depth: int) -> None:
         desc.line(depth, f"{label}{desc.array_text[operands]}")
 
 
@@ -821,22 +823,22 @@ class _Scalar(NodeKind):
     spec = ('``{"scalar": i}``: a numpy scalar (``np.float32(1.5)``), stored as the '
             '0-d array ``i`` of ``arrays`` and loaded as ``array[()]``')
 
-    def encodes(self, obj):
+    def encodes(self, obj: Any) -> bool:
         return isinstance(obj, np.generic) and obj.dtype.str in ALLOWED_DTYPES
 
-    def encode(self, enc, obj, path):
+    def encode(self, enc: Encoder, obj: Any, path: str) -> dict[str, int]:
         return {"scalar": enc.arrays.add(np.asarray(obj), path)}
 
-    def parse(self, walker, node):
+    def parse(self, walker: _Walker, node: dict[str, Any]) -> int:
         index = walker.index(node["scalar"], len(walker.entries), "scalar")
         if walker.entries[index].torch is not None:
             walker.fail(f"refers to scalar {index!r}, which does not exist")
         return index
 
-    def decode(self, dec, operands, allow_refs):
+    def decode(self, dec: Decoder, operands: int, allow_refs: bool) -> Any:
         return dec.arrays[operands][()]
 
-    def describe(self, desc, operands, label, depth) -> None:
+    def describe(self, desc: Describer, operands: int, label: str, depth: int) -> None:
         desc.line(depth, f"{label}{np.dtype(desc.entries[operands].dtype).name} scalar")
 
 
@@ -845,21 +847,21 @@ class _Schema(NodeKind):
     refs = True
     spec = '``{"schema": s}``: the schema class ``s`` of ``schemas`` itself'
 
-    def encodes(self, obj):
+    def encodes(self, obj: Any) -> bool:
         return isinstance(obj, type)
 
-    def encode(self, enc, obj, path):
+    def encode(self, enc: Encoder, obj: type, path: str) -> dict[str, int]:
         if not _is_schema_class(obj):
             raise NotData(path, obj, f"the class {obj.__qualname__}")
         return {"schema": enc.schema(obj, path)}
 
-    def parse(self, walker, node):
+    def parse(self, walker: _Walker, node: dict[str, Any]) -> int:
         return walker.index(node["schema"], len(walker.schemas), "schema")
 
-    def decode(self, dec, operands, allow_refs):
+    def decode(self, dec: Decoder, operands: int, allow_refs: bool) -> Any:
         return dec.schema_class(operands)
 
-    def describe(self, desc, operands, label, depth) -> None:
+    def describe(self, desc: Describer, operands: int, label: str, depth: int) -> None:
         entry = desc.schemas[operands]
         desc.line(depth, f"{label}class {entry.typename} ({entry.kind})")
 
@@ -870,17 +872,17 @@ class _Instance(NodeKind):
     spec = ('``{"nt": s, "values": [node, ...]}``: an instance of schema ``s`` '
             '(a schema, a stdlib namedtuple or an rlpyt namedarraytuple)')
 
-    def encodes(self, obj):
+    def encodes(self, obj: Any) -> bool:
         return _stored_as_instance(type(obj))
 
-    def encode(self, enc, obj, path):
+    def encode(self, enc: Encoder, obj: Any, path: str) -> dict[str, Any]:
         cls = type(obj)
         index = enc.schema(cls, path)
         base = path or (cls._typename if _is_schema_class(cls) else cls.__name__)
         return {"nt": index, "values": [enc.encode(v, join_path(base, f))
                                         for f, v in zip(cls._fields, obj, strict=True)]}
 
-    def parse(self, walker, node):
+    def parse(self, walker: _Walker, node: dict[str, Any]) -> tuple[int, list[Any]]:
         values = node["values"]
         if type(values) is not list:
             walker.fail(f"malformed schema instance node {node!r:.60}")
@@ -891,17 +893,22 @@ class _Instance(NodeKind):
                         f"gives {len(values)} values")
         return index, values
 
-    def decode(self, dec, operands, allow_refs):
+    def decode(self, dec: Decoder, operands: tuple[int, list[Any]], allow_refs: bool) -> Any:
         index, values = operands
         cls = dec.schema_class(index)
         return cls._make([dec.decode(v, allow_refs) for v in values])
 
-    def describe(self, desc, operands, label, depth) -> None:
+    def describe(self, desc: Describer, operands: tuple[int, list[Any]],
+                 label: str, depth: int) -> None:
         index, values = operands
         entry = desc.schemas[index]
         desc.line(depth, f"{label}{entry.typename} ({entry.kind})")
         for fname, value in zip(entry.fields, values, strict=True):
             desc.describe(value, f"{fname}: ", depth + 1)
+
+
+# A numpy node's operands: its dtype, shape and values (C order).
+_NumpyOperands = tuple[np.dtype[Any], tuple[int, ...], list[Any]]
 
 
 class _Numpy(NodeKind):
@@ -915,11 +922,11 @@ class _Numpy(NodeKind):
             'declare a dtype, and listed as the feature ``"numpy-defaults"``')
     max_elements = 4096
 
-    def encodes(self, obj):
+    def encodes(self, obj: Any) -> bool:
         return ((type(obj) is np.ndarray or isinstance(obj, np.generic))
                 and obj.dtype.str in ALLOWED_DTYPES and obj.size <= self.max_elements)
 
-    def encode(self, enc, obj, path):
+    def encode(self, enc: Encoder, obj: Any, path: str) -> dict[str, list[Any]]:
         arr = np.asarray(obj)
         values: list[Any]
         if arr.dtype.kind == "c":
@@ -930,7 +937,7 @@ class _Numpy(NodeKind):
             values = arr.ravel().tolist()
         return {"numpy": [arr.dtype.str, list(arr.shape), values]}
 
-    def parse(self, walker, node):
+    def parse(self, walker: _Walker, node: dict[str, Any]) -> _NumpyOperands:
         operands = node["numpy"]
         if type(operands) is not list or len(operands) != 3:
             walker.fail(f"malformed numpy node {node!r:.60}")
@@ -953,12 +960,12 @@ class _Numpy(NodeKind):
             values = [float(v) for v in values]
         return dtype, tuple(shape), values
 
-    def decode(self, dec, operands, allow_refs):
+    def decode(self, dec: Decoder, operands: _NumpyOperands, allow_refs: bool) -> Any:
         dtype, shape, values = operands
         arr = np.array(values, dtype=dtype).reshape(shape)
         return arr[()] if not shape else arr
 
-    def describe(self, desc, operands, label, depth) -> None:
+    def describe(self, desc: Describer, operands: _NumpyOperands, label: str, depth: int) -> None:
         dtype, shape, _values = operands
         desc.line(depth, f"{label}numpy {dtype.name} {shape}")
 
@@ -976,7 +983,7 @@ def _is_int_value(v: Any, dtype: np.dtype) -> bool:
     return type(v) is int and info.min <= v <= info.max
 
 
-_NUMPY_VALUE_CHECKS = {
+_NUMPY_VALUE_CHECKS: dict[str, Callable[[Any, np.dtype[Any]], bool]] = {
     "b": lambda v, dtype: type(v) is bool,
     "i": _is_int_value,
     "u": _is_int_value,

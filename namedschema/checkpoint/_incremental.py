@@ -506,7 +506,8 @@ def save_encoded(enc: EncodedGraph, plan: _storage.Layout, path: str,
     def full_save_() -> SaveRecord:
         if compression is None:
             return full_save(enc, plan, path, progress)
-        return _squeezed().full_save(enc, plan, path, progress, compression)
+        record: SaveRecord = _squeezed().full_save(enc, plan, path, progress, compression)
+        return record
     try:
         fd = os.open(path, os.O_RDWR | getattr(os, "O_CLOEXEC", 0))
     except OSError:
@@ -551,7 +552,8 @@ def _incremental(enc: EncodedGraph, plan: _storage.Layout, path: str, real: str,
     saved: SaveRecord | None
     left: list[Callable[[], None]] = []      # the in-place writes, for the finishing thread
     if compression is not None:
-        result = _squeezed().update(enc, plan, path, real, fd, progress, compression)
+        result: SaveRecord | str = _squeezed().update(enc, plan, path, real, fd, progress,
+                                                      compression)
         saved = None if isinstance(result, str) else result
         if isinstance(result, str):
             _note(real, result)
@@ -797,7 +799,8 @@ def _begin(enc: EncodedGraph, plan: _storage.Layout, path: str, real: str, fd: i
         found = _scan(enc, plan, path, real, fd, defer=True)
         return None if found is None else functools.partial(
             _write_changes, enc, plan, path, real, fd, *found, progress=progress)
-    rest = _squeezed().begin(enc, plan, path, real, fd, progress, compression)
+    rest: Callable[[], SaveRecord | str] | str = _squeezed().begin(
+        enc, plan, path, real, fd, progress, compression)
     if isinstance(rest, str):
         if rest:         # "": a snapshot child compares the chunks (no full save)
             _note(real, rest)

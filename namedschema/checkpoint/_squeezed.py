@@ -11,7 +11,7 @@ import zlib
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -24,6 +24,8 @@ from ._storage import PAGE, MemorySpan, Progress, Source
 from ._tracking import identity
 
 __all__ = ["full_save", "update", "begin", "report", "adopt", "forget", "FULL_FRACTION", "SLACK"]
+
+_T = TypeVar("_T")
 
 
 # ---------------------------------------- squeezed
@@ -416,6 +418,7 @@ class _Space:
     def take(self, size: int, align: int = 1) -> int | None:
         """Take ``size`` bytes (at a multiple of ``align``): the last stretch first (the
         room at the end of a tensor, where it fits in one step), then the first that fits."""
+        k: int
         for k in [len(self.starts) - 1, *range(len(self.starts) - 1)] if self.starts else []:
             at = self.starts[k] + (-self.starts[k] % align)
             if at + size <= self.ends[k]:
@@ -641,7 +644,7 @@ def begin(enc: EncodedGraph, plan: _storage.Layout, path: str, real: str, fd: in
     return rest
 
 
-def _or_why(real: str, step: Callable[[], Any]) -> Any:
+def _or_why(real: str, step: Callable[[], _T]) -> _T | str:
     """``step()``, or why it stopped (a ``_Stop``'s text); the baseline is forgotten
     when it does not finish, since the file may no longer match it."""
     try:

@@ -15,7 +15,7 @@ import os
 import sys
 import threading
 import zlib
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
@@ -178,7 +178,7 @@ def _libc() -> ctypes.CDLL | None:
     return libc
 
 
-def _ioctl(fd: int, request: int, arg: ctypes.Structure | ctypes.Array) -> int:
+def _ioctl(fd: int, request: int, arg: ctypes.Structure | ctypes.Array[Any]) -> int:
     libc = _libc()
     assert libc is not None
     result = libc.ioctl(fd, request, ctypes.byref(arg))
@@ -498,7 +498,7 @@ def _put(real: str, rewrites: list[Rewrite] | None) -> None:
 
 
 def note(real: str, st: os.stat_result, before: str, after: str,
-         pieces: Iterable[tuple[int, Any]], grown_from: int | None = None) -> None:
+         pieces: Iterable[tuple[int, Any, int]], grown_from: int | None = None) -> None:
     """An in-place save of ``real`` (open as ``st``) from checkpoint ``before`` to
     ``after`` is about to write ``pieces`` (``(file offset, bytes-like, ...)``) and
     grow the file from ``grown_from`` bytes (None: it does not grow)."""
@@ -943,7 +943,8 @@ class Scan:
         for group in groups:
             self._compare(index, group, source, phase, digests)
 
-    def _mapped_pages(self, index: int, lo: int, nbytes: int) -> list:
+    def _mapped_pages(self, index: int, lo: int, nbytes: int
+                      ) -> list[tuple[int, int, int, np.ndarray]]:
         """Where the block's memory privately maps this file at its offset (a load with
         ``mmap_mode='c'``): ``(first page, stop page, address, pagemap entries)``."""
         phase, hi = lo % PAGE, lo + nbytes
@@ -958,7 +959,8 @@ class Scan:
                 out.append((fp, lp, first, _storage.entries(first, lp - fp)))
         return out
 
-    def _own_copies(self, npages: int, mapped: list) -> np.ndarray:
+    def _own_copies(self, npages: int, mapped: list[tuple[int, int, int, np.ndarray]]
+                    ) -> np.ndarray:
         """Page runs that may differ from the file: all but pages still mapping it."""
         runs, position = [], 0
         for fp, lp, first, before in mapped:
@@ -1168,7 +1170,8 @@ def _groups(runs: np.ndarray, phase: int, nbytes: int, packed: bool
         yield group
 
 
-def crc_updates(old: Header, changes: list[Change]) -> tuple[dict[int, int], list]:
+def crc_updates(old: Header, changes: list[Change]
+                ) -> tuple[dict[int, int], list[tuple[int, Any, int]]]:
     """New CRC-32 per changed data block, and the journal pieces (file offset, bytes, crc).
 
     Each change carries the CRC-32s of the bytes it replaces (read by the scan)
@@ -1186,7 +1189,8 @@ def crc_updates(old: Header, changes: list[Change]) -> tuple[dict[int, int], lis
     return crcs, pieces
 
 
-def write_in_place(fd: int, size: int, pieces: list, bar: Any = None) -> None:
+def write_in_place(fd: int, size: int, pieces: Sequence[tuple[int, Any, int]],
+                   bar: Any = None) -> None:
     """Copy data ``pieces`` (file offset, bytes, crc; in file order) into the file.
 
     With ``pwrite`` (measured faster here than copying through a shared map,

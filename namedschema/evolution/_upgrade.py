@@ -9,9 +9,10 @@ from __future__ import annotations
 import logging
 import math
 import types
-from collections.abc import Iterable, Mapping
+import typing
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol, get_args, overload
+from typing import TYPE_CHECKING, Any, Literal, NoReturn, Protocol, get_args, overload
 
 import numpy as np
 
@@ -30,6 +31,12 @@ from .._core.tree import (
 )
 from .._core.writes import cast_checked, describe_change, quiet_cast
 from ..errors import FillLimitError, SchemaEvolutionError, short_repr
+
+if TYPE_CHECKING:
+    import numpy.typing as npt
+
+    # What a schema declares for a field: (dtype, element shape or None).
+    _Declared = tuple[np.dtype[Any], tuple[int, ...] | None]
 
 __all__ = ["MISSING", "stored_typename", "field_dtype", "SchemaMapping", "KeptField",
            "UpgradeReport", "MappingRecord", "Targets", "Plan", "Upgrader", "all_tensors",
@@ -53,7 +60,7 @@ MISSING = object()  # "no default" (a default can be None)
 # What a schema declares
 # --------------------------------------------------------------------------
 
-def stored_typename(cls) -> str:
+def stored_typename(cls: type[Any]) -> str:
     """The name files store for ``cls``: a schema's typename, else the class name."""
     if is_registered_schema(cls):
         return str(cls.__dict__["_typename"])
@@ -208,12 +215,12 @@ class UpgradeReport:
 class MappingRecord:
     """Mutable counterpart of SchemaMapping while an upgrade runs."""
 
-    def __init__(self, plan, path) -> None:
+    def __init__(self, plan: Plan, path: str) -> None:
         self.plan, self.path = plan, path
         self.instances = self.classes = 0
         self.cast: dict[tuple[str, str, str], Any] = {}
 
-    def freeze(self):
+    def freeze(self) -> SchemaMapping:
         """The record as a frozen :class:`SchemaMapping`."""
         plan = self.plan
         return SchemaMapping(
@@ -227,7 +234,7 @@ class MappingRecord:
 # Finding the current schemas
 # --------------------------------------------------------------------------
 
-def _describe_class(cls) -> str:
+def _describe_class(cls: type[Any]) -> str:
     module = getattr(cls, "__module__", None)
     return f"{stored_typename(cls)}({', '.join(cls._fields)}) from {module}"
 
@@ -235,12 +242,12 @@ def _describe_class(cls) -> str:
 class Targets:
     """Current schemas by saved typename: explicit entries first, then the rest."""
 
-    def __init__(self, schemas) -> None:
-        self.explicit: dict[str, Any] = {}
-        self.found: dict[str, Any] = {}
+    def __init__(self, schemas: SchemaSpec) -> None:
+        self.explicit: dict[str, type[Any]] = {}
+        self.found: dict[str, list[type[Any]]] = {}
         self._add(schemas, "schemas", depth=0)
 
-    def _add(self, spec, where, depth):
+    def _add(self, spec: Any, where: str, depth: int) -> None:
         if depth > 3:
             raise TypeError(f"upgrade: {where} is nested too deeply")
         if isinstance(spec, types.ModuleType):
@@ -266,12 +273,12 @@ class Targets:
                             "mapping of saved typename to schema, or a list of these; "
                             f"got {short_repr(spec)}")
 
-    def _found(self, cls) -> None:
+    def _found(self, cls: type[Any]) -> None:
         group = self.found.setdefault(stored_typename(cls), [])
         if not any(c is cls for c in group):
             group.append(cls)
 
-    def lookup(self, typename, path):
+    def lookup(self, typename: str, path: str) -> type[Any] | None:
         """The target schema for saved ``typename`` at ``path``, None when there is none."""
         cls = self.explicit.get(typename)
         if cls is not None:
@@ -311,7 +318,9 @@ _NUMBERS = (bool, int, float, complex)
 class Plan:
     """How instances of one saved class become instances of its target."""
 
-    def __init__(self, saved, target, sources, fills, extras, declared) -> None:
+    def __init__(self, saved: type[Any], target: type[Any], sources: tuple[int | None, ...],
+                 fills: dict[int, Any], extras: tuple[tuple[int, str], ...],
+                 declared: dict[int, _Declared]) -> None:
         self.saved, self.target = saved, target
         self.sources = sources      # per target field: saved index, or None (fill)
         self.fills = fills          # target field index -> default
@@ -322,7 +331,7 @@ class Plan:
         self.identity = (saved is target and not fills and not extras)
 
 
-def _tensor_dtype(tensor):
+def _tensor_dtype(tensor: Any) -> np.dtype[Any] | None:
     """The numpy dtype of a tensor's dtype, or None (bfloat16 has none)."""
     try:
         return np.dtype(str(tensor.dtype).removeprefix("torch."))
@@ -330,7 +339,7 @@ def _tensor_dtype(tensor):
         return None
 
 
-def _array_leaves(values, out, depth=0) -> None:
+def _array_leaves(values: Iterable[Any], out: list[Any], depth: int = 0) -> None:
     for v in values:
         if isinstance(v, np.ndarray) or is_tensor(v):
             out.append(v)
@@ -338,14 +347,14 @@ def _array_leaves(values, out, depth=0) -> None:
             _array_leaves(v, out, depth + 1)
 
 
-def all_tensors(values) -> bool:
+def all_tensors(values: Iterable[Any]) -> bool:
     """Whether the array leaves of an instance are torch tensors (at least one, no ndarray)."""
     leaves: list[Any] = []
     _array_leaves(values, leaves)
     return bool(leaves) and all(is_tensor(v) for v in leaves)
 
 
-def _leaf_shape(value):
+def _leaf_shape(value: Any) -> tuple[int, ...] | None:
     if isinstance(value, np.ndarray | np.generic) or is_tensor(value):
         return tuple(value.shape)
     if type(value) in _NUMBERS:
@@ -353,7 +362,7 @@ def _leaf_shape(value):
     return None
 
 
-def _leaf_shapes(values, out, depth=0) -> None:
+def _leaf_shapes(values: Iterable[Any], out: list[tuple[int, ...]], depth: int = 0) -> None:
     for v in values:
         shape = _leaf_shape(v)
         if shape is not None:
@@ -362,11 +371,11 @@ def _leaf_shapes(values, out, depth=0) -> None:
             _leaf_shapes(v, out, depth + 1)
 
 
-def _common_prefix(shapes):
+def _common_prefix(shapes: Sequence[tuple[int, ...]]) -> tuple[int, ...] | None:
     if not shapes:
         return None
     ndim = min(len(s) for s in shapes)
-    prefix = []
+    prefix: list[int] = []
     for i in range(ndim):
         if any(s[i] != shapes[0][i] for s in shapes):
             break
@@ -374,7 +383,7 @@ def _common_prefix(shapes):
     return tuple(prefix)
 
 
-def dtype_text(dtype) -> str:
+def dtype_text(dtype: npt.DTypeLike) -> str:
     """A dtype's name as reports show it (byte order only where it matters)."""
     dtype = np.dtype(dtype)
     return dtype.name if dtype.isnative or dtype.itemsize == 1 else dtype.str
@@ -383,19 +392,20 @@ def dtype_text(dtype) -> str:
 class Upgrader:
     """The conversion plans of one upgrade: saved schema classes to their targets."""
 
-    def __init__(self, targets, extra, casting, defaults, fill_budget=None) -> None:
+    def __init__(self, targets: Targets, extra: ExtraChoice, casting: CastingChoice,
+                 defaults: Mapping[str, Any], fill_budget: int | None = None) -> None:
         self.targets, self.extra, self.casting = targets, extra, casting
         self.defaults = defaults
         self.fill_budget = fill_budget  # bytes all new fields may take (None: unbounded)
-        self.plans: dict[int, Any] = {}       # id(saved class) -> Plan or None
+        self.plans: dict[int, Plan | None] = {}   # id(saved class) -> Plan or None
         self._alive: list[Any] = []      # keeps saved classes alive while ids are keys
-        self.records: dict[int, Any] = {}     # id(saved class) -> MappingRecord
-        self.unmatched: dict[str, Any] = {}
-        self.kept: list[Any] = []
+        self.records: dict[int, MappingRecord] = {}   # id(saved class) -> MappingRecord
+        self.unmatched: dict[str, str] = {}
+        self.kept: list[KeptField] = []
 
     # -- plans -------------------------------------------------------------
 
-    def plan(self, cls, path):
+    def plan(self, cls: type[Any], path: str) -> Plan | None:
         """The plan for saved class ``cls`` (met at ``path``), made once; None if unmatched."""
         key = id(cls)
         if key in self.plans:
@@ -411,7 +421,7 @@ class Upgrader:
         index = {name: i for i, name in enumerate(saved_fields)}
         sources: list[int | None] = []
         fills: dict[int, Any] = {}
-        declared: dict[int, Any] = {}
+        declared: dict[int, _Declared] = {}
         for j, name in enumerate(target._fields):
             decl = field_dtype(target, name)
             if decl is not None:
@@ -445,7 +455,7 @@ class Upgrader:
         self.plans[key] = plan
         return plan
 
-    def record(self, plan, path):
+    def record(self, plan: Plan, path: str) -> MappingRecord:
         """The report record of ``plan``, made on first use."""
         rec = self.records.get(id(plan.saved))
         if rec is None:
@@ -454,7 +464,8 @@ class Upgrader:
 
     # -- declared dtypes ---------------------------------------------------
 
-    def check_declared(self, plan, j, value, path, leading):
+    def check_declared(self, plan: Plan, j: int, value: Any, path: str,
+                       leading: tuple[int, ...] | None) -> np.dtype[Any] | None:
         """Check a saved value against its declared dtype and element shape.
 
         Returns the dtype to cast to, or None. ``leading`` is the array
@@ -503,6 +514,7 @@ class Upgrader:
                 "saved data with namedschema.buffer.numpify_buffer first, or cast it "
                 "yourself", schema=target_name, field=name, path=path,
                 saved=saved_text, expected=dtype_text(dtype))
+        assert saved_dtype is not None   # an array's dtype (a tensor raised above)
         if not np.can_cast(saved_dtype, dtype, casting=self.casting):
             raise SchemaEvolutionError(
                 f"{path}: {target_name}.{name} has saved dtype "
@@ -515,7 +527,8 @@ class Upgrader:
                 saved=dtype_text(saved_dtype), expected=dtype_text(dtype))
         return dtype
 
-    def cast(self, value, dtype, path, schema=None, field=None):
+    def cast(self, value: Any, dtype: np.dtype[Any], path: str, schema: str | None = None,
+             field: str | None = None) -> Any:
         """``value`` cast to ``dtype``; SchemaEvolutionError if a value would change.
 
         Under ``casting="unsafe"`` values may change (the explicit opt-in);
@@ -540,14 +553,15 @@ class Upgrader:
 
     # -- filling new fields ------------------------------------------------
 
-    def fill(self, plan, j, leading, path, tensors=False):
+    def fill(self, plan: Plan, j: int, leading: tuple[int, ...] | None, path: str,
+             tensors: object = False) -> Any:
         """The value of new field ``j``; ``tensors``: the buffer holds torch tensors."""
         value = self._fill(plan, j, leading, path)
         if tensors and isinstance(value, np.ndarray):
             return torch_if_loaded().from_numpy(value)   # like the buffer's other fields
         return value
 
-    def _spend(self, nbytes, where, target_name, name):
+    def _spend(self, nbytes: int, where: str, target_name: str, name: str) -> None:
         """Count ``nbytes`` of new fields against the budget; FillLimitError beyond it."""
         if self.fill_budget is None:
             return
@@ -558,9 +572,9 @@ class Upgrader:
                 "justifies (new fields may take at most the file's size, or 64 MiB); its "
                 "leading shape comes from the file. Load without schemas= and call "
                 "namedschema.upgrade on data you trust", schema=target_name, field=name,
-                path=where.split(":")[0])
+                path=where.split(":", maxsplit=1)[0])
 
-    def _fill(self, plan, j, leading, path):
+    def _fill(self, plan: Plan, j: int, leading: tuple[int, ...] | None, path: str) -> Any:
         default = plan.fills[j]
         target_name, name = stored_typename(plan.target), plan.target._fields[j]
         if not plan.array or default is None:
@@ -601,7 +615,8 @@ class Upgrader:
             return np.zeros(full_shape, dtype=element.dtype)
         return np.full(full_shape, element, dtype=element.dtype)
 
-    def leading_shape(self, plan, saved_values, hint):
+    def leading_shape(self, plan: Plan | None, saved_values: Sequence[Any],
+                      hint: tuple[int, ...] | None) -> tuple[int, ...] | None:
         """The saved array tuple's leading shape (None when nothing tells it).
 
         Every array (and number) of an array tuple starts with the leading
@@ -612,16 +627,16 @@ class Upgrader:
         Taken in order: the enclosing array tuple's (``hint``); the one most
         such fields imply (the longest on a tie); ``common`` itself.
         """
-        shapes: list[Any] = []
+        shapes: list[tuple[int, ...]] = []
         _leaf_shapes(saved_values, shapes)
         common = _common_prefix(shapes)
         if common is None:
             return hint
         if hint is not None and common[:len(hint)] == hint:
             return hint
-        implied = []
+        implied: list[tuple[int, ...]] = []
         for j, (_dtype, shape) in (plan.declared.items() if plan else ()):
-            src = plan.sources[j]
+            src = typing.cast(Plan, plan).sources[j]   # (declared items: there is a plan)
             if shape is None:
                 continue
             saved = None if src is None else _leaf_shape(saved_values[src])
@@ -663,7 +678,7 @@ class Walk:
         self.cycled: set[Any] = set()
         self.writes: list[Any] = []      # deferred in-place updates of mutable containers
 
-    def convert(self, obj, path, hint=None):
+    def convert(self, obj: Any, path: str, hint: tuple[int, ...] | None = None) -> Any:
         """``obj`` converted (memoised by identity; cycles refused)."""
         if type(obj) in _ATOMS:
             return obj
@@ -708,12 +723,12 @@ class Walk:
                 self.assign(attrs, k, v, self.convert(v, join_path(base, k)))
         return obj
 
-    def assign(self, container, key, old, new) -> None:
+    def assign(self, container: Any, key: Any, old: object, new: object) -> None:
         """Queue writing ``new`` into ``container[key]`` if it differs from ``old``."""
         if new is not old and not self.dry:
             self.writes.append(lambda c=container, k=key, n=new: c.__setitem__(k, n))
 
-    def immutable(self, obj, path, rebuild):
+    def immutable(self, obj: Any, path: str, rebuild: Callable[[Any, str], Any]) -> Any:
         """``obj`` rebuilt by ``rebuild``, guarded against cycles through it."""
         key = id(obj)
         self.busy.add(key)
@@ -729,7 +744,7 @@ class Walk:
         self.memo[key] = result
         return result
 
-    def rebuilt(self, obj, path, node):
+    def rebuilt(self, obj: Any, path: str, node: tree.Node) -> Any:
         """A tuple or frozenset of converted items (``obj`` itself if none changed)."""
         items = list(node.items(obj))
         new = [self.convert(v, join_path(path, k)) for k, v in items]
@@ -737,7 +752,7 @@ class Walk:
             return obj
         return node.rebuild(obj, new)
 
-    def array(self, arr, path):
+    def array(self, arr: np.ndarray, path: str) -> Any:
         """The array at ``path``: recorded on a dry pass, cast as planned otherwise."""
         if self.dry:
             self.leaves.append((arr, path))
@@ -748,7 +763,7 @@ class Walk:
         self.memo[id(arr)] = result
         return result
 
-    def schema_class(self, cls, path):
+    def schema_class(self, cls: type[Any], path: str) -> type[Any]:
         """The target class of saved schema class ``cls``, or ``cls`` when unmatched."""
         up = self.up
         plan_target = up.targets.lookup(stored_typename(cls), path or stored_typename(cls))
@@ -766,11 +781,12 @@ class Walk:
                 plan = up.plan(cls, path or stored_typename(cls))
             except SchemaEvolutionError:
                 plan = Plan(cls, plan_target, (), {}, (), {})
-            rec = up.record(plan, path or stored_typename(cls))
+            # (a Plan: up.plan finds the target that plan_target is)
+            rec = up.record(typing.cast(Plan, plan), path or stored_typename(cls))
         rec.classes += 1
         return plan_target
 
-    def instance(self, obj, path, hint=None):
+    def instance(self, obj: Any, path: str, hint: tuple[int, ...] | None = None) -> Any:
         """Schema instance ``obj`` converted to its target schema."""
         up = self.up
         cls = type(obj)
@@ -825,7 +841,8 @@ class Walk:
             return obj
         return plan.target._make(out)
 
-    def note_cast(self, arr, dtype, path, schema=None, field=None):
+    def note_cast(self, arr: np.ndarray, dtype: np.dtype[Any], path: str,
+                  schema: str | None = None, field: str | None = None) -> None:
         """Plan casting ``arr`` to ``dtype``; refuse two different casts of one array."""
         entry = self.casts.get(id(arr))
         if entry is None:
@@ -837,7 +854,8 @@ class Walk:
                 "take two dtypes", path=path)
 
 
-def check_aliases(casts, leaves) -> None:
+def check_aliases(casts: Mapping[int, Sequence[Any]], leaves: Iterable[tuple[Any, str]]
+                  ) -> None:
     """Refuse casts of arrays that other arrays or torch tensors in the structure view.
 
     A cast makes a new array; the identical array elsewhere is replaced by it,
@@ -868,7 +886,7 @@ def check_aliases(casts, leaves) -> None:
                 _refuse(path, leaf_path, "a view of it")
 
 
-def _refuse(path, leaf_path, what):
+def _refuse(path: str, leaf_path: str, what: str) -> NoReturn:
     raise SchemaEvolutionError(
         f"{path}: casting would copy this array, but {leaf_path} shares its memory "
         f"({what}) and would keep the old data; save the checkpoint with the new dtype "
@@ -941,13 +959,13 @@ def _check_options(extra: object, casting: object) -> None:
                          f"got {casting!r}")
 
 
-def _check_defaults(defaults):
+def _check_defaults(defaults: object) -> dict[str, Any]:
     if defaults is None:
         return {}
     if not isinstance(defaults, Mapping):
         raise TypeError("upgrade: defaults must be a mapping of 'Typename.field' to a "
                         f"value or callable, got {short_repr(defaults)}")
-    out = {}
+    out: dict[str, Any] = {}
     for key, value in defaults.items():
         if not isinstance(key, str) or key.count(".") != 1:
             raise TypeError("upgrade: defaults keys must read 'Typename.field', "
@@ -956,7 +974,7 @@ def _check_defaults(defaults):
     return out
 
 
-def _check_defaults_name_fields(fills, targets):
+def _check_defaults_name_fields(fills: Iterable[str], targets: Targets) -> None:
     """Refuse ``defaults`` keys that name no field of a current schema (typos)."""
     known = {(stored_typename(c), f) for c in targets.explicit.values() for f in c._fields}
     known |= {(name, f) for name, group in targets.found.items()
