@@ -192,7 +192,10 @@ def _typed_kept(src, dst, value) -> bool:
         return False  # float -> int is never same_kind
     if dst.kind == "f":
         if src.kind in "iu":
-            return abs(v) <= float(np.finfo(dst).max)
+            # Kept while it rounds to a finite float: below the top plus half its spacing
+            # (uint16 65511 rounds to float16's 65504, 65520 and up become inf).
+            info = np.finfo(dst)
+            return abs(v) < float(info.max) + 2.0 ** (info.maxexp - 2 - info.nmant)
         return not (math.isfinite(v) and abs(v) > float(np.finfo(dst).max) * (1 + 2**-10))
     if dst.kind == "c":
         parts = (v.real, v.imag) if isinstance(v, complex) else (v,)
