@@ -35,7 +35,7 @@ from .._core import tree
 from .._core.instance import NamedArrayTuple
 from .._core.schema import namedarraytuple_like
 from .._core.tree import extra_hint, torch_if_loaded
-from ..errors import BufferShapeError, BufferSizeError, StructureMismatchError, short_repr
+from ..errors import BufferShapeError, SizeLimitError, StructureMismatchError, short_repr
 from . import owned_memory as _owned_memory
 from . import shared_memory as _shared_memory
 
@@ -150,7 +150,7 @@ def _human_bytes(n: int) -> str:
 
 def _check_sizes(leaves: Sequence[_Leaf],
                  shapes: Sequence[tuple[tuple[int, ...], np.dtype[Any]]]) -> int:
-    """Total bytes of the arrays; BufferSizeError if one is more than numpy can address."""
+    """Total bytes of the arrays; SizeLimitError if one is more than numpy can address."""
     limit = int(np.iinfo(np.intp).max)
     total = 0
     for (path, _s, _d), (shape, dtype) in zip(leaves, shapes, strict=True):
@@ -159,7 +159,7 @@ def _check_sizes(leaves: Sequence[_Leaf],
             count *= n
         nbytes = count * dtype.itemsize
         if nbytes > limit or any(n > limit for n in shape):
-            raise BufferSizeError(f"{path}: shape {shape} of {dtype} would take "
+            raise SizeLimitError(f"{path}: shape {shape} of {dtype} would take "
                                   f"{_human_bytes(nbytes)}, more than numpy can address; "
                                   "check leading_dims")
         total += nbytes
@@ -175,7 +175,7 @@ def _allocate(leaves: Sequence[_Leaf], leading: tuple[int, ...], share_memory: b
     except (MemoryError, OSError) as exc:
         if isinstance(exc, OSError) and exc.errno != errno.ENOMEM:
             raise
-        raise BufferSizeError(
+        raise SizeLimitError(
             f"{leaves[0][0] if len(leaves) == 1 else f'{len(leaves)} arrays'} with leading "
             f"dims {leading}: allocating {_human_bytes(total)} failed "
             f"({type(exc).__name__}: {exc}); check leading_dims") from exc
@@ -246,7 +246,7 @@ def buffer_from_example(example: Any, leading_dims: _Dims, share_memory: bool = 
             as ``Samples.agent_info.prev_action``. Also for ``leading_dims``
             that are not ints.
         BufferShapeError: (a ValueError) a leading dimension is negative.
-        BufferSizeError: (a BufferShapeError and a MemoryError) an array would
+        SizeLimitError: (a BufferShapeError and a MemoryError) an array would
             take more bytes than numpy can address, or the allocation failed;
             the message names the field, shape and bytes.
 

@@ -19,7 +19,6 @@ from ..errors import (
     MissingClassError,
     MissingModuleError,
     SchemaEvolutionError,
-    UnexpectedKindError,
 )
 from . import _graph
 from ._graph import Decoder, Describer, fold, make_arrays
@@ -187,9 +186,9 @@ def load(path: _Path, *, mmap_mode: _MmapMode = None, allow_pickle: bool = False
     Raises:
         FormatError: (a ValueError) the file is not a checkpoint, is
             truncated, corrupt or of an unknown version, or it needs pickle and
-            ``allow_pickle`` is false (the message says so; nothing was unpickled).
-        UnexpectedKindError: (a FormatError) the file's metadata lack a pair
-            of ``expect_metadata``; nothing was loaded.
+            ``allow_pickle`` is false (the message says so; nothing was unpickled);
+            or the file's metadata lack a pair of ``expect_metadata`` (its
+            ``metadata`` and ``expected`` are then set; nothing was loaded).
         OSError: the file cannot be read.
         TypeError: ``path`` is neither a path nor a seekable binary file
             object, or a file object with ``mmap_mode``.
@@ -197,7 +196,7 @@ def load(path: _Path, *, mmap_mode: _MmapMode = None, allow_pickle: bool = False
             onto today's schemas (a missing or extra field, a dtype or shape
             that differs), or the new fields, whose leading shape
             comes from the file, would take more bytes than the file's size
-            (at least 64 MiB; ``FillLimitError``); nothing is returned.
+            (at least 64 MiB; ``SizeLimitError``); nothing is returned.
     """
     expected = check_metadata_argument(expect_metadata, "load: expect_metadata")
     if schemas is None:
@@ -374,7 +373,7 @@ def _refuse(header: Any, name: str, allow_pickle: bool, expected: dict[str, str]
     wrong = {k: v for k, v in expected.items() if found.get(k) != v}
     if wrong:
         have = {k: found.get(k) for k in wrong}
-        raise UnexpectedKindError(
+        raise FormatError(
             printable(f"{name!r} is a namedschema checkpoint, but not of the kind expected: "
                       f"its metadata have {have!r:.300}, expected {wrong!r:.300}; nothing "
                       "was loaded"), found, expected)

@@ -30,7 +30,7 @@ from .._core.tree import (
     torch_if_loaded,
 )
 from .._core.writes import cast_checked, describe_change, quiet_cast
-from ..errors import FillLimitError, SchemaEvolutionError, short_repr
+from ..errors import SchemaEvolutionError, SizeLimitError, short_repr
 
 if TYPE_CHECKING:
     import numpy.typing as npt
@@ -562,12 +562,12 @@ class Upgrader:
         return value
 
     def _spend(self, nbytes: int, where: str, target_name: str, name: str) -> None:
-        """Count ``nbytes`` of new fields against the budget; FillLimitError beyond it."""
+        """Count ``nbytes`` of new fields against the budget; SizeLimitError beyond it."""
         if self.fill_budget is None:
             return
         self.fill_budget -= nbytes
         if self.fill_budget < 0:
-            raise FillLimitError(
+            raise SizeLimitError(
                 f"{where}: filling it would allocate {nbytes:,} bytes, more than the file "
                 "justifies (new fields may take at most the file's size, or 64 MiB); its "
                 "leading shape comes from the file. Load without schemas= and call "
