@@ -54,7 +54,7 @@ import re
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from .. import _process
 from .._core.tree import torch_if_loaded
@@ -106,8 +106,8 @@ def recorder() -> Recorder | None:
                 # A forked worker inherits the parent's recorder: it records nothing.
                 forked = _RECORDER is not _UNSET and _RECORDER is not None
                 _RECORDER = Recorder(path) if path and not forked else None
-    # set above: no longer _UNSET
-    return cast("Recorder | None", _RECORDER)
+    current: Recorder | None = _RECORDER    # set above: no longer _UNSET
+    return current
 
 
 class Recorder:
