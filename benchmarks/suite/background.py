@@ -37,7 +37,15 @@ import tempfile
 import time
 from typing import Any
 
-from .common import finish, missing_extra_note, progress, result, run_in_child, topic_parser
+from .common import (
+    Result,
+    finish,
+    missing_extra_note,
+    progress,
+    result,
+    run_in_child,
+    topic_parser,
+)
 
 __all__ = ["CASES", "main"]
 
@@ -64,7 +72,7 @@ def _buffer(rows: int) -> Any:
     return buf
 
 
-def _stall_child(spec: dict) -> dict:
+def _stall_child(spec: dict[str, Any]) -> dict[str, Any]:
     import numpy as np
 
     from namedschema import checkpoint
@@ -73,7 +81,7 @@ def _stall_child(spec: dict) -> dict:
     obj = {"buffer": buf, "cursor": 0}
     handle = checkpoint.save(obj, path, incremental=True, background=True)
     handle.wait()
-    out: dict = {"first": [handle.stall, (handle.ended or 0.0) - handle.started]}
+    out: dict[str, Any] = {"first": [handle.stall, (handle.ended or 0.0) - handle.started]}
     rng = np.random.default_rng(0)
     n = max(1, rows // 100)
     cursor = 0
@@ -93,7 +101,7 @@ def _stall_child(spec: dict) -> dict:
     return out
 
 
-def _dqn_child(spec: dict) -> dict:
+def _dqn_child(spec: dict[str, Any]) -> dict[str, Any]:
     import numpy as np
     import torch
 
@@ -171,8 +179,8 @@ def _child(argv: list[str]) -> None:
     print(json.dumps(out))
 
 
-def _rows(case: str, args: Any) -> list:
-    out = []
+def _rows(case: str, args: Any) -> list[Result]:
+    out: list[Result] = []
     with tempfile.TemporaryDirectory(dir=args.dir) as directory:
         if case == "stall":
             rows = int(args.size_mib * MIB // ROW_BYTES)
@@ -227,7 +235,7 @@ def _rows(case: str, args: Any) -> list:
     return out
 
 
-def _plot(stalls: list, path: str, rows: int) -> None:
+def _plot(stalls: list[list[float]], path: str, rows: int) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
 
 from namedschema.apps.harness import (
     ATARI_BYTES_PER_TRANSITION,
@@ -34,7 +36,12 @@ from namedschema.apps.harness import (
     peak_rss,
 )
 
-from .common import finish, result, run_in_child, topic_parser
+from .common import Result, finish, result, run_in_child, topic_parser
+
+if TYPE_CHECKING:
+    from multiprocessing.queues import Queue
+
+    from namedschema._core.schema import DynamicNamedTuple
 
 __all__ = ["CASES", "main"]
 
@@ -51,13 +58,13 @@ HANDOFF_CONTENDERS = ("by value", "shared")
 
 # ---------------------------------------------------------------- child side
 
-def _example():
+def _example() -> DynamicNamedTuple:
     from namedschema import namedtuple
     from namedschema.buffer import buffer_from_example  # noqa: F401 - imported before timing
     return atari_example(namedtuple("Step", ATARI_FIELDS))
 
 
-def _alloc_fill(contender: str, steps: int) -> dict:
+def _alloc_fill(contender: str, steps: int) -> dict[str, float]:
     import ctypes
     import multiprocessing as mp
     import time
@@ -68,6 +75,7 @@ def _alloc_fill(contender: str, steps: int) -> dict:
     example = _example()
     before = peak_rss()
     start = time.perf_counter()
+    buf: np.ndarray | DynamicNamedTuple    # one array, or one per field
     if contender == "np.zeros":
         buf = np.zeros(steps * BATCH * ROW_BYTES, np.uint8)
     elif contender in ("buffer", "buffer shared"):
@@ -94,13 +102,13 @@ def _alloc_fill(contender: str, steps: int) -> dict:
             "total": filled - start, "rss_growth": peak_rss() - before}
 
 
-def _handoff_worker(inbox, outbox):
+def _handoff_worker(inbox: Queue[Any], outbox: Queue[float]) -> None:
     while (buf := inbox.get()) is not None:
         buf.reward[0, 0] = 7.0
         outbox.put(float(buf.observation[-1, -1, -1, -1]))
 
 
-def _handoff(contender: str, steps: int) -> dict:
+def _handoff(contender: str, steps: int) -> dict[str, float]:
     import multiprocessing as mp
     import time
 
@@ -133,7 +141,7 @@ def _handoff(contender: str, steps: int) -> dict:
             "child_write_seen": bool(buf.reward[0, 0] == 7.0)}
 
 
-def _child(argv) -> int:
+def _child(argv: list[str]) -> int:
     spec = json.loads(argv[0])
     run = _alloc_fill if spec["case"] == "alloc_fill" else _handoff
     print(json.dumps(run(spec["contender"], spec["steps"])))
@@ -142,17 +150,18 @@ def _child(argv) -> int:
 
 # ---------------------------------------------------------------- parent side
 
-def _run_child(spec) -> dict:
+def _run_child(spec: dict[str, Any]) -> dict[str, Any]:
     return run_in_child("buffer", spec, f"{spec['case']} {spec['contender']}")
 
 
-def _best(case: str, contenders, steps: int, rounds: int, key: str) -> dict:
+def _best(case: str, contenders: Iterable[str], steps: int, rounds: int,
+          key: str) -> dict[str, dict[str, Any]]:
     """Each contender's best round (lowest ``key``) over alternating rounds.
 
     The order rotates every round, so no contender always runs right after the
     one that just released a gigabyte (the kernel's reclaim would land on it).
     """
-    best: dict = {}
+    best: dict[str, dict[str, Any]] = {}
     contenders = list(contenders)
     for r in range(rounds):
         k = r % len(contenders)
@@ -163,8 +172,10 @@ def _best(case: str, contenders, steps: int, rounds: int, key: str) -> dict:
     return best
 
 
-def _rows(case, values, reference, metrics, targets):
-    rows = []
+def _rows(case: str, values: dict[str, dict[str, Any]], reference: str,
+          metrics: list[tuple[str, str, float]],
+          targets: dict[str, dict[str, str]]) -> list[Result]:
+    rows: list[Result] = []
     for metric, unit, scale in metrics:
         ref = values[reference][metric] * scale
         for contender, out in values.items():
@@ -176,7 +187,7 @@ def _rows(case, values, reference, metrics, targets):
     return rows
 
 
-def main(argv=None) -> int:
+def main(argv: list[str] | None = None) -> int:
     """Run the buffer benchmark; see the module docstring.
 
     Args:
@@ -194,7 +205,7 @@ def main(argv=None) -> int:
     steps = max(size // (ROW_BYTES * BATCH), 1)
     rounds = args.rounds or (2 if args.quick else 5)
     data = steps * BATCH * ROW_BYTES
-    results = []
+    results: list[Result] = []
     notes = [f"buffer: ({steps}, {BATCH}) steps, {data / MIB:.0f} MiB; best of {rounds} "
              "alternating rounds, each contender in a fresh process",
              "rss_growth: growth of the process's peak RSS during the operation "

@@ -26,6 +26,8 @@ import json
 import os
 import sys
 import tempfile
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any, cast
 
 from namedschema.apps.harness import (
     ATARI_BYTES_PER_TRANSITION,
@@ -36,7 +38,10 @@ from namedschema.apps.harness import (
     peak_rss,
 )
 
-from .common import finish, progress, result, rotated, run_in_child, topic_parser
+from .common import Result, finish, progress, result, rotated, run_in_child, topic_parser
+
+if TYPE_CHECKING:
+    from namedschema._core.schema import DynamicNamedArrayTuple
 
 __all__ = ["CASES", "main"]
 
@@ -60,13 +65,13 @@ MEMORY_LIMIT_MIB = 64
 
 # ---------------------------------------------------------------- child side
 
-def _buffer(rows):
+def _buffer(rows: int) -> DynamicNamedArrayTuple:
     from namedschema import NamedArrayTupleSchema
     Samples = NamedArrayTupleSchema("Samples", ATARI_FIELDS)
     return atari_transitions(Samples, rows)  # a fixed pattern that touches every page
 
 
-def _durable(tmp, path):
+def _durable(tmp: str, path: str) -> None:
     fd = os.open(tmp, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -80,7 +85,7 @@ def _durable(tmp, path):
         os.close(dfd)
 
 
-def _save(contender, samples, path):
+def _save(contender: str, samples: DynamicNamedArrayTuple, path: str) -> None:
     import pickle
 
     import numpy as np
@@ -127,7 +132,7 @@ def _save(contender, samples, path):
     _durable(tmp, path)
 
 
-def _load(contender, path, rows):
+def _load(contender: str, path: str, rows: int) -> object:
     import pickle
 
     import numpy as np
@@ -164,7 +169,7 @@ def _load(contender, path, rows):
     raise ValueError(contender)
 
 
-def _child(argv):
+def _child(argv: list[str]) -> int:
     import time
 
     spec = json.loads(argv[0])
@@ -181,7 +186,7 @@ def _child(argv):
     before = peak_rss()
     start = time.perf_counter()
     if spec["op"] == "save":
-        _save(contender, samples, path)
+        _save(contender, cast("DynamicNamedArrayTuple", samples), path)  # made: op is save
     else:
         loaded = _load(contender, path, rows)
     elapsed = time.perf_counter() - start
@@ -199,26 +204,26 @@ def _child(argv):
 
 # ---------------------------------------------------------------- parent side
 
-def _run_child(spec) -> dict:
+def _run_child(spec: dict[str, Any]) -> dict[str, Any]:
     return run_in_child("checkpoint", spec, f"{spec['op']} {spec['contender']}")
 
 
-def _file_for(directory, contender):
+def _file_for(directory: str, contender: str) -> str:
     name = {"namedschema mmap": "namedschema", "np.load": "np.save",
             "np.load mmap": "np.save"}.get(contender, contender)
     return os.path.join(directory, name.replace(".", "_").replace(" ", "_") + ".bin")
 
 
-def _importable(module):
+def _importable(module: str) -> bool:
     try:
         return importlib.util.find_spec(module) is not None
     except (ImportError, ValueError):  # ValueError: hidden by sys.modules[name] = None
         return False
 
 
-def _installed(contenders, notes):
+def _installed(contenders: Iterable[str], notes: list[str]) -> tuple[str, ...]:
     """The contenders whose optional package is importable; a note for each one skipped."""
-    kept = []
+    kept: list[str] = []
     for contender in contenders:
         module = OPTIONAL.get(contender)
         if module is not None and not _importable(module):
@@ -230,7 +235,7 @@ def _installed(contenders, notes):
     return tuple(kept)
 
 
-def main(argv=None) -> int:
+def main(argv: list[str] | None = None) -> int:
     """Run the checkpoint benchmark; see the module docstring.
 
     Args:
@@ -251,11 +256,12 @@ def main(argv=None) -> int:
     rows = max(size // ROW_BYTES, 1)
     rounds = args.rounds or (2 if args.quick else 3)
     data_bytes = rows * ROW_BYTES
+    results: list[Result]
     results, notes = [], [f"buffer: {rows} rows, {data_bytes / MIB:.0f} MiB; "
                           f"best of {rounds} alternating rounds, each in a fresh process"]
     savers, loaders = _installed(SAVERS, notes), _installed(LOADERS, notes)
     with tempfile.TemporaryDirectory(prefix="namedschema-ckpt-", dir=args.dir) as tmp:
-        saved: dict[str, dict] = {}
+        saved: dict[str, dict[str, Any]] = {}
         # Loads need every file, so saves always run (their rows are reported if asked).
         for round_ in range(rounds):
             progress("checkpoint", f"save round {round_ + 1}/{rounds} ({len(savers)} savers) ...")
@@ -281,7 +287,7 @@ def main(argv=None) -> int:
                                       reference=None if is_ref else "raw",
                                       reference_value=saved["raw"]["size"] / MIB))
         if "load" in args.cases:
-            loaded: dict[str, dict] = {}
+            loaded: dict[str, dict[str, Any]] = {}
             for round_ in range(rounds):
                 progress("checkpoint",
                          f"load round {round_ + 1}/{rounds} ({len(loaders)} loaders) ...")

@@ -45,15 +45,35 @@ import sys
 import time
 import timeit
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, NotRequired, TypedDict, TypeVar
 
 from namedschema.apps import harness as _harness
+
+if TYPE_CHECKING:
+    from types import ModuleType
 
 __all__ = ["best_times", "best_of", "rotated", "child_env", "run_python", "run_in_child",
            "result", "compare", "target_met", "format_table", "environment", "write_json",
            "write_json_atomic", "RATIO_NOTE", "topic_parser", "choice_list",
            "load_rlpyt_collections", "RLPYT_SKIP_NOTE", "PROGRESS_PREFIX", "progress",
            "missing_extra_note", "finish"]
+
+_T = TypeVar("_T")
+
+
+class Result(TypedDict):
+    """One result row (:func:`result`), as the JSON files hold it."""
+    case: str
+    contender: str
+    metric: str
+    value: float
+    unit: str
+    reference: str | None
+    ratio: float | None
+    target: str | None
+    note: NotRequired[str]
+
 
 #: The folder holding the ``benchmarks`` package (a source checkout's root).
 _BENCHMARKS_PARENT = os.path.dirname(os.path.dirname(os.path.dirname(
@@ -72,8 +92,9 @@ def _calibrate(timer: timeit.Timer, min_time: float) -> int:
         number *= 4
 
 
-def best_times(contenders: dict, *, repeat: int = 7, min_time: float = 0.02,
-               setup: str = "pass", globals_: dict | None = None) -> dict:
+def best_times(contenders: Mapping[str, str | Callable[[], object]], *, repeat: int = 7,
+               min_time: float = 0.02, setup: str = "pass",
+               globals_: dict[str, Any] | None = None) -> dict[str, float]:
     """Time several statements, interleaved, and keep the best time per call of each.
 
     Rounds alternate between contenders (A B C A B C ...), so slow drifts of
@@ -106,7 +127,7 @@ def best_times(contenders: dict, *, repeat: int = 7, min_time: float = 0.02,
     return best
 
 
-def best_of(func, *, repeat: int = 5) -> float:
+def best_of(func: Callable[..., object], *, repeat: int = 5) -> float:
     """Best wall time in seconds of ``func()`` over ``repeat`` calls (for slow operations)."""
     best = math.inf
     gc_was_enabled = gc.isenabled()
@@ -122,7 +143,7 @@ def best_of(func, *, repeat: int = 5) -> float:
             gc.enable()
     return best
 
-def rotated(contenders, shift: int) -> list:
+def rotated(contenders: Iterable[_T], shift: int) -> list[_T]:
     """``contenders`` starting at position ``shift``: round ``n`` of an interleaved run.
 
     Across rounds no contender always runs first, or always right after the
@@ -152,7 +173,7 @@ def child_env() -> dict[str, str]:
     return env
 
 
-def run_python(args: list[str], *, timeout: float = 3600) -> subprocess.CompletedProcess:
+def run_python(args: list[str], *, timeout: float = 3600) -> subprocess.CompletedProcess[str]:
     """Run ``sys.executable <args>`` with :func:`child_env`; capture text output.
 
     ``-B`` is always given: a child must not leave ``__pycache__`` folders in
@@ -162,7 +183,8 @@ def run_python(args: list[str], *, timeout: float = 3600) -> subprocess.Complete
                           timeout=timeout, env=child_env())
 
 
-def run_in_child(module: str, spec: dict, label: str, timeout: float = 1800) -> dict:
+def run_in_child(module: str, spec: dict[str, Any], label: str,
+                 timeout: float = 1800) -> dict[str, Any]:
     """Run ``benchmarks.suite.<module>._child([json spec])`` in a fresh interpreter.
 
     Measurements of memory and cold state need a process of their own; the
@@ -172,7 +194,8 @@ def run_in_child(module: str, spec: dict, label: str, timeout: float = 1800) -> 
                        " sys.exit(_child(sys.argv[1:]))", json.dumps(spec)], timeout=timeout)
     if proc.returncode != 0:
         raise RuntimeError(f"{label} failed:\n{proc.stderr}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    out: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])  # _child's dict
+    return out
 
 
 # ------------------------------------------------------------------------- result rows
@@ -182,7 +205,7 @@ RATIO_NOTE = ("ratio = value / reference value measured in the same run; "
 
 def result(case: str, contender: str, metric: str, value: float, unit: str, *,
            reference: str | None = None, reference_value: float | None = None,
-           target: str | None = None, note: str | None = None) -> dict:
+           target: str | None = None, note: str | None = None) -> Result:
     """One result row in the shared JSON shape.
 
     Args:
@@ -203,7 +226,7 @@ def result(case: str, contender: str, metric: str, value: float, unit: str, *,
     ratio = None
     if reference is not None and reference_value:
         ratio = value / reference_value
-    row = {"case": case, "contender": contender, "metric": metric,
+    row: Result = {"case": case, "contender": contender, "metric": metric,
            "value": float(value), "unit": unit, "reference": reference,
            "ratio": ratio, "target": target}
     if note:
@@ -211,8 +234,8 @@ def result(case: str, contender: str, metric: str, value: float, unit: str, *,
     return row
 
 
-def compare(case: str, metric: str, unit: str, values: dict, reference: str,
-            targets: dict | None = None, scale: float = 1.0) -> list:
+def compare(case: str, metric: str, unit: str, values: Mapping[str, float], reference: str,
+            targets: dict[str, str] | None = None, scale: float = 1.0) -> list[Result]:
     """Rows for every contender in ``values``, each against ``values[reference]``.
 
     Args:
@@ -270,7 +293,7 @@ def _fmt_value(value: float) -> str:
     return f"{value:.3g}"
 
 
-def format_table(results: list, title: str | None = None) -> str:
+def format_table(results: Sequence[Result], title: str | None = None) -> str:
     """The rows as an aligned text table, with targets and whether each is met.
 
     >>> rows = [result("make", "namedtuple", "time", 200.0, "ns"),
@@ -311,7 +334,7 @@ def _version_of(dist: str) -> str | None:
         return None
 
 
-def environment() -> dict:
+def environment() -> dict[str, Any]:
     """Facts about this machine and the libraries, stored with every result.
 
     Returns:
@@ -334,21 +357,21 @@ def environment() -> dict:
     }
 
 
-def write_json(path: str, topic: str, quick: bool, results: list, *,
-               notes: list | None = None, env: dict | None = None) -> None:
+def write_json(path: str, topic: str, quick: bool, results: list[Result], *,
+               notes: list[str] | None = None, env: dict[str, Any] | None = None) -> None:
     """Write ``{"topic", "quick", "environment", "results"}`` to ``path`` atomically.
 
     The file is written next to its destination and renamed over it, so an
     interrupted run never leaves a half-written result file.
     """
-    doc = {"topic": topic, "quick": bool(quick), "environment": env or environment(),
+    doc: dict[str, Any] = {"topic": topic, "quick": bool(quick), "environment": env or environment(),
            "results": results}
     if notes:
         doc["notes"] = list(notes)
     write_json_atomic(path, doc)
 
 
-def write_json_atomic(path: str, doc: dict) -> None:
+def write_json_atomic(path: str, doc: dict[str, Any]) -> None:
     """Write ``doc`` as JSON to ``path`` through a temporary file renamed over it."""
     directory = os.path.dirname(os.path.abspath(path))
     # Created as open() creates files (0o666 less the umask), not mkstemp's private 0o600.
@@ -392,7 +415,8 @@ def missing_extra_note(topic: str, cases: Sequence[str], module: str, why: str) 
             f"({extra_hint(module)})")
 
 
-def topic_parser(topic: str, description: str, cases: tuple) -> argparse.ArgumentParser:
+def topic_parser(topic: str, description: str,
+                 cases: tuple[str, ...]) -> argparse.ArgumentParser:
     """The argument parser every topic's ``main`` uses.
 
     Args:
@@ -415,9 +439,10 @@ def topic_parser(topic: str, description: str, cases: tuple) -> argparse.Argumen
     return parser
 
 
-def choice_list(choices, what: str = "case"):
+def choice_list(choices: Sequence[str],
+                what: str = "case") -> Callable[[str], tuple[str, ...]]:
     """An argparse type for a comma-separated subset of ``choices``."""
-    def parse(text):
+    def parse(text: str) -> tuple[str, ...]:
         chosen = tuple(c.strip() for c in text.split(",") if c.strip())
         unknown = [c for c in chosen if c not in choices]
         if unknown or not chosen:
@@ -428,7 +453,7 @@ def choice_list(choices, what: str = "case"):
     return parse
 
 
-def load_rlpyt_collections():
+def load_rlpyt_collections() -> ModuleType | None:
     """rlpyt's ``rlpyt/utils/collections.py`` loaded by file path from ``RLPYT_SRC``.
 
     That file imports only the standard library, so rlpyt (and torch) need not
@@ -459,7 +484,8 @@ def load_rlpyt_collections():
     return module
 
 
-def finish(topic: str, args, results: list, notes: Sequence[str] = ()) -> int:
+def finish(topic: str, args: argparse.Namespace, results: list[Result],
+           notes: Sequence[str] = ()) -> int:
     """Print a topic's table and notes, write its JSON if asked; return the exit code."""
     print(format_table(results, title=f"{topic}{' (quick)' if args.quick else ''}"))
     for note in notes:

@@ -41,7 +41,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .common import finish, missing_extra_note, progress, result, topic_parser
+from .common import Result, finish, missing_extra_note, progress, result, topic_parser
 
 __all__ = ["CASES", "main"]
 
@@ -134,7 +134,7 @@ def _raw_write(data: Any, path: str) -> None:
         os.close(fd)
 
 
-def _frames_rows(args: Any, directory: str) -> list:
+def _frames_rows(args: Any, directory: str) -> list[Result]:
     import numpy as np
 
     from namedschema import checkpoint
@@ -165,7 +165,7 @@ def _frames_rows(args: Any, directory: str) -> list:
     ]
 
 
-def _random_rows(args: Any, directory: str) -> list:
+def _random_rows(args: Any, directory: str) -> list[Result]:
     import numpy as np
 
     from namedschema import checkpoint
@@ -186,7 +186,7 @@ def _random_rows(args: Any, directory: str) -> list:
     ]
 
 
-def _mlp_adam(mib: float) -> dict:
+def _mlp_adam(mib: float) -> dict[str, Any]:
     """An MLP's weights and Adam's state after a few steps: about ``mib`` MiB of float32."""
     import torch
     torch.manual_seed(0)
@@ -201,14 +201,14 @@ def _mlp_adam(mib: float) -> dict:
     return _plain(net, opt)
 
 
-def _plain(net: Any, opt: Any) -> dict:
+def _plain(net: Any, opt: Any) -> dict[str, Any]:
     """A network's and its optimizer's tensors as plain data (str keys)."""
     moments = {f"{i}.{key}": value for i, state in opt.state_dict()["state"].items()
                for key, value in state.items()}
     return {"model": dict(net.state_dict()), "optimizer": moments}
 
 
-def _dqn(mib: float, quick: bool) -> tuple[dict, Any]:
+def _dqn(mib: float, quick: bool) -> tuple[dict[str, Any], Any]:
     """A DQN's state: a frame buffer (``mib`` MiB of frames), a Nature-DQN network, Adam."""
     import numpy as np
     import torch
@@ -231,18 +231,18 @@ def _dqn(mib: float, quick: bool) -> tuple[dict, Any]:
     return {"buffer": buffer, **_plain(net, opt)}, buffer
 
 
-def _policy_rows(args: Any, directory: str) -> list:
+def _policy_rows(args: Any, directory: str) -> list[Result]:
     import numpy as np
 
     from namedschema import checkpoint
-    out: list = []
+    out: list[Result] = []
     states = {"mlp_adam": (_mlp_adam(min(args.size_mib, 256) / 4), None),
               "dqn": _dqn(args.size_mib, args.quick)}
     policies: dict[str, Any] = {"none": None, "auto": "auto", "zstd": "zstd"}
     for name, (state, buffer) in states.items():
         paths = {p: os.path.join(directory, f"{name}-{p}.nsb") for p in policies}
 
-        def save(p: str, state: dict = state, paths: dict = paths,
+        def save(p: str, state: dict[str, Any] = state, paths: dict[str, str] = paths,
                  incremental: bool = True) -> None:
             checkpoint.save(state, paths[p], incremental=incremental,
                             compression=policies[p])
@@ -279,7 +279,7 @@ def _policy_rows(args: Any, directory: str) -> list:
     return out
 
 
-def _rows(case: str, args: Any) -> list:
+def _rows(case: str, args: Any) -> list[Result]:
     if case == "policy" and importlib.util.find_spec("torch") is None:
         args.notes.append(missing_extra_note("compression", [case], "torch",
                                              "its states hold torch networks"))
@@ -314,7 +314,7 @@ def main(argv: list[str] | None = None) -> int:
     from namedschema.checkpoint._compression import workers
     args.notes.append(f"{workers()} compression threads; load average "
                       f"{os.getloadavg()[0]:.1f} at the start")
-    results: list = []
+    results: list[Result] = []
     for number, case in enumerate(args.cases, 1):
         progress("compression", f"{case} ({number}/{len(args.cases)}) ...")
         results += _rows(case, args)

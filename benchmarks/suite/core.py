@@ -17,15 +17,23 @@ from __future__ import annotations
 import collections
 import sys
 import tracemalloc
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from .common import (
     RLPYT_SKIP_NOTE,
+    Result,
     best_times,
     compare,
     finish,
     load_rlpyt_collections,
     topic_parser,
 )
+
+if TYPE_CHECKING:
+    from types import ModuleType
+
+    import numpy as np
 
 __all__ = ["CASES", "main"]
 
@@ -49,10 +57,10 @@ FIELDS4 = ("a", "b", "c", "d")
 FIELDS8 = ("a", "b", "c", "d", "e", "f", "g", "h")
 
 
-def _small_classes(fields, rl):
+def _small_classes(fields: tuple[str, ...], rl: ModuleType | None) -> dict[str, Any]:
     """Contender name -> class (or class-like factory) with ``fields``."""
     from namedschema import NamedTupleSchema
-    classes = {"namedtuple": collections.namedtuple("Small", fields),
+    classes: dict[str, Any] = {"namedtuple": collections.namedtuple("Small", fields),
                "namedschema": NamedTupleSchema("Small", fields)}
     if rl is not None:
         classes["rlpyt NAT"] = rl.namedarraytuple("Small", fields)
@@ -60,11 +68,11 @@ def _small_classes(fields, rl):
     return classes
 
 
-def _bytes_per_instance(cls, n: int) -> float:
+def _bytes_per_instance(cls: Any, n: int) -> float:
     """Bytes one live instance costs (its tuple and any ``__dict__``), by tracemalloc."""
     values = tuple(range(len(cls._fields)))  # shared objects: only instances are counted
 
-    def measure(build):
+    def measure(build: Callable[[], object]) -> int:
         tracemalloc.start()
         try:
             before = tracemalloc.get_traced_memory()[0]
@@ -81,13 +89,13 @@ def _bytes_per_instance(cls, n: int) -> float:
     return (with_instances - list_only) / n
 
 
-def _small_cases(cases, quick, rl):
-    rows = []
+def _small_cases(cases: Sequence[str], quick: bool, rl: ModuleType | None) -> list[Result]:
+    rows: list[Result] = []
     repeat, min_time = (15, 0.002) if quick else (61, 0.005)
     if any(c in cases for c in ("construct_positional", "construct_keyword", "make",
                                 "instance_bytes")):
         classes = _small_classes(FIELDS4, rl)
-        ns = {"classes": classes, "values": [1, 2, 3, 4]}
+        ns: dict[str, Any] = {"classes": classes, "values": [1, 2, 3, 4]}
         statements = {
             "construct_positional": "C(1, 2, 3, 4)",
             "construct_keyword": "C(a=1, b=2, c=3, d=4)",
@@ -124,11 +132,11 @@ def _small_cases(cases, quick, rl):
     return rows
 
 
-def _floor_getitem(arrays, loc):
+def _floor_getitem(arrays: Iterable[np.ndarray], loc: Any) -> tuple[Any, ...]:
     return tuple([a[loc] for a in arrays])
 
 
-def _floor_setitem(arrays, loc, value):
+def _floor_setitem(arrays: Iterable[np.ndarray], loc: Any, value: Any) -> None:
     # The same dispatch a named array tuple makes: field by field, or broadcast.
     if isinstance(value, tuple):
         for a, v in zip(arrays, value, strict=False):
@@ -138,22 +146,22 @@ def _floor_setitem(arrays, loc, value):
             a[loc] = value
 
 
-def _array_cases(cases, quick, rl):
+def _array_cases(cases: Sequence[str], quick: bool, rl: ModuleType | None) -> list[Result]:
     import numpy as np
 
     from namedschema import NamedArrayTupleSchema
-    rows = []
+    rows: list[Result] = []
     repeat, min_time = (15, 0.002) if quick else (61, 0.005)
 
-    def arrays():
+    def arrays() -> list[np.ndarray]:
         return [np.random.default_rng(i).random((1000, 8)) for i in range(4)]
 
-    made = {"namedschema": NamedArrayTupleSchema("Batch", FIELDS4)}
+    made: dict[str, Any] = {"namedschema": NamedArrayTupleSchema("Batch", FIELDS4)}
     if rl is not None:
         made["rlpyt NAT"] = rl.namedarraytuple("Batch", FIELDS4)
         made["rlpyt schema"] = rl.NamedArrayTupleSchema("Batch", FIELDS4)
-    ns: dict[str, object] = {"get": _floor_getitem, "put": _floor_setitem}
-    names = {}
+    ns: dict[str, Any] = {"get": _floor_getitem, "put": _floor_setitem}
+    names: dict[str, int] = {}
     for i, (name, cls) in enumerate(made.items()):
         x = cls(*arrays())
         ns[f"x{i}"], ns[f"o{i}"] = x, x[7]
@@ -178,21 +186,21 @@ def _array_cases(cases, quick, rl):
     return rows
 
 
-def _class_schema(kind, name, fields):
+def _class_schema(kind: type, name: str, fields: Iterable[str]) -> type:
     """A schema with ``fields`` defined by a class statement below ``kind``."""
     import types
 
-    def body(namespace):
+    def body(namespace: dict[str, Any]) -> None:
         namespace["__annotations__"] = dict.fromkeys(fields, "object")
     return types.new_class(name, (kind,), exec_body=body)
 
 
-def _class_cases(cases, quick):
+def _class_cases(cases: Sequence[str], quick: bool) -> list[Result]:
     """Class-syntax schemas against the same schemas made by the factories."""
     import numpy as np
 
     from namedschema import NamedArrayTuple, NamedArrayTupleSchema, NamedTuple, NamedTupleSchema
-    rows = []
+    rows: list[Result] = []
     # Two contenders running the same code: many short rounds, so that the best
     # round of each escapes the other jobs on a shared machine.
     repeat, min_time = (25, 0.001) if quick else (201, 0.001)
@@ -200,7 +208,7 @@ def _class_cases(cases, quick):
              "class syntax": _class_schema(NamedTuple, "Small", FIELDS8)}
     arrays = {"factory": NamedArrayTupleSchema("Batch", FIELDS4),
               "class syntax": _class_schema(NamedArrayTuple, "Batch", FIELDS4)}
-    ns = {}
+    ns: dict[str, Any] = {}
     for i, name in enumerate(small):
         ns[f"C{i}"], ns[f"s{i}"] = small[name], small[name](*range(8))
         x = arrays[name](*[np.random.default_rng(k).random((1000, 8)) for k in range(4)])
@@ -224,11 +232,11 @@ def _class_cases(cases, quick):
     return rows
 
 
-def main(argv=None) -> int:
+def main(argv: list[str] | None = None) -> int:
     """Run the core benchmarks (see the module docstring); return the exit status."""
     parser = topic_parser("core", __doc__.split("\n\n")[0], CASES)
     args = parser.parse_args(argv)
-    notes = []
+    notes: list[str] = []
     rl = load_rlpyt_collections()
     if rl is None:
         notes.append(RLPYT_SKIP_NOTE + "; array cases use the plain loop as reference")

@@ -36,9 +36,17 @@ import json
 import os
 import sys
 import tempfile
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from .common import finish, progress, result, rotated, run_in_child, topic_parser
+from .common import Result, finish, progress, result, rotated, run_in_child, topic_parser
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from namedschema._core.schema import DynamicNamedArrayTuple
+
+_T = TypeVar("_T")
 
 __all__ = ["CASES", "main", "resident_bytes"]
 
@@ -65,7 +73,7 @@ def resident_bytes() -> int:
     return total
 
 
-def _measure(func):
+def _measure(func: Callable[[], object]) -> tuple[float, int]:
     """(seconds, peak growth of private resident memory in bytes) of ``func()``.
 
     The peak is sampled every millisecond by a thread.
@@ -76,7 +84,7 @@ def _measure(func):
     peak = [before]
     done = threading.Event()
 
-    def sample():
+    def sample() -> None:
         while not done.wait(0.001):
             peak[0] = max(peak[0], resident_bytes())
 
@@ -91,17 +99,17 @@ def _measure(func):
     return elapsed, max(peak[0] - before, 0)
 
 
-def _schema():
+def _schema() -> type[DynamicNamedArrayTuple]:
     from namedschema import NamedArrayTupleSchema
     return NamedArrayTupleSchema("Samples", "observation action reward done")
 
 
-def _fill(obs):
+def _fill(obs: np.ndarray) -> None:
     import numpy as np
     obs[:] = np.arange(84 * 84, dtype=np.uint8).reshape(84, 84)  # touches every page
 
 
-def _rlpyt_buffer(kind, rows):
+def _rlpyt_buffer(kind: str, rows: int) -> tuple[Any, Any]:    # rlpyt's (untyped)
     import numpy as np
 
     from namedschema.rlpyt.patch import patch_rlpyt
@@ -125,14 +133,14 @@ def _rlpyt_buffer(kind, rows):
     return buf, Example
 
 
-def _reprioritize(buf, rng):
+def _reprioritize(buf: Any, rng: np.random.Generator) -> None:    # an rlpyt buffer
     import numpy as np
     np.random.seed(int(rng.integers(0, 2**31)))
     buf.sample_batch(32)
     buf.update_batch_priorities(rng.random(32) + 0.1)
 
 
-def _batch(cls, n, b, value):
+def _batch(cls: Callable[..., _T], n: int, b: int, value: int) -> tuple[_T, int]:
     import numpy as np
     lead = (n, b) if b else (n,)
     samples = cls(np.full(lead + (84, 84), value, np.uint8), np.full(lead, value, np.int64),
@@ -140,7 +148,7 @@ def _batch(cls, n, b, value):
     return samples, n
 
 
-def _child(argv):
+def _child(argv: list[str]) -> int:
     import numpy as np
 
     from namedschema import checkpoint
@@ -180,7 +188,7 @@ def _child(argv):
     incremental.wait(path)
     out: dict[str, Any] = {"full": None, "changes": []}
 
-    def full():
+    def full() -> None:
         checkpoint.save(obj, reference, allow_pickle=pickle)
 
     seconds, extra = _measure(full)
@@ -202,7 +210,7 @@ def _child(argv):
             obj[index] = _batch(Samples, n, 0, int(rng.integers(0, 255)))[0]
         incremental.wait(path)
 
-        def save():
+        def save() -> None:
             checkpoint.save(obj, path, incremental=True, allow_pickle=pickle)
 
         seconds, extra = _measure(save)
@@ -221,7 +229,7 @@ def _child(argv):
 
 # ---------------------------------------------------------------- parent side
 
-def plot(doc: dict, path: str) -> None:
+def plot(doc: dict[str, Any], path: str) -> None:
     """Write a PNG of the time ratios against the fraction of rows changed.
 
     One line per case and pattern, log-log, with the issue's two targets at 1%.
@@ -264,7 +272,7 @@ def plot(doc: dict, path: str) -> None:
     plt.close(fig)
 
 
-def _changes(case):
+def _changes(case: str) -> list[tuple[str, float]]:
     patterns = ("ring",) if case.startswith("rlpyt") else ("ring", "random")
     return [(p, f) for f in FRACTIONS for p in patterns]
 
@@ -284,7 +292,7 @@ def _rlpyt_available() -> bool:
     return bool(root) and os.path.isdir(os.path.join(root, "rlpyt"))
 
 
-def main(argv=None) -> int:
+def main(argv: list[str] | None = None) -> int:
     """Run the incremental checkpoint benchmark; see the module docstring.
 
     Args:
@@ -323,6 +331,7 @@ def main(argv=None) -> int:
         cases = [c for c in cases if not c.startswith("rlpyt")]
         if skipped:
             notes.append("RLPYT_SRC is not set: rlpyt cases skipped")
+    results: list[Result]
     results, worst_memory = [], float("-inf")
     with tempfile.TemporaryDirectory(prefix="namedschema-incr-", dir=args.dir) as tmp:
         for case in cases:

@@ -15,9 +15,12 @@ from __future__ import annotations
 import collections
 import pickle
 import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from .common import (
     RLPYT_SKIP_NOTE,
+    Result,
     best_of,
     best_times,
     compare,
@@ -25,6 +28,12 @@ from .common import (
     load_rlpyt_collections,
     topic_parser,
 )
+
+if TYPE_CHECKING:
+    from types import ModuleType
+
+# Contender name -> constructor of an instance from four values.
+_Made = dict[str, Callable[..., tuple[Any, ...]]]
 
 __all__ = ["CASES", "main"]
 
@@ -39,11 +48,11 @@ FIELDS = PickleSmall._fields
 RlpytSmall = None
 
 
-def _contenders(rl):
+def _contenders(rl: ModuleType | None) -> _Made:
     """Contender name -> constructor of an instance from four values."""
     global RlpytSmall
     from namedschema import NamedTupleSchema
-    made = {"namedtuple": PickleSmall, "namedschema": NamedTupleSchema("PickleSmall", FIELDS)}
+    made: _Made = {"namedtuple": PickleSmall, "namedschema": NamedTupleSchema("PickleSmall", FIELDS)}
     if rl is not None:
         RlpytSmall = rl.namedarraytuple("RlpytSmall", FIELDS)
         made["rlpyt NAT"] = RlpytSmall
@@ -51,15 +60,15 @@ def _contenders(rl):
     return made
 
 
-def _check_round_trip(name, data, objs):
+def _check_round_trip(name: str, data: bytes, objs: list[tuple[Any, ...]]) -> None:
     back = pickle.loads(data)
     if back != objs or type(back[0]).__name__ not in ("PickleSmall", "RlpytSmall",
                                                       "NamedTuple"):
         raise AssertionError(f"{name}: pickle round trip changed the data")
 
 
-def _pickle_list(n, quick, made):
-    rows = []
+def _pickle_list(n: int, quick: bool, made: _Made) -> list[Result]:
+    rows: list[Result] = []
     repeat = 5 if quick else 9
     lists = {name: [make(i, i * 0.5, i % 7, i % 2 == 0) for i in range(n)]
              for name, make in made.items()}
@@ -87,7 +96,7 @@ def _pickle_list(n, quick, made):
     return rows
 
 
-def _pickle_one(quick, made):
+def _pickle_one(quick: bool, made: _Made) -> list[Result]:
     objs = {name: make(1, 0.5, 3, False) for name, make in made.items()}
     blobs = {name: pickle.dumps(o, protocol=PROTOCOL) for name, o in objs.items()}
     rows = compare("pickle_one", "size", "B", {n: len(b) for n, b in blobs.items()},
@@ -101,7 +110,7 @@ def _pickle_one(quick, made):
     return rows
 
 
-def main(argv=None) -> int:
+def main(argv: list[str] | None = None) -> int:
     """Run the pickling benchmarks (see the module docstring); return the exit status."""
     parser = topic_parser("pickling", __doc__.split("\n\n")[0], CASES)
     args = parser.parse_args(argv)
@@ -111,7 +120,7 @@ def main(argv=None) -> int:
     if rl is None:
         notes.append(RLPYT_SKIP_NOTE)
     made = _contenders(rl)
-    rows = []
+    rows: list[Result] = []
     if "pickle_list" in args.cases:
         rows += _pickle_list(10_000 if args.quick else 100_000, args.quick, made)
     if "pickle_one" in args.cases:

@@ -39,7 +39,15 @@ from typing import Any
 
 import numpy as np
 
-from .common import best_times, finish, missing_extra_note, progress, result, topic_parser
+from .common import (
+    Result,
+    best_times,
+    finish,
+    missing_extra_note,
+    progress,
+    result,
+    topic_parser,
+)
 
 __all__ = ["CASES", "main"]
 
@@ -51,7 +59,7 @@ OBS = (4, 84, 84)
 TARGET = "<= 1.0"
 
 
-def _transitions(n: int, rng: np.random.Generator) -> dict:
+def _transitions(n: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
     return {"obs": rng.integers(0, 255, (n, *OBS), np.uint8),
             "next_obs": rng.integers(0, 255, (n, *OBS), np.uint8),
             "action": rng.integers(0, 6, n).astype(np.int64),
@@ -72,7 +80,7 @@ class _Namedschema:
         self.rb: Any = (PrioritizedReplayBuffer(example, capacity, seed=0)
                         if prioritized else ReplayBuffer(example, capacity, seed=0))
 
-    def batch(self, data: dict) -> Any:
+    def batch(self, data: dict[str, np.ndarray]) -> Any:
         return self.Step(**data)
 
     def extend(self, batch: Any) -> None:
@@ -106,7 +114,7 @@ class _TorchRL:
         sampler = PrioritizedSampler(capacity, alpha=0.6, beta=0.4) if prioritized else None
         self.rb = ReplayBuffer(storage=storage, sampler=sampler)
 
-    def batch(self, data: dict) -> Any:
+    def batch(self, data: dict[str, np.ndarray]) -> Any:
         import torch
         from tensordict import TensorDict
         n = len(data["action"])
@@ -134,7 +142,7 @@ class _SB3:
         self.rb = ReplayBuffer(capacity, spaces.Box(0, 255, OBS, np.uint8), spaces.Discrete(6),
                                device="cpu", n_envs=n_envs, handle_timeout_termination=False)
 
-    def batch(self, data: dict) -> Any:
+    def batch(self, data: dict[str, np.ndarray]) -> Any:
         return (data["obs"], data["next_obs"], data["action"][:, None], data["reward"],
                 data["done"], [{}] * len(data["action"]))
 
@@ -153,8 +161,8 @@ def _available(module: str) -> bool:
 
 
 def _contenders(capacity: int, prioritized: bool, n_envs: int, scratch: str,
-                notes: list) -> list:
-    out: list = [_Namedschema(capacity, prioritized, n_envs)]
+                notes: list[str]) -> list[Any]:
+    out: list[Any] = [_Namedschema(capacity, prioritized, n_envs)]
     if _available("torchrl"):
         try:
             out += [_TorchRL(capacity, prioritized, n_envs, False, scratch),
@@ -176,7 +184,7 @@ def _fill(contender: Any, capacity: int, rows: int, rng: np.random.Generator) ->
         contender.extend(chunk)
 
 
-def _statement(c: Any, kind: str, n: int, data: dict) -> Callable[[], Any]:
+def _statement(c: Any, kind: str, n: int, data: dict[str, np.ndarray]) -> Callable[[], Any]:
     if kind == "extend":
         batch = c.batch(data)
         return lambda: c.extend(batch)
@@ -185,7 +193,8 @@ def _statement(c: Any, kind: str, n: int, data: dict) -> Callable[[], Any]:
     return lambda: c.per(n)
 
 
-def _case(case: str, capacity: int, repeat: int, scratch: str, notes: list) -> list:
+def _case(case: str, capacity: int, repeat: int, scratch: str,
+          notes: list[str]) -> list[Result]:
     kind, size = case.rsplit("_", 1)
     n = int(size)
     rng = np.random.default_rng(0)
@@ -211,7 +220,7 @@ def _case(case: str, capacity: int, repeat: int, scratch: str, notes: list) -> l
     return rows_out
 
 
-def main(argv=None) -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = topic_parser("replay", __doc__.split("\n\n")[0], CASES)
     parser.add_argument("--capacity", type=int, default=None,
                         help="transitions per buffer (default 10,000: 565 MB each; "
@@ -244,7 +253,7 @@ def main(argv=None) -> int:
                 "replay", skipped, "torch",
                 "they hand torch tensors to a loss (every contender's sample is timed so)"))
     scratch = tempfile.mkdtemp(prefix="namedschema-bench-replay-")
-    results: list = []
+    results: list[Result] = []
     try:
         for number, case in enumerate(cases, 1):
             progress("replay", f"{case} ({number}/{len(cases)}) ...")

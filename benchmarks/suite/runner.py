@@ -25,6 +25,8 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING, Any, TextIO
 
 from namedschema._core.instance import printable
 from namedschema._core.tree import extra_hint
@@ -40,6 +42,9 @@ from .common import (
     target_met,
     write_json_atomic,
 )
+
+if TYPE_CHECKING:
+    from types import ModuleType
 
 __all__ = ["TOPICS", "run_topics", "plot_results", "check_outputs", "QUICK_NOTE", "run_bench",
            "build_parser", "main"]
@@ -64,7 +69,7 @@ QUICK_NOTE = ("quick run: tiny sizes and few repeats, so every ratio is indicati
 
 
 def _run_topic(args: list[str], topic: str, *, timeout: float, heartbeat: float,
-               log) -> subprocess.CompletedProcess:
+               log: TextIO) -> subprocess.CompletedProcess[str]:
     """Run ``python <args>`` for ``topic``; show its progress lines on ``log`` as they come.
 
     A topic's stderr lines that start with ``PROGRESS_PREFIX`` are passed on at once;
@@ -127,8 +132,9 @@ def _run_topic(args: list[str], topic: str, *, timeout: float, heartbeat: float,
                                        "".join(stderr))
 
 
-def run_topics(topics, *, quick: bool, verbose: bool = False, timeout: float = 3600,
-               log=None, heartbeat: float = HEARTBEAT_S) -> tuple[list, list, bool]:
+def run_topics(topics: Iterable[str], *, quick: bool, verbose: bool = False,
+               timeout: float = 3600, log: TextIO | None = None,
+               heartbeat: float = HEARTBEAT_S) -> tuple[list[dict[str, Any]], list[str], bool]:
     """Run each topic's ``main`` in a fresh subprocess and collect its results.
 
     Args:
@@ -175,7 +181,7 @@ def run_topics(topics, *, quick: bool, verbose: bool = False, timeout: float = 3
     return documents, notes, ok
 
 
-def _ratio_rows(documents):
+def _ratio_rows(documents: Iterable[dict[str, Any]]) -> Iterator[tuple[str, dict[str, Any]]]:
     for doc in documents:
         for row in doc["results"]:
             # A ratio of 0 (e.g. no extra memory at all) has no place on a log axis.
@@ -183,7 +189,7 @@ def _ratio_rows(documents):
                 yield doc["topic"], row
 
 
-def plot_results(documents: list, path: str) -> None:
+def plot_results(documents: list[dict[str, Any]], path: str) -> None:
     """Draw the ratio of every compared row as horizontal bars, one panel per topic.
 
     Bars are coloured by whether their target is met (green), missed (red),
@@ -244,7 +250,7 @@ def plot_results(documents: list, path: str) -> None:
     plt.close(fig)
 
 
-def _import_matplotlib():
+def _import_matplotlib() -> ModuleType:
     try:
         import matplotlib
     except ImportError as exc:
@@ -264,7 +270,7 @@ def plot_formats() -> list[str]:
     return sorted(FigureCanvasBase.get_supported_filetypes())
 
 
-def check_outputs(args) -> None:
+def check_outputs(args: argparse.Namespace) -> None:
     """Refuse, before any benchmark runs, output paths that could not be written at the end.
 
     Raises:
@@ -314,7 +320,7 @@ def _try_plot_format(path: str, extension: str) -> None:
         plt.close(fig)
 
 
-def run_bench(args) -> int:
+def run_bench(args: argparse.Namespace) -> int:
     """Carry out ``namedschema bench`` for arguments parsed by :func:`build_parser`."""
     check_outputs(args)
     topics = args.topics or TOPICS
@@ -352,7 +358,7 @@ def run_bench(args) -> int:
     return 0 if ok else 1
 
 
-def _topic_list(text: str) -> tuple:
+def _topic_list(text: str) -> tuple[str, ...]:
     return choice_list(TOPICS, "topic")(text)
 
 
@@ -387,7 +393,7 @@ def _fail(message: str) -> int:
     return EXIT_USAGE
 
 
-def main(argv=None) -> int:
+def main(argv: list[str] | None = None) -> int:
     """Run ``namedschema bench`` with ``argv`` (default ``sys.argv[1:]``).
 
     Returns:

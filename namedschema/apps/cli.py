@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+from collections.abc import Callable, Iterable
 
 from .._core.instance import printable
 from .._version import __version__
@@ -68,7 +69,7 @@ def _fail(prog: str, message: str) -> int:
     return EXIT_USAGE
 
 
-def _run_demo(args) -> int:
+def _run_demo(args: argparse.Namespace) -> int:
     from .demo import run_demo
     try:
         return run_demo(size=args.size, workdir=args.workdir, seed=args.seed,
@@ -107,7 +108,7 @@ def _message(path: str, exc: Exception) -> str:
     return printable(text if str(path) in text else f"{path}: {text}")
 
 
-def _run_inspect(args) -> int:
+def _run_inspect(args: argparse.Namespace) -> int:
     from ..checkpoint import inspect as inspect_file
     from ..checkpoint._read import describe
     from ..errors import FormatError
@@ -122,7 +123,7 @@ def _run_inspect(args) -> int:
     return 0
 
 
-def _run_verify(args) -> int:
+def _run_verify(args: argparse.Namespace) -> int:
     from ..checkpoint._read import verify
     from ..errors import FormatError
     why = _unreadable(args.path)
@@ -166,7 +167,8 @@ def _run_bench(argv: list[str]) -> int:
     if not where.startswith(os.path.join(root, "benchmarks", "")):  # another 'benchmarks'
         return _fail("namedschema bench", f"'benchmarks' is imported from {where}, not from "
                                           f"{root}; run 'python -m namedschema bench' there")
-    return runner.main(argv)
+    status: int = runner.main(argv)    # benchmarks.suite.runner.main: an exit status
+    return status
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -260,7 +262,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv=None) -> int:
+def main(argv: Iterable[str] | None = None) -> int:
     """Run the ``namedschema`` command.
 
     Args:
@@ -271,6 +273,8 @@ def main(argv=None) -> int:
         2 for usage errors and unreadable files.
     """
     argv = sys.argv[1:] if argv is None else list(argv)
+    command: str
+    run: Callable[[], int]
     if argv[:1] == ["bench"]:
         command, run = "bench", lambda: _run_bench(argv[1:])
     else:

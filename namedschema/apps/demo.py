@@ -26,7 +26,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Any
+from collections.abc import Iterable, Sequence
+from typing import IO, TYPE_CHECKING, Any, TextIO
 
 import numpy as np
 
@@ -42,6 +43,12 @@ from .harness import (
     run_python,
 )
 
+if TYPE_CHECKING:
+    import numpy.typing as npt
+
+    from .._core.instance import NamedArrayTuple
+    from .._core.schema import DynamicNamedArrayTuple, DynamicNamedTuple
+
 __all__ = ["TinyReplay", "synthetic", "run_demo"]
 
 # The Atari-like transition every benchmark uses (namedschema.apps.harness).
@@ -51,7 +58,7 @@ APPEND_AFTER_RESUME = 257  # more than one batch and not a multiple of it
 SAMPLE_BATCHES, BATCH_SIZE = 8, 32
 
 
-def _schemas():
+def _schemas() -> tuple[type[DynamicNamedArrayTuple], type[DynamicNamedTuple]]:
     """The demo's schemas, made at run time like rlpyt's (never at module level).
 
     A child interpreter that imports this module therefore still knows no
@@ -63,7 +70,8 @@ def _schemas():
     return transition, state
 
 
-def synthetic(transition_cls, n: int, seed: int):
+def synthetic(transition_cls: type[DynamicNamedArrayTuple], n: int,
+              seed: int) -> DynamicNamedArrayTuple:
     """``n`` seeded synthetic transitions as one ``transition_cls`` instance of arrays.
 
     Args:
@@ -74,7 +82,7 @@ def synthetic(transition_cls, n: int, seed: int):
     return atari_transitions(transition_cls, n, seed)
 
 
-def _unpack_rng(words) -> np.random.Generator:
+def _unpack_rng(words: npt.ArrayLike) -> np.random.Generator:
     rng = np.random.Generator(np.random.PCG64())
     set_pcg64_words(rng, np.asarray(words, dtype=np.uint64), "demo replay")
     return rng
@@ -89,14 +97,14 @@ class TinyReplay:
         seed: seed of the sampling generator.
     """
 
-    def __init__(self, samples, seed: int = 0) -> None:
+    def __init__(self, samples: DynamicNamedArrayTuple, seed: int = 0) -> None:
         self.samples = samples
         self.capacity = len(samples.observation)
         self.cursor = 0
         self.filled = 0
         self.rng = np.random.Generator(np.random.PCG64(seed))
 
-    def append(self, batch) -> None:
+    def append(self, batch: DynamicNamedArrayTuple) -> None:
         """Write the transitions of ``batch`` after the newest, overwriting the oldest."""
         n = len(batch.observation)
         start = 0
@@ -107,17 +115,17 @@ class TinyReplay:
             start += room
         self.filled = min(self.capacity, self.filled + n)
 
-    def sample(self, batch_size: int):
+    def sample(self, batch_size: int) -> DynamicNamedArrayTuple:
         """A batch of ``batch_size`` stored transitions drawn uniformly with replacement."""
         return self.samples[self.rng.integers(0, self.filled, size=batch_size)]
 
-    def state(self, state_cls):
+    def state(self, state_cls: type[DynamicNamedTuple]) -> DynamicNamedTuple:
         """The complete state as a ``state_cls`` (schema) instance of arrays."""
         return state_cls(self.samples, np.array(self.cursor, dtype=np.int64),
                          np.array(self.filled, dtype=np.int64), pcg64_words(self.rng))
 
     @classmethod
-    def from_state(cls, state) -> TinyReplay:
+    def from_state(cls, state: DynamicNamedTuple) -> TinyReplay:
         """Rebuild a replay from :meth:`state`'s output (it keeps using those arrays)."""
         replay = cls.__new__(cls)
         replay.samples = state.samples
@@ -127,7 +135,7 @@ class TinyReplay:
         return replay
 
 
-def _digest_fields(nat) -> dict[str, Any]:
+def _digest_fields(nat: NamedArrayTuple) -> dict[str, Any]:
     """Field name -> SHA-256 of dtype, shape and bytes (bit-exact comparison by hash)."""
     out = {}
     for name, value in zip(nat._fields, nat, strict=True):
@@ -138,7 +146,7 @@ def _digest_fields(nat) -> dict[str, Any]:
     return out
 
 
-def _resume_and_sample(replay, seed: int) -> str:
+def _resume_and_sample(replay: TinyReplay, seed: int) -> str:
     """Append the post-resume transitions, sample, and hash the samples in order."""
     replay.append(synthetic(type(replay.samples), APPEND_AFTER_RESUME, seed + 1))
     h = hashlib.sha256()
@@ -192,7 +200,7 @@ def _last_line(text: str) -> str:
 # ---------------------------------------------------------------- rlpyt-style contrast
 
 
-def _classic_namedarraytuple(typename, fields, module):
+def _classic_namedarraytuple(typename: str, fields: str | Iterable[str], module: str) -> type:
     """A class-per-type named array tuple as rlpyt makes them (a namedtuple subclass).
 
     Used when ``RLPYT_SRC`` is not set; with it, rlpyt's own function is used.
@@ -200,7 +208,7 @@ def _classic_namedarraytuple(typename, fields, module):
     import collections
     base: Any = collections.namedtuple(typename, fields, module=module)  # type: ignore[misc]  # a run-time name
 
-    def __getitem__(self, loc):
+    def __getitem__(self: Any, loc: object) -> Any:    # self: an instance of the class below
         return type(self)(*(None if v is None else v[loc] for v in self))
 
     return type(typename, (base,), {"__slots__": (), "__getitem__": __getitem__,
@@ -338,10 +346,10 @@ class _Progress:
 class _CountingWriter:
     """A binary file wrapper that reports bytes written to a progress bar."""
 
-    def __init__(self, f, progress: _Progress) -> None:
+    def __init__(self, f: IO[bytes], progress: _Progress) -> None:
         self._f, self._progress = f, progress
 
-    def write(self, data) -> int:
+    def write(self, data: bytes | bytearray | memoryview) -> int:
         n = self._f.write(data)
         self._progress.update(memoryview(data).nbytes)
         return n
@@ -355,10 +363,10 @@ def _human(n: float) -> str:
     raise AssertionError("unreachable")
 
 
-def _table(header, rows) -> str:
+def _table(header: Sequence[object], rows: Sequence[Sequence[object]]) -> str:
     widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
 
-    def fmt(row):
+    def fmt(row: Sequence[object]) -> str:
         return "  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=False)).rstrip()
     return "\n".join([fmt(header), fmt(["-" * w for w in widths]), *map(fmt, rows)])
 
@@ -367,7 +375,7 @@ def _table(header, rows) -> str:
 
 
 def run_demo(size: int = 64 * 10**6, workdir: str | None = None, seed: int = 0,
-             progress: bool = True, keep: bool = False, out=None) -> int:
+             progress: bool = True, keep: bool = False, out: TextIO | None = None) -> int:
     """Run the resume scenario and print its table.
 
     Args:
@@ -399,7 +407,8 @@ def run_demo(size: int = 64 * 10**6, workdir: str | None = None, seed: int = 0,
                 shutil.rmtree(workdir, ignore_errors=True)
 
 
-def _fill(transition_cls, capacity, seed, progress):
+def _fill(transition_cls: type[DynamicNamedArrayTuple], capacity: int, seed: int,
+          progress: bool) -> TinyReplay:
     """Allocate the buffer (``buffer_from_example``) and fill it in chunks."""
     example = atari_example(transition_cls)
     samples = buffer_from_example(example, (capacity,))
@@ -416,7 +425,7 @@ def _fill(transition_cls, capacity, seed, progress):
     return replay
 
 
-def _scenario(capacity, workdir, seed, progress, out) -> int:
+def _scenario(capacity: int, workdir: str, seed: int, progress: bool, out: TextIO) -> int:
     transition_cls, state_cls = _schemas()
     print(f"namedschema demo: a replay buffer of {capacity:,} Atari-like transitions "
           f"({_human(capacity * BYTES_PER_TRANSITION)}), checkpointed and resumed in "

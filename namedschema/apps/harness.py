@@ -18,7 +18,8 @@ import os
 import resource
 import subprocess
 import sys
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 __all__ = ["child_env", "run_python", "peak_rss", "ATARI_FIELDS", "ATARI_FRAME",
            "ATARI_DTYPES", "ATARI_BYTES_PER_TRANSITION", "atari_example",
@@ -27,6 +28,8 @@ __all__ = ["child_env", "run_python", "peak_rss", "ATARI_FIELDS", "ATARI_FRAME",
 # The folder holding the namedschema package this module belongs to.
 _PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
+
+_T = TypeVar("_T")
 
 ATARI_FIELDS = ("observation", "action", "reward", "done")
 ATARI_FRAME = (84, 84)
@@ -76,13 +79,13 @@ def peak_rss() -> int:
     return peak if sys.platform == "darwin" else peak * 1024
 
 
-def atari_example(cls):
+def atari_example(cls: Callable[..., _T]) -> _T:
     """One all-zero Atari-like transition as a ``cls`` instance (``cls`` has ATARI_FIELDS)."""
     import numpy as np
     return cls(np.zeros(ATARI_FRAME, np.uint8), np.int32(0), np.float32(0), np.bool_(False))
 
 
-def atari_transitions(cls, n: int, seed: int | None = None):
+def atari_transitions(cls: Callable[..., _T], n: int, seed: int | None = None) -> _T:
     """``n`` Atari-like transitions as one ``cls`` instance of arrays.
 
     With a ``seed``, seeded random data, a pure function of ``(n, seed)``

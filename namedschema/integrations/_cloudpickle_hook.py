@@ -32,9 +32,16 @@ made or rebuilt, or :func:`namedschema.integrations.install` is called.
 from __future__ import annotations
 
 import sys
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from .._core.pickling import is_registered_schema
+
+if TYPE_CHECKING:
+    from types import ModuleType
+
+# Pickler.reducer_override, unbound: (pickler, obj) -> a reduce value or NotImplemented
+_ReducerOverride = Callable[[Any, object], object]
 
 __all__ = ["MODULES", "patch", "is_patched", "patch_loaded", "install"]
 
@@ -46,16 +53,16 @@ MODULES = (
 )
 
 
-def _reducer_override(module) -> Any:
+def _reducer_override(module: ModuleType) -> _ReducerOverride | None:
     return getattr(getattr(module, "Pickler", None), "reducer_override", None)
 
 
-def is_patched(module) -> bool:
+def is_patched(module: ModuleType) -> bool:
     """Whether ``module``'s ``Pickler.reducer_override`` routes schema classes by id."""
     return getattr(_reducer_override(module), "_namedschema_original", None) is not None
 
 
-def patch(module) -> bool:
+def patch(module: ModuleType) -> bool:
     """Route registered schema classes in ``module.Pickler.reducer_override`` to copyreg.
 
     Args:
@@ -71,7 +78,7 @@ def patch(module) -> bool:
     if is_patched(module):
         return True
 
-    def reducer_override(self, obj):
+    def reducer_override(self: Any, obj: object) -> object:
         # Class statements subclassing a schema have no id of their own: they
         # go to cloudpickle, which may pickle them by reference or by value.
         if isinstance(obj, type) and is_registered_schema(obj):

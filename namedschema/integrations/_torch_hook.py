@@ -36,10 +36,15 @@ from __future__ import annotations
 
 import sys
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 from .._core import pickling as _pickle
 from ..errors import SchemaError
+
+if TYPE_CHECKING:
+    from types import ModuleType
+
+    from .._core.pickling import SchemaClass
 
 __all__ = ["ANY_SCHEMA", "checked_rebuild_schema", "safe_globals", "register",
            "register_if_loaded", "is_registered", "install", "uninstall"]
@@ -54,7 +59,7 @@ class _AnySchema:
 
     __slots__ = ()
 
-    def __eq__(self, other):
+    def __eq__(self, other: object) -> bool:
         if other is self:
             return True
         # Exactly a built-in kind: a metaclass subclass could not be rebuilt by name.
@@ -62,27 +67,28 @@ class _AnySchema:
                 and type(other).__name__ in _pickle.KINDS
                 and type(other) is _pickle.KINDS[type(other).__name__][0])
 
-    def __ne__(self, other) -> bool:
+    def __ne__(self, other: object) -> bool:
         return not self.__eq__(other)
 
-    def __hash__(self):
+    def __hash__(self) -> int:
         return id(self) >> 4
 
     def __repr__(self) -> str:
         return "<namedschema: any registered schema class>"
 
-    def __reduce__(self):
+    def __reduce__(self) -> str:
         return ANY_SCHEMA_NAME.rpartition(".")[2]
 
 
 ANY_SCHEMA = _AnySchema()
 
 
-def _is_str_tuple(value) -> bool:
+def _is_str_tuple(value: object) -> TypeGuard[tuple[str, ...]]:
     return type(value) is tuple and all(type(item) is str for item in value)
 
 
-def checked_rebuild_schema(kind, schema_id, typename, fields, defaults, module):
+def checked_rebuild_schema(kind: object, schema_id: object, typename: object, fields: object,
+                           defaults: object, module: object) -> SchemaClass:
     """``rebuild_schema`` for untrusted files: plain strings and tuples only.
 
     The weights-only unpickler can only produce plain data, but a crafted
@@ -175,7 +181,7 @@ def register_if_loaded() -> bool:
     return register()
 
 
-def _register_hook(module) -> None:
+def _register_hook(module: ModuleType) -> None:
     # Called right after torch.serialization executed; torch itself may still
     # be initialising, which register() allows for.
     register()

@@ -22,8 +22,12 @@ from __future__ import annotations
 import sys
 import threading
 import warnings
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from importlib.machinery import ModuleSpec
+    from types import ModuleType
 
 __all__ = ["when_imported", "cancel", "pending", "after_each_import", "stop_each_import"]
 
@@ -36,7 +40,7 @@ _pending: dict[str, list[Callback]] = {}
 _each: dict[str, list[Callback]] = {}
 
 
-def _run(callbacks, module) -> None:
+def _run(callbacks: Iterable[Callback], module: ModuleType) -> None:
     for callback in callbacks:
         try:
             callback(module)
@@ -58,7 +62,8 @@ class _Watcher:
     def __init__(self) -> None:
         self._busy = threading.local()
 
-    def find_spec(self, fullname, path=None, target=None):
+    def find_spec(self, fullname: str, path: Sequence[str] | None = None,
+                  target: ModuleType | None = None) -> ModuleSpec | None:
         if (fullname not in _pending and not _each_for(fullname)) \
                 or getattr(self._busy, "active", False):
             return None
@@ -73,7 +78,7 @@ class _Watcher:
             return spec
         had_own = "exec_module" in getattr(loader, "__dict__", {})
 
-        def exec_module(module) -> None:
+        def exec_module(module: ModuleType) -> None:
             try:
                 original(module)
             finally:
@@ -90,20 +95,21 @@ class _Watcher:
         return spec
 
 
-def _find_behind(watcher, fullname, path, target):
+def _find_behind(watcher: _Watcher, fullname: str, path: Sequence[str] | None,
+                 target: ModuleType | None) -> ModuleSpec | None:
     for finder in list(sys.meta_path):
         if finder is watcher:
             continue
         find = getattr(finder, "find_spec", None)
         if find is None:
             continue
-        spec = find(fullname, path, target)
+        spec: ModuleSpec | None = find(fullname, path, target)    # a finder's find_spec
         if spec is not None:
             return spec
     return None
 
 
-def _restore(loader, original, had_own) -> None:
+def _restore(loader: Any, original: Callable[[ModuleType], object], had_own: bool) -> None:
     # The wrapper is an instance attribute: deleting it uncovers the class's
     # method again, unless the loader had its own instance attribute before.
     try:

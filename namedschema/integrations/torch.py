@@ -98,7 +98,7 @@ def share_memory_(tree: _Tree) -> _Tree:
     """
     def share(leaf: Any, _path: str | None) -> Any:
         if isinstance(leaf, torch.Tensor):
-            leaf.share_memory_()
+            leaf.share_memory_()  # type: ignore[no-untyped-call]  # unannotated in torch
         return leaf
 
     _tree.map_structure(tree, share, subclasses=True)

@@ -254,7 +254,8 @@ class ShardedReplay(Generic[BatchT, SampleT]):
         parts = self._get([self._shards[i].sample.remote(int(counts[i]), beta)
                            for i in chosen], "sample")
         if not self.prioritized:
-            return _concat(parts)
+            uniform: SampleT = _concat(parts)    # SampleT is BatchT for a uniform replay
+            return uniform
         batch = _concat([p[0] for p in parts])
         index = np.concatenate([p[1] + i * self._stride for i, p in zip(chosen, parts,
                                                                         strict=True)])
@@ -499,7 +500,7 @@ class ShardedReplay(Generic[BatchT, SampleT]):
                 f"{self.capacity}>")
 
 
-def _rebuild(spec: dict[str, Any], capacities: list[int], options: dict, entropy: int,
+def _rebuild(spec: dict[str, Any], capacities: list[int], options: dict[str, Any], entropy: int,
              shards: list[Any], beta: float) -> ShardedReplay[Any, Any]:
     """A copy of a handle in another process: its own writer id, not the owner."""
     self: ShardedReplay[Any, Any] = ShardedReplay.__new__(ShardedReplay)

@@ -64,7 +64,7 @@ NEVER = frozenset({"buffer_size", "n_envs", "policy_class", "replay_buffer_class
                    "replay_buffer_kwargs", "optimize_memory_usage"})
 
 _expected: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
-_deferred: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+_deferred: weakref.WeakKeyDictionary[Any, dict[str, Any]] = weakref.WeakKeyDictionary()
 
 
 def is_algorithm(obj: Any) -> bool:

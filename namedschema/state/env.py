@@ -367,7 +367,8 @@ def _layer_checked(layer: Any, state: Any, path: str) -> dict[str, Any]:
     if type(layer).__qualname__ != state.get("class"):
         raise EnvStateError(f"{path}: the checkpoint has a {state.get('class')!r:.80} here, the "
                             f"env a {type(layer).__qualname__} (was it built differently?)")
-    return state["attributes"]
+    attributes: dict[str, Any] = state["attributes"]    # a dict with str keys: checked above
+    return attributes
 
 
 def _restore_layer(layer: Any, state: Any, path: str, memo: dict[int, Any], write: bool) -> None:

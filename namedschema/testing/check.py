@@ -237,7 +237,9 @@ def check_resume(command: str | Iterable[str], *, kills: int = 5, seed: int = 0,
 
 
 class _Check:
-    def __init__(self, argv, kills, seed, timeout, source, env, copy, root, say) -> None:
+    def __init__(self, argv: list[str], kills: int, seed: int, timeout: float, source: str,
+                 env: Mapping[str, str], copy: bool, root: str,
+                 say: Callable[[str], None]) -> None:
         self.argv, self.n_kills, self.seed, self.timeout = argv, kills, seed, timeout
         self.source, self.env, self.copy, self.root, self.say = source, env, copy, root, say
         self.rng = random.Random(seed)

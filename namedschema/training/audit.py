@@ -54,10 +54,13 @@ import re
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import _process
 from .._core.tree import torch_if_loaded
+
+if TYPE_CHECKING:
+    import hashlib
 
 __all__ = ["ENV_AUDIT", "ENV_NOTIFY", "ENV_IGNORE", "WALL_CLOCK", "WALL_CLOCK_PARTS", "recorder", "Recorder",
            "follow_run_checkpoint", "digest_objects", "FileDigests", "CHUNK"]
@@ -103,7 +106,8 @@ def recorder() -> Recorder | None:
                 # A forked worker inherits the parent's recorder: it records nothing.
                 forked = _RECORDER is not _UNSET and _RECORDER is not None
                 _RECORDER = Recorder(path) if path and not forked else None
-    return _RECORDER
+    current: Recorder | None = _RECORDER    # set above: no longer _UNSET
+    return current
 
 
 class Recorder:
@@ -383,7 +387,7 @@ class _Hasher:
         self.hashlib, self.files, self.maps = hashlib, files, maps
         self.digested = 0          # bytes of arrays digested piece by piece (not reused)
 
-    def new(self) -> Any:
+    def new(self) -> hashlib.blake2b:
         return self.hashlib.blake2b(digest_size=DIGEST_SIZE)
 
     def hash(self, *parts: Any) -> str:

@@ -331,7 +331,7 @@ class ReplayBuffer(Generic[BatchT]):
         self._init_common(None, **options_of(state, f"{type(self).__name__}.from_state_dict"))
 
     @classmethod
-    def _options(cls, state: dict[str, Any]) -> dict:
+    def _options(cls, state: dict[str, Any]) -> dict[str, Any]:
         return options_of(state, f"{cls.__name__}.from_state_dict")
 
     def check_state_dict(self, state: dict[str, Any]) -> None:
@@ -548,7 +548,7 @@ class PrioritizedReplayBuffer(ReplayBuffer[BatchT]):
         return state
 
     @classmethod
-    def _options(cls, state: dict[str, Any]) -> dict:
+    def _options(cls, state: dict[str, Any]) -> dict[str, Any]:
         return {**super()._options(state), "alpha": state.get("alpha", 0.6),
                 "beta": state.get("beta", 0.4)}
 

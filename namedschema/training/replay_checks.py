@@ -140,7 +140,7 @@ def _within(value: np.ndarray, low: int, high: int) -> bool:
 
 
 def refuse_change(storage: Any, path: tuple[str, ...], value: np.ndarray, dtype: np.dtype,
-                  index: tuple, where: str) -> FieldError:
+                  index: tuple[Any, ...], where: str) -> FieldError:
     """The error for a batch value the stored dtype cannot hold (nothing was written).
 
     Its ``loc`` is the row of the batch (with the element's index for fields
@@ -185,7 +185,7 @@ def leaf_paths(storage: Any) -> list[tuple[str, ...]]:
     return out
 
 
-def _schema_classes(x: Any, out: dict[str, Any]) -> dict:
+def _schema_classes(x: Any, out: dict[str, Any]) -> dict[str, Any]:
     if is_named(x):
         out.setdefault(_typename(x), type(x))
         for value in x:

@@ -224,7 +224,7 @@ class FramesOnce:
 
     def next_of(self, index: np.ndarray, frames: np.ndarray) -> np.ndarray:
         """The next observations of rows ``index``, ``frames`` being the stored observations."""
-        out = frames[(index + self.n_envs) % self.capacity]
+        out: np.ndarray = frames[(index + self.n_envs) % self.capacity]
         slots = self.slot[index]
         pooled = slots >= 0
         if pooled.any():
@@ -237,7 +237,7 @@ class FramesOnce:
         """The pool's part of the buffer's state."""
         return {"frames_once": self.config, "next_pool": self.pool, "next_rows": self.owner}
 
-    def checked(self, state: dict, cursor: int, size: int, where: str) -> dict[str, Any]:
+    def checked(self, state: dict[str, Any], cursor: int, size: int, where: str) -> dict[str, Any]:
         """The pool of ``state`` checked against this buffer (BufferShapeError otherwise)."""
         try:
             pool, owner = np.asarray(state["next_pool"]), np.asarray(state["next_rows"])

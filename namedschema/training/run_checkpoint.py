@@ -50,6 +50,8 @@ _BAD_STATE = (TypeError, ValueError, KeyError, IndexError, AttributeError, Overf
               RuntimeError, SystemError)
 _COMPONENT_KEYS = {"kind", "state", "settings"}
 _TOP_KEYS = {"format", "version", "step", "rng", "components", "loop"}
+# A setting that differs: (component name, key, saved value, this run's value).
+_Change = tuple[str, str, Any, Any]
 
 __all__ = ["RunCheckpoint", "RunCheckpointError", "RunCheckpointWarning"]
 
@@ -149,12 +151,12 @@ class RunCheckpoint:
         self.accept_changes = _accepted(accept_changes)
         self._pending: Any = None          # the background save in flight
         self._components: dict[str, tuple[StateKind, Any]] = {}
-        self._settings: dict[str, dict] = {}   # as tracked: what the run chose in code
+        self._settings: dict[str, dict[str, Any]] = {}   # as tracked: what the run chose in code
         self.step: int | None = None
-        self.loop: dict = {}
+        self.loop: dict[str, Any] = {}
         self.restarted: dict[str, str] = {}
         self._last_time = time.monotonic()
-        self._warned: set = set()
+        self._warned: set[str] = set()
         self._audit = _audit.follow_run_checkpoint(self)  # check-resume's records, or None
 
     # -- registering -----------------------------------------------------------------
@@ -363,7 +365,7 @@ class RunCheckpoint:
     def _refuse(self, message: str) -> RunCheckpointError:
         return RunCheckpointError(f"RunCheckpoint: {self.path!r} {message}")
 
-    def _checked(self, data: Any) -> tuple[Any, dict, list]:
+    def _checked(self, data: Any) -> tuple[Any, dict[str, Any], list[_Change]]:
         """Check the whole file against the run; ``(rng, loop, accepted changes)``."""
         if not isinstance(data, dict) or data.get("format") != FORMAT:
             raise self._refuse("is not a RunCheckpoint file; refusing to use or overwrite it")
@@ -420,9 +422,9 @@ class RunCheckpoint:
                                "run changed)") from exc
         return rng, loop, self._accepted_changes(changes)
 
-    def _changes(self, components: dict) -> list:
+    def _changes(self, components: dict[str, Any]) -> list[_Change]:
         """``(name, key, saved value, this run's value)`` of each setting that differs."""
-        out = []
+        out: list[_Change] = []
         for name in self._components:
             saved = components[name].get("settings")
             if saved is None or name not in self._settings:
@@ -444,7 +446,7 @@ class RunCheckpoint:
                     "from")
         return out
 
-    def _accepted_changes(self, changes: list) -> list:
+    def _accepted_changes(self, changes: list[_Change]) -> list[_Change]:
         accept = self.accept_changes
         refused = [c for c in changes if not (accept is True or _matches(f"{c[0]}.{c[1]}",
                                                                          accept))]
@@ -461,7 +463,7 @@ class RunCheckpoint:
         """How the user accepts the changes ``names`` (a wrapper names its own argument)."""
         return f"pass RunCheckpoint(..., accept_changes={names!r}) (or accept_changes=True)"
 
-    def _keep_accepted(self, accepted: list) -> None:
+    def _keep_accepted(self, accepted: list[_Change]) -> None:
         if not accepted:
             return
         for name, (kind, obj) in self._components.items():
@@ -473,7 +475,7 @@ class RunCheckpoint:
                         f"they are kept): {_describe(accepted)}")
 
     def _restore_one(self, name: str, kind: StateKind, obj: Any, state: Any,
-                     done: list) -> None:
+                     done: list[str]) -> None:
         try:
             kind.apply(obj, state, self._context(name))
         except (RunCheckpointError, *_BAD_STATE) as exc:
@@ -503,12 +505,12 @@ def _comparable(value: Any) -> Any:
     return _BAD
 
 
-def _describe(changes: list) -> str:
+def _describe(changes: list[_Change]) -> str:
     return "; ".join(f"{name}.{key}: {old!r:.60} in the checkpoint, {new!r:.60} in this run"
                      for name, key, old, new in changes)
 
 
-def _matches(key: str, names: tuple) -> bool:
+def _matches(key: str, names: tuple[str, ...]) -> bool:
     return any(key == n or key.startswith((n + ".", n + "[")) for n in names)
 
 

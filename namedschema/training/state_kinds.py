@@ -93,8 +93,8 @@ class KindContext:
 Capture = Callable[[Any, KindContext], Any]
 Apply = Callable[[Any, Any, KindContext], None]
 Check = Callable[[Any, Any, KindContext], None]
-Settings = Callable[[Any, KindContext], dict]
-KeepSettings = Callable[[Any, dict, KindContext], None]
+Settings = Callable[[Any, KindContext], dict[str, Any]]
+KeepSettings = Callable[[Any, dict[str, Any], KindContext], None]
 
 
 @dataclass(frozen=True)
@@ -361,7 +361,7 @@ def _check_optimizer(obj: Any, state: Any, ctx: KindContext, torch: Any) -> None
     if len(groups) != len(saved_groups):
         raise _fail(ctx, f"the saved optimizer has {len(saved_groups)} parameter groups, this "
                          f"run's {len(groups)}")
-    params: dict = {}
+    params: dict[int, Any] = {}     # parameter id -> the parameter (a tensor)
     for i, (group, saved) in enumerate(zip(groups, saved_groups, strict=True)):
         mine = {k: v for k, v in group.items() if k != "params"}
         if not isinstance(saved, dict) or not isinstance(saved.get("params"), list):
@@ -393,7 +393,7 @@ def _check_optimizer(obj: Any, state: Any, ctx: KindContext, torch: Any) -> None
     _check_optimizer_load(obj, state, ctx, torch)
 
 
-def _check_optimizer_load(obj: Any, state: dict, ctx: KindContext, torch: Any) -> None:
+def _check_optimizer_load(obj: Any, state: dict[str, Any], ctx: KindContext, torch: Any) -> None:
     """Load ``state`` into a scratch optimizer of ``obj``'s class and groups over meta
     tensors (no memory, nothing of ``obj`` touched): what its ``load_state_dict`` would
     refuse half-way through a restore (a per-parameter ``step`` missing or None) is
@@ -412,8 +412,8 @@ def _check_optimizer_load(obj: Any, state: dict, ctx: KindContext, torch: Any) -
                          f"({type(exc).__name__}: {exc})") from None
 
 
-def _state_dict_settings(obj: Any, ctx: KindContext) -> dict:
-    out: dict = {CLASS_SETTING: qualified_name(type(obj))}
+def _state_dict_settings(obj: Any, ctx: KindContext) -> dict[str, Any]:
+    out: dict[str, Any] = {CLASS_SETTING: qualified_name(type(obj))}
     torch = torch_if_loaded()
     if isinstance(obj, PrioritizedReplayBuffer):
         out.update(alpha=float(obj.alpha), beta=float(obj.beta))
@@ -432,7 +432,7 @@ def _state_dict_settings(obj: Any, ctx: KindContext) -> dict:
     return out
 
 
-def _state_dict_keep(obj: Any, values: dict, ctx: KindContext) -> None:
+def _state_dict_keep(obj: Any, values: dict[str, Any], ctx: KindContext) -> None:
     torch = torch_if_loaded()
     if torch is not None and isinstance(obj, torch.optim.Optimizer):
         many = len(obj.param_groups) > 1
@@ -480,11 +480,11 @@ def _env_apply(obj: Any, state: Any, ctx: KindContext) -> None:
     restore_env(obj, state["captured"], ctx.name)
 
 
-def _env_settings(obj: Any, ctx: KindContext) -> dict:
+def _env_settings(obj: Any, ctx: KindContext) -> dict[str, Any]:
     return env_settings(obj, ctx.name)
 
 
-def _env_keep(obj: Any, values: dict, ctx: KindContext) -> None:
+def _env_keep(obj: Any, values: dict[str, Any], ctx: KindContext) -> None:
     keep_env_settings(obj, values, ctx.name)
 
 

@@ -63,7 +63,7 @@ def out_of_bounds(values: np.ndarray, capacity: int) -> np.ndarray:
         return ~((values >= low) & (values <= high))
 
 
-def _rebuilt(tree: np.ndarray, combine) -> np.ndarray:
+def _rebuilt(tree: np.ndarray, combine: np.ufunc) -> np.ndarray:
     """The tree its leaves make (node 0 as a new tree has it), level by level."""
     out = tree.copy()
     half = tree.shape[0] // 2
@@ -117,7 +117,7 @@ def tree_problem(sum_tree: np.ndarray, min_tree: np.ndarray, capacity: int,
     return None
 
 
-def _update(tree: np.ndarray, index: np.ndarray, values: np.ndarray, combine) -> None:
+def _update(tree: np.ndarray, index: np.ndarray, values: np.ndarray, combine: np.ufunc) -> None:
     """Set leaves ``index`` to ``values``; recompute their ancestors with ``combine``.
 
     With repeated indices the last value wins, as for numpy assignment.
@@ -153,7 +153,7 @@ def find_prefix_sums(tree: np.ndarray, targets: np.ndarray) -> np.ndarray:
     leaf: the chosen leaf always has a positive value when the root has.
     """
     first = tree.shape[0] // 2
-    nodes = np.ones(targets.shape[0], np.int64)
+    nodes: np.ndarray = np.ones(targets.shape[0], np.int64)
     remaining = np.array(targets, np.float64, copy=True)
     while first > 1:
         left = nodes << 1
@@ -162,4 +162,5 @@ def find_prefix_sums(tree: np.ndarray, targets: np.ndarray) -> np.ndarray:
         remaining -= np.where(right, left_sum, 0.0)
         nodes = left + right
         first >>= 1
-    return nodes - tree.shape[0] // 2
+    leaves: int = tree.shape[0] // 2    # the first leaf's node
+    return nodes - leaves
