@@ -81,11 +81,12 @@ def test_the_same_loop_without_the_bug_is_exact(tmp_path):
 
 
 def test_progress_lines_name_the_step_while_a_run_goes_on(tmp_path):
-    """Every progress_every seconds a line says which run is at which step."""
+    """Every progress_every seconds a line says which run is at which step (a short period:
+    on a busy machine the killed run's slow start leaves little time before its kill)."""
     import re
     lines: list[str] = []
     report = check(tmp_path, [*LOOP, "--steps", "60000"], kills=1, seed=0,
-                   progress=lines.append, progress_every=0.2)
+                   progress=lines.append, progress_every=0.05)
     assert report.status == "exact", report.message
     during = [line for line in lines if re.fullmatch(
         r"check-resume: (the uninterrupted run|run 1/1): (no step yet|step [\d,]+"
