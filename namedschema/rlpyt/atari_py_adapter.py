@@ -35,9 +35,13 @@ import importlib.util
 import os
 import sys
 import types
-from typing import Any
+from typing import TYPE_CHECKING, SupportsFloat, SupportsInt
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from ale_py import ALEInterface as _ALEInterface
+    from numpy.typing import NDArray
 
 __all__ = ["install", "make_module", "interface_class", "is_adapter", "get_game_path",
            "list_games", "AdapterError"]
@@ -49,7 +53,7 @@ class AdapterError(ImportError):
     """ale-py (the adapter's base) cannot be imported, or a game has no ROM."""
 
 
-def _ale_py():
+def _ale_py() -> types.ModuleType:
     try:
         import ale_py
     except ImportError as exc:
@@ -59,7 +63,7 @@ def _ale_py():
     return ale_py
 
 
-def _text(value):
+def _text(value: str | bytes | bytearray | os.PathLike[str]) -> str:
     """atari_py's keys and paths are bytes; ale-py's are str."""
     if isinstance(value, (bytes, bytearray)):
         return bytes(value).decode("utf8")
@@ -68,57 +72,64 @@ def _text(value):
     return value
 
 
-_CLASS: list[Any] = []
+_CLASS: list[type[_ALEInterface]] = []
 
 
-def interface_class() -> type[Any]:
+def interface_class() -> type[_ALEInterface]:
     """The adapter's ``ALEInterface`` (one class per process, made on first use)."""
     if not _CLASS:
         _CLASS.append(_make_interface_class(_ale_py()))
     return _CLASS[0]
 
 
-def _make_interface_class(ale_py):
+def _make_interface_class(ale_py: types.ModuleType) -> type[_ALEInterface]:
 
-    # ale_py is passed in, imported when first needed; mypy sees its class as an unknown
-    # name (name-defined) of type Any, and disallow_subclassing_any refuses that (misc).
-    class ALEInterface(ale_py.ALEInterface):  # type: ignore[name-defined,misc]
+    # ale_py is passed in, imported when first needed; mypy gets the base class's type
+    # from ale-py's stubs.
+    if TYPE_CHECKING:
+        from ale_py import ALEInterface as _Base
+    else:
+        _Base = ale_py.ALEInterface
+
+    class ALEInterface(_Base):
         """``ale_py.ALEInterface`` taking atari_py's bytes keys, int actions, array sets."""
 
-        def setInt(self, key, value) -> None:
+        def setInt(self, key: str | bytes, value: SupportsInt) -> None:
             super().setInt(_text(key), int(value))
 
-        def setFloat(self, key, value) -> None:
+        def setFloat(self, key: str | bytes, value: SupportsFloat) -> None:
             super().setFloat(_text(key), float(value))
 
-        def setBool(self, key, value) -> None:
+        def setBool(self, key: str | bytes, value: object) -> None:
             super().setBool(_text(key), bool(value))
 
-        def setString(self, key, value) -> None:
+        def setString(self, key: str | bytes, value: str | bytes) -> None:
             super().setString(_text(key), _text(value))
 
-        def getInt(self, key):
+        def getInt(self, key: str | bytes) -> int:
             return super().getInt(_text(key))
 
-        def getFloat(self, key):
+        def getFloat(self, key: str | bytes) -> float:
             return super().getFloat(_text(key))
 
-        def getBool(self, key):
+        def getBool(self, key: str | bytes) -> bool:
             return super().getBool(_text(key))
 
-        def getString(self, key):
+        def getString(self, key: str | bytes) -> str:
             return super().getString(_text(key))
 
-        def loadROM(self, rom_file) -> None:
+        def loadROM(self, rom_file: str | bytes | os.PathLike[str]) -> None:
             super().loadROM(_text(rom_file))
 
-        def act(self, action, *args):
+        def act(self, action: SupportsInt, *args: float) -> int:
             return super().act(int(action), *args)
 
-        def getMinimalActionSet(self):
+        # atari_py returns an int array where ale-py returns a list of Actions
+        def getMinimalActionSet(self) -> NDArray[np.intc]:  # type: ignore[override]
             return np.array([a.value for a in super().getMinimalActionSet()], dtype=np.intc)
 
-        def getLegalActionSet(self):
+        # atari_py returns an int array where ale-py returns a list of Actions
+        def getLegalActionSet(self) -> NDArray[np.intc]:  # type: ignore[override]
             return np.array([a.value for a in super().getLegalActionSet()], dtype=np.intc)
 
     ALEInterface.__module__ = MODULE_NAME

@@ -7,9 +7,10 @@ import importlib
 import os
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from types import ModuleType
+from typing import IO, Any, Protocol, TypeGuard
 
 from ..._core import schema as _factories
 from ..._core.attrdict import reduce_attrdict, setstate_attrdict
@@ -51,9 +52,22 @@ ITERATION = "Iteration"   # the column every rlpyt runner logs (after a prefix s
                           # "Diagnostics/")
 
 
-def _logger():
+class _Logger(Protocol):
+    """What is used here of rlpyt's logger module (``rlpyt.utils.logging.logger``)."""
+
+    add_tabular_output: Callable[[str], object]
+    _add_output: Callable[..., object]
+    _tabular_outputs: list[str]
+    _tabular_fds: dict[str, IO[str]]
+    _tabular_fds_hold: dict[str, IO[str]]
+    _tabular_header_written: set[str]
+    _tabular_headers: dict[str, list[str]]
+
+
+def _logger() -> _Logger:
     from rlpyt.utils.logging import logger
-    return logger
+    module: _Logger = logger
+    return module
 
 
 def open_tabular_logs() -> list[str]:
@@ -67,7 +81,7 @@ def continue_tabular_logs(resumed_itr: int) -> Callable[[], None]:
     logger = _logger()
     original = logger.add_tabular_output
 
-    def add_tabular_output(file_name):
+    def add_tabular_output(file_name: str) -> object:
         header = None
         if file_name not in logger._tabular_fds_hold and file_name not in logger._tabular_fds:
             header = _keep_rows_before(file_name, resumed_itr)
@@ -136,6 +150,9 @@ def _at_or_after(row: list[str], column: int, itr: int) -> bool:
 # RlpytPatch        what one call of patch_rlpyt changed (returned by it)
 # RlpytImportError  rlpyt cannot be imported (an ImportError)
 
+# build_schema, as called here: it returns the schema class it made.
+_build_schema: Callable[..., NamedArrayTupleSchema] = build_schema
+
 # Names replaced in rlpyt.utils.collections, with their namedschema versions.
 _COLLECTIONS_NAMES = {
     "namedtuple": _factories.namedtuple,
@@ -152,7 +169,7 @@ _COLLECTIONS_NAMES = {
     "NamedArrayTuple": NamedArrayTuple,
 }
 
-def _buffer_getstate(self):
+def _buffer_getstate(self: object) -> dict[str, Any]:
     """A replay buffer's attributes plus the lazily assigned sample types it uses.
 
     They ride under ``GLOBALS_KEY``, which pickling's reduction takes out
@@ -165,7 +182,7 @@ def _buffer_getstate(self):
     return state
 
 
-def _buffer_setstate(self, state) -> None:
+def _buffer_setstate(self: object, state: Mapping[str, Any]) -> None:
     """Restore the attributes; assign rlpyt's lazy globals as the constructor does."""
     state = dict(state)
     used = state.pop(GLOBALS_KEY, None) or {}
@@ -226,13 +243,13 @@ class _State:
         """Back to the unpatched state."""
         self.active = False
         # (module, name, original value, value we set), in the order applied.
-        self.records: list[Any] = []
+        self.records: list[tuple[ModuleType, str, object, object]] = []
         # (class, attribute, original own value or _MISSING, value we set).
-        self.class_records: list[Any] = []
+        self.class_records: list[tuple[type, str, object, object]] = []
         self.pickling = True
         # id(original object) -> (original, replacement); the original is kept
         # so its id cannot be reused while the patch is active.
-        self.replacements: dict[int, Any] = {}
+        self.replacements: dict[int, tuple[object, object]] = {}
         self.classic_nat_codes: frozenset[Any] = frozenset()
         self.hook: _ImportHook | None = None
 
@@ -242,11 +259,17 @@ _state = _State()
 _lock = threading.RLock()
 
 
+class _ClassicNat(Protocol):
+    """A class made by rlpyt's own ``namedarraytuple`` (what the patch recreates)."""
+
+    _fields: tuple[str, ...]
+
+
 def _is_rlpyt_module(name: str) -> bool:
     return name == "rlpyt" or name.startswith("rlpyt.")
 
 
-def _import_rlpyt():
+def _import_rlpyt() -> tuple[ModuleType, ModuleType]:
     try:
         collections_mod = importlib.import_module("rlpyt.utils.collections")
         buffer_mod = importlib.import_module("rlpyt.utils.buffer")
@@ -264,7 +287,7 @@ def _buffer_replacements() -> dict[str, Any]:
     return {name: getattr(ns_buffer, name) for name in _BUFFER_NAMES}
 
 
-def _classic_nat_codes(namedarraytuple_func) -> frozenset[Any]:
+def _classic_nat_codes(namedarraytuple_func: object) -> frozenset[Any]:
     """Code objects of the methods rlpyt's namedarraytuple puts in its classes.
 
     A class whose ``__getitem__`` runs one of these codes was made by that
@@ -276,7 +299,7 @@ def _classic_nat_codes(namedarraytuple_func) -> frozenset[Any]:
     return frozenset(c for c in code.co_consts if hasattr(c, "co_code"))
 
 
-def _is_classic_rlpyt_nat(obj) -> bool:
+def _is_classic_rlpyt_nat(obj: object) -> TypeGuard[type[_ClassicNat]]:
     if not isinstance(obj, type) or isinstance(obj, NamedTupleSchema):
         return False
     getitem = obj.__dict__.get("__getitem__")
@@ -284,27 +307,27 @@ def _is_classic_rlpyt_nat(obj) -> bool:
     return code is not None and code in _state.classic_nat_codes
 
 
-def _set(module, name, new) -> str:
+def _set(module: ModuleType, name: str, new: object) -> str:
     old = module.__dict__[name]
     setattr(module, name, new)
     _state.records.append((module, name, old, new))
     return f"{module.__name__}.{name}"
 
 
-def _replacement_for_type(cls):
+def _replacement_for_type(cls: type[_ClassicNat]) -> object:
     """The schema standing in for a classic rlpyt namedarraytuple class."""
     entry = _state.replacements.get(id(cls))
     if entry is not None:
         return entry[1]
     # Made as if by the module's own top-level code, so the id matches the one
     # a process gets when it patches before importing that module (spawn workers).
-    schema = build_schema(NamedArrayTupleSchema, cls.__name__, tuple(cls._fields),
+    schema = _build_schema(NamedArrayTupleSchema, cls.__name__, tuple(cls._fields),
                           module=cls.__module__, module_level=True)
     _state.replacements[id(cls)] = (cls, schema)
     return schema
 
 
-def _patch_classes(module, methods: list[Any]) -> None:
+def _patch_classes(module: ModuleType, methods: list[str]) -> None:
     """Give the rlpyt classes defined in ``module`` their pickling methods."""
     for (module_name, class_name), attrs in _CLASS_METHODS.items():
         if module.__name__ != module_name:
@@ -320,8 +343,8 @@ def _patch_classes(module, methods: list[Any]) -> None:
             methods.append(f"{module_name}.{class_name}.{attr}")
 
 
-def _rebind_module(module, rebound: list[Any], recreated: list, recreate_types: bool,
-                   methods: list[Any] | None = None) -> None:
+def _rebind_module(module: ModuleType, rebound: list[str], recreated: list[str],
+                   recreate_types: bool, methods: list[str] | None = None) -> None:
     """Point ``module``'s globals at the replacements of what they refer to."""
     if _state.pickling:
         _patch_classes(module, [] if methods is None else methods)
@@ -336,7 +359,7 @@ def _rebind_module(module, rebound: list[Any], recreated: list, recreate_types: 
             recreated.append(_set(module, name, _replacement_for_type(value)))
 
 
-def _record_patched_imports(module) -> None:
+def _record_patched_imports(module: ModuleType) -> None:
     """Note globals that a module imported while patched got from the patch.
 
     ``from rlpyt.utils.buffer import buffer_to`` run under the patch binds the
@@ -351,7 +374,8 @@ def _record_patched_imports(module) -> None:
             _state.records.append((module, name, old, value))
 
 
-def _walk_loaded(rebound, recreated, recreate_types, methods) -> None:
+def _walk_loaded(rebound: list[str], recreated: list[str], recreate_types: bool,
+                 methods: list[str] | None) -> None:
     for name, module in sorted(list(sys.modules.items())):
         if module is not None and _is_rlpyt_module(name):
             _rebind_module(module, rebound, recreated, recreate_types, methods)
@@ -361,10 +385,10 @@ class _ImportHook:
     """Applies the patch to each rlpyt module imported after patch_rlpyt() (run by
     :mod:`namedschema.integrations.import_hooks` right after the module executed)."""
 
-    def __init__(self, recreate_types) -> None:
+    def __init__(self, recreate_types: bool) -> None:
         self.recreate_types = recreate_types
 
-    def __call__(self, module) -> None:
+    def __call__(self, module: ModuleType) -> None:
         with _lock:
             if _state.active:
                 _record_patched_imports(module)

@@ -6,22 +6,32 @@ import copyreg
 import ctypes
 import importlib
 import mmap
+import operator
 import pickle
 import sys
 import threading
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from multiprocessing import context as mp_context
 from multiprocessing import sharedctypes
 from multiprocessing import synchronize as mp_sync
-from typing import Any
+from typing import TYPE_CHECKING, Any, SupportsIndex, TypeVar
 
 import numpy as np
+from numpy.typing import NDArray
 
 from ..._core import tree
 from ..._core.pickling import arrays_kept_apart
 from ..._core.schema import NamedTupleSchema
-from ..._core.tree import byte_span, extent, memory_owner, overlap_groups
+from ..._core.tree import Extent, byte_span, extent, memory_owner, overlap_groups
 from ...buffer import is_shared_memory, np_mp_array
 from ...errors import UnpicklableError
+
+if TYPE_CHECKING:
+    from typing import TypeAlias
+
+    # The ctypes objects multiprocessing's shared values are made of.
+    _CTypesData: TypeAlias = (ctypes._SimpleCData[Any] | ctypes.Array[Any] | ctypes.Structure
+                              | ctypes.Union)
 
 __all__ = ["LAZY_GLOBALS", "GLOBALS_KEY", "used_lazy_globals", "assign_lazy_globals",
            "refuse_unloadable", "reduce_keeping_views", "reduce_fresh", "restore_state",
@@ -50,10 +60,10 @@ LAZY_GLOBALS = (("rlpyt.replays.frame", "BufferSamples"),
 GLOBALS_KEY = "_namedschema_rlpyt_globals"
 
 
-def used_lazy_globals(cls) -> dict[str, Any]:
+def used_lazy_globals(cls: type) -> dict[str, Any]:
     """``{"module:name": schema}`` of the lazy globals that ``cls``'s modules hold as schemas."""
     modules = {c.__module__ for c in cls.__mro__}
-    used = {}
+    used: dict[str, Any] = {}
     for module_name, name in LAZY_GLOBALS:
         value = getattr(sys.modules.get(module_name), name, None)
         if module_name in modules and isinstance(value, NamedTupleSchema):
@@ -79,7 +89,7 @@ def assign_lazy_globals(used: dict[str, Any]) -> None:
         setattr(module, name, schema)
 
 
-def refuse_unloadable(cls) -> None:
+def refuse_unloadable(cls: object) -> None:
     """Raise UnpicklableError if pickling class ``cls`` by name would make an unloadable file.
 
     Called for rlpyt's classes by :func:`namedschema.save`'s pickler. Schemas
@@ -158,6 +168,9 @@ _NEWOBJ = copyreg.__newobj__  # type: ignore[attr-defined]
 _THREAD_LOCK = type(threading.Lock())
 _THREAD_RLOCK = type(threading.RLock())
 _CTYPES_DATA = (ctypes._SimpleCData, ctypes.Array, ctypes.Structure, ctypes.Union)
+# A packed state's table entry: a tuple whose first item names its kind (see _make).
+_Entry = tuple[Any, ...]
+_T = TypeVar("_T")
 
 
 def _spawning() -> bool:
@@ -169,31 +182,28 @@ def _spawning() -> bool:
 # Reductions installed by the patch
 # --------------------------------------------------------------------------
 
-def reduce_keeping_views(self, protocol):
+def reduce_keeping_views(self: object, protocol: SupportsIndex) -> str | tuple[Any, ...]:
     """``__reduce_ex__`` that pickles the instance's state with ``_State`` (a dict).
 
     A class further down that defines its own ``__reduce__`` or
     ``__getstate__`` is respected.
     """
     cls = type(self)
-    # strict_equality calls these identity checks non-overlapping: mypy types the method
-    # read from a class as unbound (self first) and object's as bound, though both are
-    # plain attribute reads of the same kind and may well be the same function.
-    if cls.__reduce__ is not object.__reduce__:  # type: ignore[comparison-overlap]
+    if cls.__reduce__ is not object.__reduce__:
         return self.__reduce__()
     state = (self.__getstate__()
-             if cls.__getstate__ is not object.__getstate__  # type: ignore[comparison-overlap]
+             if cls.__getstate__ is not object.__getstate__
              else self.__dict__)
     if not isinstance(state, dict):
         return _NEWOBJ, (cls,), state
     return _NEWOBJ, (cls,), _State(state, cls.__name__)
 
 
-def _new_instance(cls):
+def _new_instance(cls: Callable[[], _T]) -> _T:
     return cls()
 
 
-def reduce_fresh(self, protocol):
+def reduce_fresh(self: object, protocol: SupportsIndex) -> str | tuple[Any, ...]:
     """``__reduce_ex__`` of a lock-only object (rlpyt's ``RWLock``): load a new one.
 
     A process that loads a pickle holds none of the saver's locks, so a new,
@@ -212,11 +222,11 @@ class _State(dict[str, Any]):
 
     __slots__ = ("owner",)
 
-    def __init__(self, items, owner) -> None:
+    def __init__(self, items: Mapping[str, Any], owner: str) -> None:
         super().__init__(items)
         self.owner = owner
 
-    def __reduce_ex__(self, protocol):
+    def __reduce_ex__(self, protocol: SupportsIndex) -> tuple[Any, ...]:
         state = dict(self)
         # rlpyt's lazily assigned sample types, set when the pickle loads,
         # patched or not (never left behind as an attribute).
@@ -242,18 +252,18 @@ class _Ref:
 
     __slots__ = ("index",)
 
-    def __init__(self, index) -> None:
+    def __init__(self, index: int) -> None:
         self.index = index
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[type[_Ref], tuple[int]]:
         return _Ref, (self.index,)
 
 
-def _is_candidate(x) -> bool:
+def _is_candidate(x: Any) -> bool:
     return type(x) in (np.ndarray, np.memmap) and x.size > 0 and not x.dtype.hasobject
 
 
-def _walk(x, visit):
+def _walk(x: Any, visit: Callable[[Any], Any]) -> Any:
     """Copy of ``x`` with ``visit`` applied to its leaves; unchanged parts kept.
 
     Walked: dicts, lists, tuples and named tuples (their exact types: other
@@ -262,7 +272,7 @@ def _walk(x, visit):
     return tree.map_structure(x, lambda leaf, _path: visit(leaf), max_depth=_MAX_DEPTH)
 
 
-def _in_shared_memory(a) -> bool:
+def _in_shared_memory(a: NDArray[Any]) -> bool:
     if is_shared_memory(a):
         return True
     root = memory_owner(a)
@@ -274,13 +284,13 @@ def _in_shared_memory(a) -> bool:
 class _Span:
     """A byte range of live memory as an array interface; keeps its owner alive."""
 
-    def __init__(self, address, nbytes, owner) -> None:
+    def __init__(self, address: int, nbytes: int, owner: object) -> None:
         self.owner = owner
         self.__array_interface__ = {"data": (address, False), "shape": (nbytes,),
                                     "typestr": "|u1", "version": 3}
 
 
-def _group(arrays):
+def _group(arrays: Sequence[NDArray[Any]]) -> list[tuple[list[NDArray[Any]], Extent]]:
     """(arrays, (lo, hi)) for each set of arrays whose memory overlaps (transitively).
 
     Groups in address order, and the arrays of a group by (start, end, index).
@@ -293,13 +303,14 @@ def _group(arrays):
     return sorted(groups, key=lambda g: g[1])
 
 
-def _view_entry(a, base_index, base_lo):
+def _view_entry(a: NDArray[Any], base_index: int, base_lo: int) -> _Entry:
     """A view of ``table[base_index]``: offset of a's data pointer from its start."""
     return ("view", base_index, a.__array_interface__["data"][0] - base_lo,
             a.shape, a.strides, a.dtype, bool(a.flags.writeable))
 
 
-def _pack_arrays(arrays, table, refs) -> None:
+def _pack_arrays(arrays: Sequence[NDArray[Any]], table: list[_Entry],
+                 refs: dict[int, _Ref]) -> None:
     saving = arrays_kept_apart()  # namedschema.save: it stores arrays raw, views as views
     for group, (lo, hi) in _group(arrays):
         shared = any(_in_shared_memory(a) for a in group)
@@ -321,14 +332,14 @@ def _pack_arrays(arrays, table, refs) -> None:
                 table.append(_view_entry(a, base_index, lo))
 
 
-def _ctypes_entry(raw, synchronized):
+def _ctypes_entry(raw: _CTypesData, synchronized: bool) -> _Entry:
     kind = type(raw)
-    spec = (kind._type_, kind._length_) if isinstance(raw, ctypes.Array) else (kind, None)
+    spec = (raw._type_, raw._length_) if isinstance(raw, ctypes.Array) else (kind, None)
     data = ctypes.string_at(ctypes.addressof(raw), ctypes.sizeof(raw))
     return ("ctype", spec, data, synchronized)
 
 
-def _fresh_entry(x):
+def _fresh_entry(x: object) -> _Entry | None:
     """A table entry that recreates a lock or shared value, or None."""
     if isinstance(x, mp_sync.Lock):
         return ("mp", "Lock", ())
@@ -356,22 +367,23 @@ def _fresh_entry(x):
     return None
 
 
-def _pack(state):
+def _pack(state: dict[str, Any]) -> tuple[Any, list[_Entry]]:
     """(skeleton, table): ``state`` with views, shared arrays and locks as _Refs."""
-    arrays, seen = [], set()
+    arrays: list[NDArray[Any]] = []
+    seen: set[int] = set()
 
-    def collect(x):
+    def collect(x: Any) -> Any:
         if _is_candidate(x) and id(x) not in seen:
             seen.add(id(x))
             arrays.append(x)
         return x
 
     _walk(state, collect)
-    table: list[tuple[Any, ...]] = []
+    table: list[_Entry] = []
     refs: dict[int, _Ref] = {}
     _pack_arrays(arrays, table, refs)
 
-    def replace(x):
+    def replace(x: Any) -> Any:
         ref = refs.get(id(x))
         if ref is not None:
             return ref
@@ -389,7 +401,8 @@ def _pack(state):
 # Restoring
 # --------------------------------------------------------------------------
 
-def _view(base, offset, shape, strides, dtype, writeable):
+def _view(base: NDArray[Any], offset: int, shape: tuple[int, ...], strides: tuple[int, ...],
+          dtype: np.dtype[Any], writeable: bool) -> NDArray[Any]:
     """An ndarray view of ``base``'s memory, checked to lie inside it."""
     dtype = np.dtype(dtype)
     lo, hi = byte_span(offset, shape, strides)
@@ -407,13 +420,13 @@ def _view(base, offset, shape, strides, dtype, writeable):
     return view
 
 
-def _as_shared(a):
+def _as_shared(a: NDArray[Any]) -> NDArray[Any]:
     copy = np_mp_array(a.shape, a.dtype)
     copy[...] = a
     return copy
 
 
-def _placed(block, phase, align, shared):
+def _placed(block: NDArray[Any], phase: int, align: int, shared: bool) -> NDArray[Any]:
     """``block``, or a copy of it at the saved alignment and/or in shared memory.
 
     Views are aligned again when the block starts at the same address modulo
@@ -430,7 +443,7 @@ def _placed(block, phase, align, shared):
     return placed
 
 
-def _make_ctype(spec, data, synchronized):
+def _make_ctype(spec: tuple[Any, int | None], data: bytes, synchronized: bool) -> object:
     elem, length = spec
     raw = (sharedctypes.RawValue(elem) if length is None
            else sharedctypes.RawArray(elem, length))
@@ -441,7 +454,7 @@ def _make_ctype(spec, data, synchronized):
     return sharedctypes.synchronized(raw) if synchronized else raw
 
 
-def _make(entry, made):
+def _make(entry: _Entry, made: list[Any]) -> object:
     kind = entry[0]
     if kind == "array":
         _, arr, shared = entry
@@ -467,19 +480,20 @@ def _make(entry, made):
     raise ValueError(f"unknown entry kind {kind!r} in a saved object state")
 
 
-def restore_state(skeleton, table):
+def restore_state(skeleton: Any, table: Iterable[_Entry]) -> Any:
     """The attribute dict a packed state stands for (called by unpickling)."""
     made: list[Any] = []
     for entry in table:
         made.append(_make(entry, made))
 
-    def fill(x):
+    def fill(x: Any) -> Any:
         return made[x.index] if type(x) is _Ref else x
 
     return _walk(skeleton, fill)
 
 
-def restore_with_globals(skeleton, table, used):
+def restore_with_globals(skeleton: Any, table: Iterable[_Entry] | None,
+                         used: dict[str, Any]) -> Any:
     """:func:`restore_state` (or the plain dict) that also assigns rlpyt's lazy globals."""
     state = skeleton if table is None else restore_state(skeleton, table)
     assign_lazy_globals(used)
@@ -491,18 +505,18 @@ def restore_with_globals(skeleton, table, used):
 # --------------------------------------------------------------------------
 
 class _Sink:
-    def write(self, data):
+    def write(self, data: bytes) -> int:
         return len(data)
 
 
 class _Probe(pickle.Pickler):
     """Pickles an object graph to nowhere, skipping array data."""
 
-    def persistent_id(self, obj):
+    def persistent_id(self, obj: object) -> int | None:
         return 0 if type(obj) is np.ndarray else None
 
 
-def _fails(obj, protocol):
+def _fails(obj: object, protocol: int) -> Exception | None:
     """The exception pickling ``obj`` raises (array data skipped), or None."""
     try:
         _Probe(_Sink(), protocol).dump(obj)
@@ -511,11 +525,11 @@ def _fails(obj, protocol):
     return None
 
 
-def _is_stdlib(kind) -> bool:
+def _is_stdlib(kind: type) -> bool:
     return str(kind.__module__).partition(".")[0] in sys.stdlib_module_names
 
 
-def _attributes(x):
+def _attributes(x: object) -> list[tuple[Any, Any]]:
     """(key, value) pairs to search for the unpicklable part of ``x``."""
     node = tree.node_of(x, tree.CONTAINERS, subclasses=True)
     if node is not None:
@@ -523,21 +537,20 @@ def _attributes(x):
     kind = type(x)
     if not hasattr(x, "__dict__") or _is_stdlib(kind):
         return []  # the object itself is the answer: a Thread, not its inner lock
-    # (comparison-overlap: mypy types kind's methods as unbound, object's as bound; see above)
-    if (kind.__reduce_ex__ is object.__reduce_ex__  # type: ignore[comparison-overlap]
-            and kind.__reduce__ is object.__reduce__):  # type: ignore[comparison-overlap]
+    if (kind.__reduce_ex__ is object.__reduce_ex__
+            and kind.__reduce__ is object.__reduce__):
         return list(vars(x).items())
     return []
 
 
-def _probe(skeleton, table, owner, protocol):
+def _probe(skeleton: Any, table: list[_Entry], owner: str, protocol: SupportsIndex) -> None:
     """Raise UnpicklableError naming the attribute if a packed state cannot be pickled.
 
     The search goes down the packed state, so values that packing replaces
     (locks, shared values) are never blamed; an object below with this same
     reduction reports its own path, which is prefixed with ours.
     """
-    protocol = min(max(protocol, 0), pickle.HIGHEST_PROTOCOL)
+    protocol = min(max(operator.index(protocol), 0), pickle.HIGHEST_PROTOCOL)
     error = _fails((skeleton, table), protocol)
     if error is None:
         return

@@ -26,7 +26,8 @@ from __future__ import annotations
 
 import math
 import sys
-from typing import Any
+from collections.abc import Iterable
+from typing import Any, Literal, cast
 
 from ..._core.tree import torch_if_loaded
 
@@ -78,7 +79,7 @@ def _flatten(prefix: str, value: Any, out: dict[str, Any], depth: int = 0) -> No
         out[prefix] = plain
 
 
-def snapshot(components: dict[str, Any]) -> dict:
+def snapshot(components: dict[str, Any]) -> dict[str, Any]:
     """``{"algo.discount": 0.99, "sampler.env_kwargs.lives": 3, ...}`` of the components."""
     out: dict[str, Any] = {}
     for what in _COMPONENTS:
@@ -89,24 +90,27 @@ def snapshot(components: dict[str, Any]) -> dict:
     return out
 
 
-def _matches(key: str, names) -> bool:
+def _matches(key: str, names: Iterable[str]) -> bool:
     return any(key == n or key.startswith(n + ".") for n in names)
 
 
-def accepted(value):
+def accepted(value: Any) -> Literal[True] | tuple[str, ...] | None:
     """``accept_changes`` as True or a tuple of names; None when it is neither."""
     if value is True:
         return True
     if isinstance(value, str):
         value = (value,)
     try:
-        names = tuple(value)
+        names: tuple[object, ...] = tuple(value)
     except TypeError:
         return None
-    return names if all(isinstance(n, str) for n in names) else None
+    # all strings, as just checked
+    return cast("tuple[str, ...]", names) if all(isinstance(n, str) for n in names) else None
 
 
-def compare(saved, now: dict[str, Any], accept, path: str, components: dict):
+def compare(saved: dict[str, Any] | None, now: dict[str, Any],
+            accept: Literal[True] | tuple[str, ...], path: str,
+            components: dict[str, Any]) -> tuple[str | None, list[str], Reapply | None]:
     """``(refusal message or None, notes, Reapply or None)`` for the resumed run.
 
     ``components`` are the freshly built run's, after rlpyt's startup and
@@ -138,19 +142,19 @@ def compare(saved, now: dict[str, Any], accept, path: str, components: dict):
 class Differences:
     """The arguments that differ between a checkpoint's run and this one."""
 
-    def __init__(self, saved: dict[str, Any], now: dict, accept) -> None:
+    def __init__(self, saved: dict[str, Any], now: dict[str, Any],
+                 accept: Literal[True] | tuple[str, ...]) -> None:
         keys = sorted(set(saved) | set(now))
         missing = "<absent>"
         self.changes = [(k, saved.get(k, missing), now.get(k, missing)) for k in keys
                         if saved.get(k, missing) != now.get(k, missing)]
         self.never = [c for c in self.changes if _matches(c[0], NEVER)]
         rest = [c for c in self.changes if c not in self.never]
-        everything = accept is True
-        self.accepted = [c for c in rest if everything or _matches(c[0], accept)]
+        self.accepted = [c for c in rest if accept is True or _matches(c[0], accept)]
         self.refused = [c for c in rest if c not in self.accepted]
 
     @staticmethod
-    def describe(changes) -> str:
+    def describe(changes: Iterable[tuple[str, Any, Any]]) -> str:
         """``changes`` as ``name: old -> new`` text."""
         return "; ".join(f"{k}: {old!r} -> {new!r}" for k, old, new in changes)
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 import collections
 import copy
 import pickle
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from ..._core.tree import is_tensor, torch_if_loaded
@@ -30,7 +31,11 @@ from ...state.env import emulator_kind
 from . import workers
 from .table import (
     ASYNC_SAMPLER,
+    CaptureFunction,
+    CheckFunction,
     Handler,
+    PrepareFunction,
+    RestoreFunction,
     ResumeContext,
     StateMismatchError,
     copy_into,
@@ -48,17 +53,21 @@ __all__ = ["BUILTIN", "ENV", "ATARI_ENV", "PARALLEL_SAMPLER"]
 _AGENTS = "rlpyt.agents."
 _SAMPLERS = "rlpyt.samplers."
 
+# The handlers' objects (rlpyt's agents, algorithms, envs, samplers, runners) are
+# untyped: rlpyt has no type information, so they are Any below.
+
 
 # -- learner side: agents (models, epsilon, recurrent state), algorithms, replay buffers ----
 
 # -- agents ------------------------------------------------------------------------
 
-def _modules(obj) -> dict[str, Any]:
+def _modules(obj: object) -> dict[str, Any]:
     """The torch modules among ``obj``'s attributes (an alias of one is listed once)."""
     torch = torch_if_loaded()
     if torch is None:
         return {}
-    seen, out = set(), {}
+    seen: set[int] = set()
+    out: dict[str, Any] = {}
     for name, value in vars(obj).items():
         if isinstance(value, torch.nn.Module) and id(value) not in seen:
             seen.add(id(value))
@@ -66,13 +75,13 @@ def _modules(obj) -> dict[str, Any]:
     return out
 
 
-def agent_capture(agent, ctx: ResumeContext) -> dict[str, Any]:
+def agent_capture(agent: Any, ctx: ResumeContext) -> dict[str, Any]:
     return {"modules": {name: ctx.capture_kind(m, f"agent.{name}")
                         for name, m in _modules(agent).items()},
             "mode": agent._mode}
 
 
-def agent_restore(agent, state, ctx: ResumeContext) -> None:
+def agent_restore(agent: Any, state: dict[str, Any], ctx: ResumeContext) -> None:
     modules = _modules(agent)
     if sorted(modules) != sorted(state["modules"]):
         raise StateMismatchError(
@@ -88,7 +97,7 @@ _EPS_NAMES = ("eps_sample", "eps_init", "eps_final", "eps_itr_min", "eps_itr_max
               "_eps_itr_min_max")
 
 
-def eps_capture(agent, ctx: ResumeContext) -> dict[str, Any]:
+def eps_capture(agent: Any, ctx: ResumeContext) -> dict[str, Any]:
     state = data_state(agent, _EPS_NAMES)
     dist = getattr(agent, "distribution", None)
     if dist is not None and hasattr(dist, "_epsilon"):
@@ -97,7 +106,7 @@ def eps_capture(agent, ctx: ResumeContext) -> dict[str, Any]:
     return state
 
 
-def eps_restore(agent, state, ctx: ResumeContext) -> None:
+def eps_restore(agent: Any, state: dict[str, Any], ctx: ResumeContext) -> None:
     state = dict(state)
     dist_eps = state.pop("distribution_epsilon", None)
     for name in ("eps_sample", "eps_init", "eps_final"):
@@ -121,11 +130,11 @@ class _EpsilonAfterSchedule:
     unchanged bit for bit. An instance attribute, inherited by forked workers.
     """
 
-    def __init__(self, agent, original) -> None:
+    def __init__(self, agent: Any, original: Callable[[int], object]) -> None:
         self.agent = agent
         self.original = original
 
-    def __call__(self, itr) -> None:
+    def __call__(self, itr: int) -> None:
         self.original(itr)
         agent = self.agent
         if itr > agent._eps_itr_min_max[1]:
@@ -134,7 +143,7 @@ class _EpsilonAfterSchedule:
             agent.distribution.set_epsilon(agent.eps_sample)
 
 
-def eps_prepare(agent, saved, ctx: ResumeContext) -> None:
+def eps_prepare(agent: Any, saved: dict[str, Any] | None, ctx: ResumeContext) -> None:
     if saved is not None and not isinstance(vars(agent).get("sample_mode"), _EpsilonAfterSchedule):
         agent.sample_mode = _EpsilonAfterSchedule(agent, agent.sample_mode)
 
@@ -145,28 +154,28 @@ ALTERNATING_RNN_STATE = ("_alt", "_prev_rnn_state", "_prev_rnn_state_pair",
                          "_sample_rnn_state_pair")
 
 
-def rnn_capture(names):
+def rnn_capture(names: Iterable[str]) -> CaptureFunction:
     """A capture of the attributes ``names`` (recurrent states: arrays or lists of them)."""
-    def capture_(agent, ctx):
+    def capture_(agent: Any, ctx: ResumeContext) -> dict[str, Any]:
         return {name: _plain(getattr(agent, name)) for name in names}
     return capture_
 
 
-def rnn_restore(names):
+def rnn_restore(names: Iterable[str]) -> RestoreFunction:
     """The restore of :func:`rnn_capture`'s state."""
-    def restore_(agent, state, ctx) -> None:
+    def restore_(agent: Any, state: dict[str, Any], ctx: ResumeContext) -> None:
         for name in names:
             setattr(agent, name, _fresh_copy_deep(state[name]))
     return restore_
 
 
-def _plain(value):
+def _plain(value: object) -> object:
     if isinstance(value, list):
         return [_plain(v) for v in value]
     return value
 
 
-def _fresh_copy_deep(value):
+def _fresh_copy_deep(value: Any) -> Any:
     if isinstance(value, list):
         return [_fresh_copy_deep(v) for v in value]
     return fresh_copy(value)
@@ -174,7 +183,7 @@ def _fresh_copy_deep(value):
 
 # -- algorithms and replay buffers -------------------------------------------------
 
-def algo_capture(algo, ctx: ResumeContext) -> dict[str, Any]:
+def algo_capture(algo: Any, ctx: ResumeContext) -> dict[str, Any]:
     torch = torch_if_loaded()
     state: dict[str, Any] = {"counters": data_state(algo, skip=("replay_buffer",))}
     if torch is not None:
@@ -189,11 +198,11 @@ def algo_capture(algo, ctx: ResumeContext) -> dict[str, Any]:
     return state
 
 
-def _is_lr_scheduler(torch, value) -> bool:
+def _is_lr_scheduler(torch: Any, value: object) -> bool:
     return isinstance(value, torch.optim.lr_scheduler.LRScheduler)
 
 
-def algo_restore(algo, state, ctx: ResumeContext) -> None:
+def algo_restore(algo: Any, state: dict[str, Any], ctx: ResumeContext) -> None:
     for name, sd in state.get("optimizers", {}).items():
         target = getattr(algo, name, None)
         if target is None:
@@ -208,11 +217,11 @@ def algo_restore(algo, state, ctx: ResumeContext) -> None:
         ctx.restore(buffer, state["replay_buffer"], "algo.replay_buffer")
 
 
-def replay_capture(buffer, ctx: ResumeContext) -> dict[str, Any]:
+def replay_capture(buffer: Any, ctx: ResumeContext) -> dict[str, Any]:
     return data_state(buffer)
 
 
-def replay_restore(buffer, state, ctx: ResumeContext) -> None:
+def replay_restore(buffer: Any, state: dict[str, Any], ctx: ResumeContext) -> None:
     restore_data_state(buffer, state, "replay_buffer")
 
 
@@ -221,7 +230,7 @@ def replay_restore(buffer, state, ctx: ResumeContext) -> None:
 ENV = "rlpyt.envs.base.Env"
 
 
-def _picklable(value) -> bool:
+def _picklable(value: object) -> bool:
     try:
         pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
     except Exception:
@@ -229,7 +238,8 @@ def _picklable(value) -> bool:
     return True
 
 
-def _env_attributes(env, ctx: ResumeContext):
+def _env_attributes(env: Any, ctx: ResumeContext
+                    ) -> tuple[dict[str, Any] | None, list[str], str | None]:
     """``(attributes to pickle, names left to subclass handlers, why not picklable)``.
 
     Attributes that handlers of subclasses take care of (their ``attributes``)
@@ -250,7 +260,7 @@ def _env_attributes(env, ctx: ResumeContext):
     return ({k: v for k, v in attrs.items() if k not in left}, sorted(owned | left), None)
 
 
-def env_check(env, ctx: ResumeContext):
+def env_check(env: Any, ctx: ResumeContext) -> list[str]:
     attrs, _, why = _env_attributes(env, ctx)
     if attrs is None:
         return [f"env {type(env).__name__}: its attributes cannot be pickled "
@@ -259,14 +269,14 @@ def env_check(env, ctx: ResumeContext):
     return []
 
 
-def env_capture(env, ctx: ResumeContext):
+def env_capture(env: Any, ctx: ResumeContext) -> dict[str, Any]:
     attrs, left, _ = _env_attributes(env, ctx)
     if attrs is None:
         return {"picklable": False}
     return {"picklable": True, "attributes": attrs, "left": left, "order": list(vars(env))}
 
 
-def env_restore(env, state, ctx: ResumeContext) -> None:
+def env_restore(env: Any, state: dict[str, Any], ctx: ResumeContext) -> None:
     if not state["picklable"] or ctx.new_envs:
         ctx.fresh_envs.append(env)
         return
@@ -283,12 +293,12 @@ def env_restore(env, state, ctx: ResumeContext) -> None:
     vars(env).update(attributes)
 
 
-def collector_capture(collector, ctx: ResumeContext):
+def collector_capture(collector: Any, ctx: ResumeContext) -> dict[str, Any]:
     return {"data": data_state(collector, skip=("samples_np", "agent")),
             "envs": [ctx.capture(env) for env in collector.envs]}
 
 
-def collector_restore(collector, state, ctx: ResumeContext):
+def collector_restore(collector: Any, state: dict[str, Any], ctx: ResumeContext) -> None:
     restore_data_state(collector, state["data"], "collector")
     if len(state["envs"]) != len(collector.envs):
         raise StateMismatchError(f"collector: checkpoint has {len(state['envs'])} envs, "
@@ -297,14 +307,14 @@ def collector_restore(collector, state, ctx: ResumeContext):
         ctx.restore(env, env_state, f"collector.envs[{i}]")
 
 
-def collector_check(collector, ctx: ResumeContext):
+def collector_check(collector: Any, ctx: ResumeContext) -> list[str]:
     reasons = []
     for env in collector.envs:
         reasons.extend(ctx.check(env))
     return sorted(set(reasons))
 
 
-def serial_sampler_capture(sampler, ctx: ResumeContext):
+def serial_sampler_capture(sampler: Any, ctx: ResumeContext) -> dict[str, Any]:
     state = {"agent_inputs": sampler.agent_inputs,
              "traj_infos": traj_infos_state(sampler.traj_infos),
              "samples_np": sampler.samples_np,
@@ -314,7 +324,7 @@ def serial_sampler_capture(sampler, ctx: ResumeContext):
     return state
 
 
-def serial_sampler_restore(sampler, state, ctx: ResumeContext) -> None:
+def serial_sampler_restore(sampler: Any, state: dict[str, Any], ctx: ResumeContext) -> None:
     # Replaced, not written into: the collector makes new AgentInputs (with
     # the agent's action dtype) every batch, so nothing else holds them.
     # With rlpyt's own classes (the checkpoint holds schemas: see _portable).
@@ -328,7 +338,7 @@ def serial_sampler_restore(sampler, state, ctx: ResumeContext) -> None:
         _new_episodes(sampler, ctx)
 
 
-def _new_episodes(sampler, ctx: ResumeContext) -> None:
+def _new_episodes(sampler: Any, ctx: ResumeContext) -> None:
     """Envs whose state could not be saved start a new episode (said at start)."""
     collector = sampler.collector
     fresh = {id(env) for env in ctx.fresh_envs}
@@ -340,19 +350,19 @@ def _new_episodes(sampler, ctx: ResumeContext) -> None:
             sampler.agent.reset_one(idx=b)
 
 
-def serial_sampler_check(sampler, ctx: ResumeContext):
+def serial_sampler_check(sampler: Any, ctx: ResumeContext) -> list[str]:
     reasons = ctx.check(sampler.collector)
     if getattr(sampler, "eval_collector", None) is not None:
         reasons += [r + " (evaluation env)" for r in ctx.check(sampler.eval_collector)]
     return reasons
 
 
-def eval_collector_capture(collector, ctx: ResumeContext):
+def eval_collector_capture(collector: Any, ctx: ResumeContext) -> dict[str, Any]:
     return {"data": data_state(collector, skip=("agent",)),
             "envs": [ctx.capture(env) for env in collector.envs]}
 
 
-def async_sampler_check(sampler, ctx: ResumeContext):
+def async_sampler_check(sampler: Any, ctx: ResumeContext) -> list[str]:
     return [f"{type(sampler).__name__}: the sampler runs in its own process, whose state "
             "(envs, trajectories in progress, batches not yet copied into the replay "
             "buffer) is not saved: after a resume every env starts a new episode; the "
@@ -360,24 +370,24 @@ def async_sampler_check(sampler, ctx: ResumeContext):
             "RNGs) is restored exactly"]
 
 
-def nothing_to_capture(obj, ctx: ResumeContext):
+def nothing_to_capture(obj: Any, ctx: ResumeContext) -> dict[str, Any]:
     return {}
 
 
-def nothing_to_restore(obj, state, ctx: ResumeContext) -> None:
+def nothing_to_restore(obj: Any, state: dict[str, Any], ctx: ResumeContext) -> None:
     pass
 
 
 # -- runners -----------------------------------------------------------------------
 
-def _runner_times(runner):
+def _runner_times(runner: object) -> dict[str, float]:
     import time
     now = time.time()
     return {"since_start": now - getattr(runner, "_start_time", now),
             "since_last": now - getattr(runner, "_last_time", now)}
 
 
-def _set_runner_times(runner, times) -> None:
+def _set_runner_times(runner: Any, times: Mapping[str, float]) -> None:
     import time
     now = time.time()
     runner._start_time = now - times["since_start"]
@@ -392,7 +402,8 @@ _ASYNC_NAMES = ("_opt_infos", "_cum_completed_trajs", "_new_completed_trajs",
                 "_last_eval_time", "seed")
 
 
-def minibatch_capture(runner, ctx: ResumeContext, names=_MINIBATCH_NAMES) -> dict[str, Any]:
+def minibatch_capture(runner: Any, ctx: ResumeContext,
+                      names: Iterable[str] = _MINIBATCH_NAMES) -> dict[str, Any]:
     """The counters, trajectory infos and timers of rlpyt's minibatch runners."""
     state = {name: getattr(runner, name) for name in names if hasattr(runner, name)}
     state["_opt_infos"] = {k: list(v) for k, v in runner._opt_infos.items()}
@@ -405,7 +416,7 @@ def minibatch_capture(runner, ctx: ResumeContext, names=_MINIBATCH_NAMES) -> dic
     return state
 
 
-def minibatch_restore(runner, state, ctx: ResumeContext) -> None:
+def minibatch_restore(runner: Any, state: dict[str, Any], ctx: ResumeContext) -> None:
     state = dict(state)
     _set_runner_times(runner, state.pop("times"))
     traj = state.pop("_traj_infos", None)
@@ -423,7 +434,7 @@ def minibatch_restore(runner, state, ctx: ResumeContext) -> None:
         runner.pbar = ProgBarCounter(runner.log_interval_itrs)
 
 
-def async_capture(runner, ctx: ResumeContext) -> dict[str, Any]:
+def async_capture(runner: Any, ctx: ResumeContext) -> dict[str, Any]:
     """:func:`minibatch_capture` for rlpyt's async runners (their own counters)."""
     return minibatch_capture(runner, ctx, _ASYNC_NAMES)
 
@@ -438,7 +449,7 @@ def async_capture(runner, ctx: ResumeContext) -> dict[str, Any]:
 ATARI_ENV = "rlpyt.envs.atari.atari_env.AtariEnv"
 
 
-def atari_check(env, ctx: ResumeContext) -> list[str]:
+def atari_check(env: Any, ctx: ResumeContext) -> list[str]:
     ale = getattr(env, "ale", None)
     if emulator_kind(ale) is None:
         return [f"env {type(env).__name__}: its emulator ({type(ale).__qualname__}) is "
@@ -447,13 +458,13 @@ def atari_check(env, ctx: ResumeContext) -> list[str]:
     return []
 
 
-def atari_capture(env, ctx: ResumeContext) -> dict[str, Any]:
+def atari_capture(env: Any, ctx: ResumeContext) -> dict[str, Any]:
     if emulator_kind(env.ale) is None:
         return {"ale": {"kind": None}}
     return {"ale": ctx.capture_kind(env.ale, "env.ale")}
 
 
-def atari_restore(env, state, ctx: ResumeContext) -> None:
+def atari_restore(env: Any, state: dict[str, Any], ctx: ResumeContext) -> None:
     if ctx.new_envs:
         return                  # accepted new env arguments: the env starts afresh
     if state["ale"]["kind"] is None:
@@ -470,19 +481,19 @@ def atari_restore(env, state, ctx: ResumeContext) -> None:
 
 PARALLEL_SAMPLER = workers.PARALLEL_SAMPLER
 
-def parallel_sampler_prepare(sampler, saved, ctx: ResumeContext) -> None:
+def parallel_sampler_prepare(sampler: Any, saved: dict[str, Any] | None, ctx: ResumeContext) -> None:
     """Before the workers fork: make the sampler's workers resumable (with their states)."""
     if not is_async_sampler(sampler):
         workers.install(sampler, None if saved is None else saved.get("workers"), ctx.handlers)
 
 
-def parallel_sampler_capture(sampler, ctx: ResumeContext) -> dict[str, Any]:
+def parallel_sampler_capture(sampler: Any, ctx: ResumeContext) -> dict[str, Any]:
     if is_async_sampler(sampler):
         return {}
     return {"workers": workers.capture_workers(sampler)}
 
 
-def parallel_sampler_restore(sampler, saved, ctx: ResumeContext) -> None:
+def parallel_sampler_restore(sampler: Any, saved: dict[str, Any], ctx: ResumeContext) -> None:
     # The workers got their states before they forked (prepare); say what they lack.
     if is_async_sampler(sampler):
         return
@@ -497,7 +508,7 @@ def parallel_sampler_restore(sampler, saved, ctx: ResumeContext) -> None:
                       f"{sampler.n_worker}: envs start new episodes")
 
 
-def parallel_sampler_check(sampler, ctx: ResumeContext) -> list[str]:
+def parallel_sampler_check(sampler: Any, ctx: ResumeContext) -> list[str]:
     # The workers check their own envs: a throwaway env built here would draw
     # from the run's RNGs (rlpyt's AtariEnv resets, with np.random, when built).
     if is_async_sampler(sampler):
@@ -507,7 +518,8 @@ def parallel_sampler_check(sampler, ctx: ResumeContext) -> list[str]:
 
 # -- the table ------------------------------------------------------------------------
 
-def _row(key: str, capture, restore, check=None, prepare=None,
+def _row(key: str, capture: CaptureFunction, restore: RestoreFunction,
+         check: CheckFunction | None = None, prepare: PrepareFunction | None = None,
          attributes: tuple[str, ...] = ()) -> tuple[str, Handler]:
     # rlpyt's handlers copy into existing memory: restore gets the checkpoint's arrays.
     return key, Handler(capture, restore, check, prepare, attributes, writable=False)

@@ -50,7 +50,7 @@ import contextlib
 import logging
 import os
 import warnings
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Literal, TypeVar
 
 from ... import checkpoint as _checkpoint
@@ -86,11 +86,11 @@ _REFUSED = {
 }
 
 
-def _class_names(obj) -> list[Any]:
+def _class_names(obj: object) -> list[str]:
     return [f"{c.__module__}.{c.__qualname__}" for c in type(obj).__mro__]
 
 
-def _kind(runner) -> str:
+def _kind(runner: object) -> str:
     names = _class_names(runner)
     for name, why in _REFUSED.items():
         if name in names:
@@ -104,7 +104,7 @@ def _kind(runner) -> str:
         "MinibatchRl, MinibatchRlEval, AsyncRl, AsyncRlEval (and their subclasses)")
 
 
-def _interval(value, name):
+def _interval(value: object, name: str) -> int | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -116,19 +116,19 @@ class _Gates:
     """Stand-ins that make the loop body do nothing for already-done iterations."""
 
     def __init__(self) -> None:
-        self._installed: list[Any] = []
+        self._installed: list[tuple[object, str, bool, object]] = []
 
-    def add(self, obj, name, result) -> None:
+    def add(self, obj: object, name: str, result: object) -> None:
         had = name in vars(obj)
         old = vars(obj).get(name)
 
-        def skipped(*args, **kwargs):
+        def skipped(*args: Any, **kwargs: Any) -> object:
             return result() if callable(result) else result
         setattr(obj, name, skipped)
         self._installed.append((obj, name, had, old))
 
     @property
-    def active(self):
+    def active(self) -> bool:
         return bool(self._installed)
 
     def remove(self) -> None:
@@ -212,12 +212,13 @@ def _human(n: int) -> str:
 class Offset:
     """Calls ``function`` with ``offset`` added to the chosen positional/keyword args."""
 
-    def __init__(self, function, offsets, keywords=None) -> None:
+    def __init__(self, function: Callable[..., Any], offsets: dict[int, int],
+                 keywords: dict[str, int] | None = None) -> None:
         self.function = function
         self.offsets = offsets            # {position: offset}
         self.keywords = keywords or {}    # {name: offset}
 
-    def __call__(self, *args, **kwargs):
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Call the function with the offsets added to their arguments."""
         values = list(args)
         for i, off in self.offsets.items():
@@ -232,23 +233,23 @@ class Offset:
 class OffsetSampler:
     """The async sampler as its process sees it: iteration ``i`` is ``i + offset``."""
 
-    def __init__(self, sampler, offset) -> None:
+    def __init__(self, sampler: Any, offset: int) -> None:
         self._sampler = sampler
         self._offset = offset
 
-    def obtain_samples(self, itr, *args, **kwargs):
+    def obtain_samples(self, itr: int, *args: Any, **kwargs: Any) -> Any:
         """The sampler's samples for iteration ``itr`` plus the offset."""
         return self._sampler.obtain_samples(itr + self._offset, *args, **kwargs)
 
-    def evaluate_agent(self, itr, *args, **kwargs):
+    def evaluate_agent(self, itr: int, *args: Any, **kwargs: Any) -> Any:
         """The sampler's evaluation at iteration ``itr`` plus the offset."""
         return self._sampler.evaluate_agent(itr + self._offset, *args, **kwargs)
 
-    def __getattr__(self, name):
+    def __getattr__(self, name: str) -> Any:
         return getattr(self._sampler, name)
 
 
-def _load_checkpoint(path):
+def _load_checkpoint(path: str | os.PathLike[str]) -> dict[str, Any]:
     """The resume state in ``path``, unpickled only once its header says it is one."""
     try:
         data = _checkpoint.load(path, allow_pickle=True, mmap_mode=mappable(path),
@@ -279,21 +280,23 @@ def _load_checkpoint(path):
 
 
 class _Resume:
-    def __init__(self, runner, path, every_itrs, every_steps, checkpoint, accept=(),
-                 writer=None) -> None:
+    def __init__(self, runner: Any, path: str | os.PathLike[str], every_itrs: int | None,
+                 every_steps: int | None, checkpoint: dict[str, Any] | None,
+                 accept: Literal[True] | tuple[str, ...], writer: CheckpointWriter) -> None:
         self.runner, self.accept, self.writer = runner, accept, writer
         self.path = os.fspath(path)
         self.every_itrs = every_itrs
         self.every_steps = every_steps
-        self.checkpoint = checkpoint
-        self.start = checkpoint["itr"] if checkpoint is not None else 0
-        self.last_saved = self.start if checkpoint is not None else None
+        # The loaded checkpoint (a dict), or None; what reads it runs only with one.
+        self.checkpoint: Any = checkpoint
+        self.start: int = checkpoint["itr"] if checkpoint is not None else 0
+        self.last_saved: int | None = self.start if checkpoint is not None else None
         self.every = 1
-        self.n_itr = None
+        self.n_itr: int | None = None
         self.gates = _Gates()
-        self.notes: list[Any] = []
+        self.notes: list[str] = []
         self.saves = 0
-        self.undo_logs = lambda: None
+        self.undo_logs: Callable[[], None] = lambda: None
         self._originals = {name: getattr(runner, name)
                            for name in ("startup", "train", "shutdown")}
         # The constructors' arguments, before rlpyt's startup changes anything.
@@ -309,7 +312,7 @@ class _Resume:
         if self.checkpoint is not None:   # rlpyt's progress.csv continues, not restarts
             self.undo_logs = continue_logs(self.start, self.note)
 
-    def note(self, message) -> None:
+    def note(self, message: str) -> None:
         if message not in self.notes:
             self.notes.append(message)
             warnings.warn(f"namedschema.rlpyt.resumable: {message}", ResumeWarning,
@@ -320,11 +323,11 @@ class _Resume:
         return _state.context(traj_info_cls=getattr(self.runner.sampler, "TrajInfoCls", None),
                               note_once=self.note, new_envs=new_envs)
 
-    def components(self):
+    def components(self) -> dict[str, Any]:
         r = self.runner
         return {"runner": r, "agent": r.agent, "algo": r.algo, "sampler": r.sampler}
 
-    def config(self):
+    def config(self) -> dict[str, Any]:
         r = self.runner
         names = {k: _class_names(v)[0] for k, v in self.components().items()}
         spec = r.sampler.batch_spec
@@ -348,7 +351,7 @@ class _Resume:
         for what, obj in self.components().items():
             _state.prepare(obj, self.checkpoint["state"].get(what), ctx)
 
-    def startup(self):
+    def startup(self) -> Any:   # what rlpyt's startup returns
         self._prepare()
         n_itr = self._originals["startup"]()
         r = self.runner
@@ -379,9 +382,9 @@ class _Resume:
         except Exception:  # the ResumeError is what the user must see
             pass
 
-    def _check(self):
+    def _check(self) -> None:
         ctx = self.context()
-        reasons = []
+        reasons: list[str] = []
         for what, obj in self.components().items():
             reasons.extend(_state.check(obj, ctx))
             if what == "algo" and getattr(obj, "replay_buffer", None) is not None:
@@ -409,14 +412,14 @@ class _Resume:
         if self._reapply is not None and self._reapply.new_envs:
             _workers.skip_env_states(self.runner.sampler)
 
-    def _verify_config_of(self, saved, now):
+    def _verify_config_of(self, saved: Mapping[str, Any], now: Mapping[str, Any]) -> None:
         for key in ("classes", "batch_T", "batch_B", "world_size"):
             if saved[key] != now[key]:
                 raise ResumeError(
                     f"resumable: {self.path} was written by a run built differently: "
                     f"{key} was {saved[key]!r}, now {now[key]!r}")
 
-    def _restore(self):
+    def _restore(self) -> None:
         checkpoint, self.checkpoint = self.checkpoint, None
         saved, now = checkpoint["config"], self.config()
         self._verify_config_of(saved, now)
@@ -439,7 +442,8 @@ class _Resume:
         if self.writer.audit is not None:
             self.writer.audit.record_restore(self.start)
 
-    def _changed_arguments(self, saved, now):
+    def _changed_arguments(self, saved: dict[str, Any] | None, now: dict[str, Any]
+                           ) -> _arguments.Reapply | None:
         """Refuse arguments that differ from the checkpoint's run, unless accepted."""
         refusal, notes, reapply = _arguments.compare(saved, now, self.accept, self.path,
                                                       self.components())
@@ -462,11 +466,11 @@ class _Resume:
 
     # -- the loop -------------------------------------------------------------------
 
-    def train(self):
+    def train(self) -> Any:   # what rlpyt's train returns
         from rlpyt.utils.logging import logger
         original = logger.set_iteration
 
-        def set_iteration(itr) -> None:
+        def set_iteration(itr: int) -> None:
             original(itr)
             self.at_iteration(itr)
         logger.set_iteration = set_iteration
@@ -486,7 +490,7 @@ class _Resume:
         _workers.finish(self.runner.sampler, failed=False)
         return result
 
-    def at_iteration(self, itr) -> None:
+    def at_iteration(self, itr: int) -> None:
         if self.writer.audit is not None:
             self.writer.audit.progress(itr)
         if self.gates.active:
@@ -496,7 +500,7 @@ class _Resume:
         if itr > 0 and itr % self.every == 0 and itr != self.last_saved:
             self.save(itr)
 
-    def shutdown(self):
+    def shutdown(self) -> Any:   # what rlpyt's shutdown returns
         self.gates.remove()
         if self.n_itr is not None and self.last_saved != self.n_itr:
             self.save(self.n_itr)
@@ -505,7 +509,7 @@ class _Resume:
             self.writer.audit.record_end(self.n_itr)
         return self._originals["shutdown"]()
 
-    def save(self, itr, **extra) -> None:
+    def save(self, itr: int, **extra: Any) -> None:
         """Checkpoint the state between iterations ``itr - 1`` and ``itr``."""
         ctx = self.context()
         with _replay_write_lock(self.runner.algo):
@@ -519,7 +523,7 @@ class _Resume:
         self.saves += 1
 
 
-def _replay_write_lock(algo):
+def _replay_write_lock(algo: object) -> contextlib.AbstractContextManager[object]:
     """The async replay buffer's write lock (memory copiers wait), or a no-op."""
     lock = getattr(getattr(algo, "replay_buffer", None), "rw_lock", None)
     return lock.write_lock if lock is not None else contextlib.nullcontext()
@@ -537,7 +541,7 @@ class _AsyncResume(_Resume):
     ``obtain_samples``/``evaluate_agent`` shifted).
     """
 
-    def __init__(self, *args) -> None:
+    def __init__(self, *args: Any) -> None:
         super().__init__(*args)
         ck = self.checkpoint
         self.itr_offset = ck["itr"] if ck is not None else 0
@@ -552,7 +556,7 @@ class _AsyncResume(_Resume):
             self._originals["launch_sampler"] = self.runner.launch_sampler
             self.runner.launch_sampler = self.launch_sampler
 
-    def launch_sampler(self, n_itr):
+    def launch_sampler(self, n_itr: int) -> Any:
         r = self.runner
         real = r.sampler
         r.sampler = OffsetSampler(real, self.sampler_offset)
@@ -561,7 +565,7 @@ class _AsyncResume(_Resume):
         finally:
             r.sampler = real
 
-    def startup(self):
+    def startup(self) -> tuple[Any, Any] | None:
         self._prepare()
         if self.checkpoint is not None and \
                 self.sampler_offset >= self._n_itr_before_startup():
@@ -591,10 +595,11 @@ class _AsyncResume(_Resume):
             throttle_itr = 1
         return throttle_itr, delta
 
-    def _n_itr_before_startup(self):
-        return self.checkpoint["config"]["n_itr"]
+    def _n_itr_before_startup(self) -> int:
+        n_itr: int = self.checkpoint["config"]["n_itr"]
+        return n_itr
 
-    def train(self):
+    def train(self) -> Any:
         if self.finished:
             self.note("the checkpoint's run had finished: nothing to train")
             return None
@@ -603,17 +608,17 @@ class _AsyncResume(_Resume):
     def _gate(self) -> None:
         pass   # Async loops count from 0 again (offsets), nothing to skip.
 
-    def at_iteration(self, itr) -> None:
+    def at_iteration(self, itr: int) -> None:
         self.local_itr = itr
         done = self.sampler_offset + self.runner.ctrl.sampler_itr.value
         if itr > 0 and done // self.every > self.last_saved_sampler // self.every:
             self.save_async(itr + self.itr_offset, done)
 
-    def save_async(self, itr, sampler_itr) -> None:
+    def save_async(self, itr: int, sampler_itr: int) -> None:
         self.save(itr, sampler_itr=int(sampler_itr))
         self.last_saved_sampler = sampler_itr
 
-    def shutdown(self):
+    def shutdown(self) -> Any:
         if self.finished:
             return None
         # After rlpyt's shutdown joined the sampler and the memory copiers.
@@ -624,7 +629,7 @@ class _AsyncResume(_Resume):
         return result
 
 
-def _started(runner) -> str | None:
+def _started(runner: object) -> str | None:
     if hasattr(runner, "_opt_infos") or hasattr(runner, "n_itr"):
         return "its startup() already ran"
     agent = getattr(runner, "agent", None)

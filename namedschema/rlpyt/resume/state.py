@@ -45,6 +45,7 @@ from .table import (
     CheckFunction,
     Handler,
     HandlerTable,
+    PrepareFunction,
     RestoreFunction,
     ResumeContext,
     StateMismatchError,
@@ -106,7 +107,7 @@ def register_handler(cls: type[Any] | str, capture: CaptureFunction, restore: Re
                                    tuple(attributes), bool(writable)))
 
 
-def _without_context(prepare: UserPrepareFunction | None):
+def _without_context(prepare: UserPrepareFunction | None) -> PrepareFunction | None:
     """A user's ``prepare(obj, saved)`` as the table calls it: ``(obj, saved, ctx)``."""
     if prepare is None:
         return None

@@ -41,7 +41,7 @@ import sys
 import weakref
 from collections.abc import Callable, Iterable, Mapping, MutableMapping
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
@@ -285,21 +285,21 @@ _Info = TypeVar("_Info", bound=MutableMapping[str, Any])   # rlpyt's TrajInfo, a
 _SCALARS = (bool, int, float, complex, str, bytes, type(None), np.generic)
 
 
-def _is_shared_value(value) -> bool:
+def _is_shared_value(value: object) -> bool:
     # multiprocessing RawValue (a ctypes scalar) or Value (a Synchronized wrapper).
     from multiprocessing.sharedctypes import Synchronized
     return isinstance(value, Synchronized) or \
         (hasattr(type(value), "_type_") and hasattr(value, "value"))
 
 
-def _is_replay_part(value) -> bool:
+def _is_replay_part(value: object) -> bool:
     # Objects a replay buffer is made of (its SumTree): their state is recursed into.
     module = getattr(type(value), "__module__", "") or ""
     return module.startswith("rlpyt.replays.") and hasattr(value, "__dict__") \
         and not isinstance(value, type)
 
 
-def _data_value(value):
+def _data_value(value: Any) -> tuple[str, Any] | None:
     """``(kind, data)`` for a storable attribute value, or None to skip it."""
     if isinstance(value, np.ndarray) or is_tensor(value):
         return ("array", value)
@@ -333,7 +333,7 @@ def data_state(obj: Any, names: Iterable[str] | None = None,
     return out
 
 
-def copy_into(target, value, where):
+def copy_into(target: Any, value: Any, where: str) -> None:
     """Write ``value`` into the existing array/tensor/array tuple ``target``."""
     if is_named(target):
         if not is_named(value) or tuple(target._fields) != tuple(value._fields):
@@ -376,7 +376,7 @@ def restore_data_state(obj: Any, state: dict[str, Any], where: str,
     array that viewed the same saved memory, is not copied twice (the frame
     buffer's ``samples_new_frames``, the sum tree's ``priorities``).
     """
-    written = [] if _written is None else _written
+    written: list[tuple[np.ndarray[Any, Any], Any]] = [] if _written is None else _written
     # Arrays that own their memory first, so that their views can be skipped.
     items = sorted(state.items(), key=lambda item: _is_view(getattr(obj, item[0], None)))
     for name, (kind, data) in items:
@@ -404,11 +404,12 @@ def restore_data_state(obj: Any, state: dict[str, Any], where: str,
             raise StateMismatchError(f"{path}: unknown state kind {kind!r}")
 
 
-def _is_view(value) -> bool:
+def _is_view(value: object) -> bool:
     return isinstance(value, np.ndarray) and value.base is not None
 
 
-def _already_written(target, source, written) -> bool:
+def _already_written(target: object, source: object,
+                     written: list[tuple[np.ndarray[Any, Any], Any]]) -> bool:
     if not (isinstance(target, np.ndarray) and isinstance(source, np.ndarray)):
         return False
     if target.shape != source.shape or target.dtype != source.dtype:
@@ -424,9 +425,11 @@ def _already_written(target, source, written) -> bool:
     return False
 
 
-def _offset(view, base):
+def _offset(view: np.ndarray[Any, Any], base: np.ndarray[Any, Any]) -> int | None:
     try:
-        return (view.__array_interface__["data"][0] - base.__array_interface__["data"][0])
+        offset: int = (view.__array_interface__["data"][0]
+                       - base.__array_interface__["data"][0])
+        return offset
     except (AttributeError, KeyError, TypeError):
         return None
 
@@ -466,26 +469,36 @@ def make_traj_infos(states: Iterable[Mapping[str, Any]], cls: Callable[[], _Info
 
 # -- rlpyt's run-time named tuples by value --------------------------------------------
 
-_SCHEMAS: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+_SCHEMAS: weakref.WeakKeyDictionary[type, NamedTupleSchema] = weakref.WeakKeyDictionary()
+
+# The class tests of _core.schema, as called here.
+_is_classic_nat_class: Callable[[object], bool] = is_classic_nat_class
+_is_classic_namedtuple_class: Callable[[object], bool] = is_classic_namedtuple_class
 
 
-def _schema_for(cls):
+class _NamedTuple(Protocol):
+    """An instance of a class-per-type named tuple (stdlib ``namedtuple``, rlpyt's)."""
+
+    _fields: tuple[str, ...]
+
+
+def _schema_for(cls: type[_NamedTuple]) -> NamedTupleSchema:
     schema = _SCHEMAS.get(cls)
     if schema is None:
-        factory = NamedArrayTupleSchema if is_classic_nat_class(cls) else NamedTupleSchema
+        factory = NamedArrayTupleSchema if _is_classic_nat_class(cls) else NamedTupleSchema
         schema = factory(cls.__name__, tuple(cls._fields))
         _SCHEMAS[cls] = schema
     return schema
 
 
-def _findable(cls) -> bool:
+def _findable(cls: type) -> bool:
     """Whether pickle finds ``cls`` by name in any process (else it goes by value)."""
     module_name, name = cls.__module__, cls.__qualname__
     return (module_name, name) not in LAZY_GLOBALS and \
         getattr(sys.modules.get(module_name), name, None) is cls
 
 
-def portable(value, _memo=None):
+def portable(value: Any, _memo: dict[int, Any] | None = None) -> Any:
     """``value`` with the classic named tuples pickle cannot find by name made schemas.
 
     Those of classes a module holds (rlpyt's ``AgentInputs``, your own) stay
@@ -506,7 +519,7 @@ def portable(value, _memo=None):
     elif isinstance(value, tuple):
         values = [portable(v, memo) for v in value]
         same = all(a is b for a, b in zip(values, value, strict=True))
-        if is_classic_namedtuple_class(kind) and not _findable(kind):
+        if _is_classic_namedtuple_class(kind) and not _findable(kind):
             result = _schema_for(kind)(*values)
         elif same:
             result = value
@@ -520,7 +533,7 @@ def portable(value, _memo=None):
     return result
 
 
-def retype(value, like):
+def retype(value: Any, like: Any) -> Any:
     """``value`` (a named tuple) rebuilt with the classes of ``like``, where fields match."""
     if not (is_named(value) and is_named(like)
             and tuple(value._fields) == tuple(like._fields)):
@@ -529,25 +542,25 @@ def retype(value, like):
 
 
 class _ArraysLeftOut(pickle.Pickler):
-    def reducer_override(self, obj):
+    def reducer_override(self, obj: object) -> Any:  # a reduce value, or NotImplemented
         # What namedschema.save refuses: rlpyt classes no fresh process finds.
         if isinstance(obj, type):
             refuse_unloadable(obj)
         return NotImplemented
 
-    def persistent_id(self, obj):
+    def persistent_id(self, obj: object) -> int | None:
         module = type(obj).__module__ or ""
         if module == "numpy" or module.startswith("torch"):
             return id(obj)
         return None
 
 
-def dry_pickle(value) -> None:
+def dry_pickle(value: object) -> None:
     """Pickle ``value`` with its arrays and tensors left out; raise what pickle raises."""
     _ArraysLeftOut(io.BytesIO(), protocol=pickle.HIGHEST_PROTOCOL).dump(value)
 
 
-def unsavable(state) -> str | None:
+def unsavable(state: object) -> str | None:
     """Why ``state`` (captured by the handlers) could not be checkpointed; None if it can."""
     try:
         dry_pickle(portable(state))

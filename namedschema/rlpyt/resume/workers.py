@@ -72,14 +72,17 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from multiprocessing.connection import wait as wait_for_ready
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any, NotRequired, Protocol, TypedDict, cast
 
 from ...errors import SamplerWorkerError, WorkerError
 from ...state.rng import rng_state, set_rng_state
 from .table import HandlerTable, ResumeContext, fresh_copy, make_traj_infos, traj_infos_state
+
+if TYPE_CHECKING:
+    from multiprocessing.queues import Queue
 
 __all__ = ["WorkerChannel", "install", "capture_workers", "check_workers", "finish",
            "skip_env_states", "WorkerError", "SamplerWorkerError", "PARALLEL_SAMPLER", "die_with_parent",
@@ -93,24 +96,53 @@ _POLL = 0.1
 # In a worker process: its evaluation collector (rlpyt keeps it in a local variable).
 _IN_WORKER: dict[str, Any] = {}
 
+# rlpyt's samplers, collectors, agents and their classes are untyped (rlpyt has no
+# type information): Any below.
+
+
+class _WorkerState(TypedDict):
+    """A worker's state, as a capture round sends it and a resume hands it back."""
+
+    collector: dict[str, Any]
+    agent_inputs: Any
+    traj_infos: list[dict[str, Any]]
+    agent: dict[str, Any] | None
+    eval_collector: NotRequired[dict[str, Any] | None]
+    rng: dict[str, Any]
+
+
+# A worker's failure, as report() sends it: (rank, pid, during, cause, traceback).
+_Failure = tuple[int | str, int, str, str, str]
+
+
+class _Worker(Protocol):
+    """A started sampler worker (a ``multiprocessing.Process``)."""
+
+    @property
+    def pid(self) -> int: ...
+
+    @property
+    def sentinel(self) -> int: ...
+
 
 class WorkerChannel:
     """What the main process and its sampler workers share (made before the fork)."""
 
     def __init__(self, handlers: HandlerTable) -> None:
         self.handlers = handlers             # the main process's handler table (forked)
-        self.queue: Any = mp.Queue()         # worker -> main: states, check results
-        self.errors: Any = mp.Queue()        # worker -> main: failures
+        # worker -> main: (rank, state or check result)
+        self.queue: Queue[tuple[int, Any]] = mp.Queue()
+        self.errors: Queue[_Failure] = mp.Queue()        # worker -> main: failures
         self.round = mp.RawValue("b", 0)     # _CAPTURE or _CHECK while a round runs
         self.new_envs = mp.RawValue("b", 0)  # set: envs start anew (new env arguments)
-        self.restore_states: dict[int, Any] = {}       # rank -> state; inherited by fork
+        self.restore_states: dict[int, _WorkerState] = {}  # rank -> state; inherited by fork
         self.parent_pid = os.getpid()
         self.fork_thread_is_main = threading.current_thread() is threading.main_thread()
         self.watch: Watch | None = None
 
 
 @contextlib.contextmanager
-def _reported(channel, rank, during):
+def _reported(channel: WorkerChannel, rank: int | str, during: str) -> Iterator[None]:
     """A worker's exception goes to the main process (then ends the worker as usual)."""
     try:
         yield
@@ -119,12 +151,14 @@ def _reported(channel, rank, during):
         raise
 
 
-def _worker_context(channel, collector, new_envs=False) -> ResumeContext:
+def _worker_context(channel: WorkerChannel, collector: Any, new_envs: bool = False
+                    ) -> ResumeContext:
     return ResumeContext(channel.handlers, traj_info_cls=collector.TrajInfoCls,
                          new_envs=new_envs)
 
 
-def _worker_state(ctx, collector, agent_inputs, traj_infos):
+def _worker_state(ctx: ResumeContext, collector: Any, agent_inputs: Any,
+                  traj_infos: Iterable[Mapping[str, Any]]) -> _WorkerState:
     agent = getattr(collector, "agent", None)
     agent_state = None
     if agent is not None:
@@ -136,7 +170,7 @@ def _worker_state(ctx, collector, agent_inputs, traj_infos):
             "rng": rng_state()}
 
 
-def _worker_check(ctx, collector):
+def _worker_check(ctx: ResumeContext, collector: Any) -> list[str]:
     reasons = [f"{r} (in sampler workers)" for r in ctx.check(collector)]
     evaluator = _IN_WORKER.get("eval_collector")
     if evaluator is not None:
@@ -144,7 +178,8 @@ def _worker_check(ctx, collector):
     return reasons
 
 
-def _apply_worker_state(ctx, collector, saved, agent_inputs, traj_infos):
+def _apply_worker_state(ctx: ResumeContext, collector: Any, saved: _WorkerState,
+                        agent_inputs: Any, traj_infos: list[Any]) -> tuple[Any, list[Any]]:
     envs_saved = next((v["envs"] for v in saved["collector"].values() if "envs" in v), None)
     if envs_saved is None or len(envs_saved) != len(collector.envs):
         ctx.note_once(f"sampler worker {collector.rank}: the checkpoint's worker had "
@@ -155,8 +190,9 @@ def _apply_worker_state(ctx, collector, saved, agent_inputs, traj_infos):
     if agent is not None and saved["agent"]:
         ctx.restore(agent, saved["agent"], f"worker {collector.rank} agent", partial=True)
     evaluator = _IN_WORKER.get("eval_collector")
-    if evaluator is not None and saved.get("eval_collector") is not None:
-        ctx.restore(evaluator, saved["eval_collector"],
+    evaluator_saved = saved.get("eval_collector")
+    if evaluator is not None and evaluator_saved is not None:
+        ctx.restore(evaluator, evaluator_saved,
                     f"worker {collector.rank} evaluation collector")
     set_rng_state(saved["rng"])
     agent_inputs = fresh_copy(saved["agent_inputs"])
@@ -181,15 +217,15 @@ def _apply_worker_state(ctx, collector, saved, agent_inputs, traj_infos):
     return agent_inputs, traj_infos
 
 
-def resumable_collector_class(cls, channel):
+def resumable_collector_class(cls: type[Any], channel: WorkerChannel) -> type[Any]:
     """``cls`` with a ``collect_batch`` that takes part in rounds and restores."""
 
-    def __init__(self, *args, **kwargs) -> None:
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
         die_with_parent(channel.parent_pid, channel.fork_thread_is_main)
         with _reported(channel, kwargs.get("rank", "?"), "its start"):
             cls.__init__(self, *args, **kwargs)
 
-    def collect_batch(self, agent_inputs, traj_infos, itr):
+    def collect_batch(self: Any, agent_inputs: Any, traj_infos: list[Any], itr: int) -> Any:
         pending = channel.restore_states.pop(self.rank, None)
         if pending is not None:
             with _reported(channel, self.rank, "the resume (restoring its state)"):
@@ -210,7 +246,7 @@ def resumable_collector_class(cls, channel):
         with _reported(channel, self.rank, "sampling"):
             return cls.collect_batch(self, agent_inputs, traj_infos, itr)
 
-    def reset_if_needed(self, agent_inputs):
+    def reset_if_needed(self: Any, agent_inputs: Any) -> Any:
         with _reported(channel, self.rank, "an env reset"):
             return cls.reset_if_needed(self, agent_inputs)
 
@@ -222,15 +258,15 @@ def resumable_collector_class(cls, channel):
                                        "_namedschema_resumable": True})
 
 
-def resumable_eval_collector_class(cls, channel):
+def resumable_eval_collector_class(cls: type[Any], channel: WorkerChannel) -> type[Any]:
     """``cls`` that the worker's state reaches, and whose failures are reported."""
 
-    def __init__(self, *args, **kwargs) -> None:
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
         with _reported(channel, kwargs.get("rank", "?"), "its start"):
             cls.__init__(self, *args, **kwargs)
         _IN_WORKER["eval_collector"] = self
 
-    def collect_evaluation(self, itr):
+    def collect_evaluation(self: Any, itr: int) -> Any:
         with _reported(channel, self.rank, "evaluation"):
             return cls.collect_evaluation(self, itr)
 
@@ -241,7 +277,8 @@ def resumable_eval_collector_class(cls, channel):
                                        "_namedschema_resumable": True})
 
 
-def install(sampler, saved_workers, handlers: HandlerTable) -> WorkerChannel:
+def install(sampler: Any, saved_workers: Iterable[_WorkerState] | None,
+            handlers: HandlerTable) -> WorkerChannel:
     """Before the workers fork: the resumable collector classes, and states to restore.
 
     The workers capture, check and restore with ``handlers`` (the resume's table).
@@ -257,7 +294,7 @@ def install(sampler, saved_workers, handlers: HandlerTable) -> WorkerChannel:
     return channel
 
 
-def skip_env_states(sampler) -> None:
+def skip_env_states(sampler: object) -> None:
     """The workers' envs start anew instead of taking their saved states (the run was
     resumed with new env arguments); before the workers' first round."""
     channel = getattr(sampler, "_namedschema_channel", None)
@@ -265,14 +302,14 @@ def skip_env_states(sampler) -> None:
         channel.new_envs.value = 1
 
 
-def _workers_running(sampler) -> bool:
+def _workers_running(sampler: object) -> bool:
     ctrl = getattr(sampler, "ctrl", None)
     return getattr(sampler, "_namedschema_channel", None) is not None and ctrl is not None \
         and bool(getattr(sampler, "workers", None)) and not ctrl.quit.value
 
 
-def _watch(sampler) -> Watch:
-    channel = sampler._namedschema_channel
+def _watch(sampler: Any) -> Watch:
+    channel: WorkerChannel = sampler._namedschema_channel
     if channel.watch is None:
         ctrl = sampler.ctrl
         channel.watch = Watch(sampler, channel.errors, lambda: bool(ctrl.quit.value),
@@ -280,9 +317,10 @@ def _watch(sampler) -> Watch:
     return channel.watch
 
 
-def _round(sampler, mode, doing):
+def _round(sampler: Any, mode: int, doing: str) -> list[Any]:
     """One pass of the workers' barriers in which each sends one reply; by rank."""
-    channel, ctrl = sampler._namedschema_channel, sampler.ctrl
+    channel: WorkerChannel = sampler._namedschema_channel
+    ctrl = sampler.ctrl
     watch = _watch(sampler)
     watch.check()
     watch.doing(doing)
@@ -295,7 +333,7 @@ def _round(sampler, mode, doing):
         raise
     finally:
         channel.round.value = 0
-    replies: dict[str, Any] = {}
+    replies: dict[int, Any] = {}
     while len(replies) < len(sampler.workers):
         try:
             rank, reply = channel.queue.get(timeout=_POLL)
@@ -307,14 +345,14 @@ def _round(sampler, mode, doing):
     return [replies[rank] for rank in sorted(replies)]
 
 
-def capture_workers(sampler):
+def capture_workers(sampler: object) -> list[_WorkerState] | None:
     """Every worker's state, between two iterations; None when the workers are gone."""
     if not _workers_running(sampler):
         return None
     return _round(sampler, _CAPTURE, "a capture round")
 
 
-def check_workers(sampler) -> list[Any]:
+def check_workers(sampler: object) -> list[str]:
     """What cannot be restored exactly of the workers' envs (a round; draws nothing)."""
     if not _workers_running(sampler):
         return []
@@ -322,14 +360,14 @@ def check_workers(sampler) -> list[Any]:
                    for reason in reply})
 
 
-def finish(sampler, failed: bool) -> WorkerError | None:
+def finish(sampler: object, failed: bool) -> WorkerError | None:
     """After training: stop watching; if training ``failed``, end the workers.
 
     rlpyt's workers are not daemons and wait in barriers: after an exception
     in the main process they would keep the interpreter from exiting. Returns
     the failure of a worker, if one failed.
     """
-    channel = getattr(sampler, "_namedschema_channel", None)
+    channel: WorkerChannel | None = getattr(sampler, "_namedschema_channel", None)
     if channel is None or channel.watch is None:
         return None
     watch, channel.watch = channel.watch, None
@@ -364,7 +402,7 @@ def die_with_parent(parent_pid: int, fork_thread_is_main: bool) -> None:
         os._exit(1)
 
 
-def _watch_parent(parent_pid) -> None:
+def _watch_parent(parent_pid: int) -> None:
     def watch() -> None:
         while os.getppid() == parent_pid:
             time.sleep(0.5)
@@ -372,7 +410,7 @@ def _watch_parent(parent_pid) -> None:
     threading.Thread(target=watch, name="namedschema-parent-watch", daemon=True).start()
 
 
-def report(errors, rank: int, during: str, exc: BaseException) -> None:
+def report(errors: Queue[_Failure], rank: int | str, during: str, exc: BaseException) -> None:
     """Send a worker's failure (with its traceback) to the main process."""
     text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     try:
@@ -410,7 +448,8 @@ class Watch:
     later :meth:`check` raises it.
     """
 
-    def __init__(self, sampler, errors, stopping, what) -> None:
+    def __init__(self, sampler: Any, errors: Queue[_Failure], stopping: Callable[[], bool],
+                 what: str) -> None:
         self._sampler = sampler
         self._errors = errors
         self._stopping = stopping
@@ -443,7 +482,7 @@ class Watch:
         self._previous = signal.signal(sig, self._on_signal)
         self._signal = sig
 
-    def _on_signal(self, signum, frame):
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         if self.failure is not None:
             raise self.failure
 
@@ -477,14 +516,15 @@ class Watch:
             self._fail(workers, worker, message)
             return
 
-    def _message(self, timeout):
+    def _message(self, timeout: float) -> _Failure | None:
         try:
             return self._errors.get(timeout=timeout) if timeout else \
                 self._errors.get_nowait()
         except Exception:  # queue.Empty, or a closed queue
             return None
 
-    def _fail(self, workers, worker, message) -> None:
+    def _fail(self, workers: list[_Worker], worker: _Worker | None,
+              message: _Failure | None) -> None:
         ranks = {w.pid: i for i, w in enumerate(workers)}
         if message is not None:
             rank, pid, during, cause, text = message
@@ -492,7 +532,8 @@ class Watch:
                 f"sampler worker {rank} (pid {pid}) failed during {during}: {cause}\n"
                 f"the worker's traceback:\n{text}")
         else:
-            pid = worker.pid
+            # Without a message, _run found this worker's sentinel ready: never None.
+            pid = cast(_Worker, worker).pid
             error = WorkerError(
                 f"sampler worker {ranks.get(pid, '?')} (pid {pid}) ended during "
                 f"{self._what}: {_exit_status(pid)} (its own output may say more)")
@@ -514,7 +555,7 @@ class Watch:
         _stop(list(self._sampler.workers))
 
 
-def _stop(workers) -> None:
+def _stop(workers: Iterable[_Worker]) -> None:
     """End the workers still running: without their peer they would wait forever."""
     alive = [w for w in workers if _running(w.pid)]
     for w in alive:
@@ -532,14 +573,14 @@ def _stop(workers) -> None:
                 pass
 
 
-def _running(pid) -> bool:
+def _running(pid: int) -> bool:
     try:
         return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None
     except ChildProcessError:
         return False
 
 
-def _break(sampler) -> None:
+def _break(sampler: object) -> None:
     """Break rlpyt's barriers: whoever waits in them (or will) raises at once."""
     ctrl = getattr(sampler, "ctrl", None)
     for name in ("barrier_in", "barrier_out"):
