@@ -10,7 +10,7 @@ import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import ModuleType
-from typing import IO, Any, Protocol, TypeGuard
+from typing import IO, Any, Protocol, TypeGuard, cast
 
 from ..._core import schema as _factories
 from ..._core.attrdict import reduce_attrdict, setstate_attrdict
@@ -149,9 +149,6 @@ def _at_or_after(row: list[str], column: int, itr: int) -> bool:
 # is_patched        whether the patch is active in this process
 # RlpytPatch        what one call of patch_rlpyt changed (returned by it)
 # RlpytImportError  rlpyt cannot be imported (an ImportError)
-
-# build_schema, as called here: it returns the schema class it made.
-_build_schema: Callable[..., NamedArrayTupleSchema] = build_schema
 
 # Names replaced in rlpyt.utils.collections, with their namedschema versions.
 _COLLECTIONS_NAMES = {
@@ -321,8 +318,10 @@ def _replacement_for_type(cls: type[_ClassicNat]) -> object:
         return entry[1]
     # Made as if by the module's own top-level code, so the id matches the one
     # a process gets when it patches before importing that module (spawn workers).
-    schema = _build_schema(NamedArrayTupleSchema, cls.__name__, tuple(cls._fields),
-                          module=cls.__module__, module_level=True)
+    # (build_schema returns a class of the metaclass it is given)
+    schema = cast(NamedArrayTupleSchema,
+                  build_schema(NamedArrayTupleSchema, cls.__name__, tuple(cls._fields),
+                               module=cls.__module__, module_level=True))
     _state.replacements[id(cls)] = (cls, schema)
     return schema
 
