@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from .._core.tree import import_torch
-from ..errors import RunCheckpointError
+from ..errors import StateMismatchError
 from ..state import plain as _plain_state
 from ..training.state_kinds import KindContext, StateKind, register_kind
 
@@ -133,12 +133,12 @@ def set_noise_state(noise: Any, state: Any, where: str) -> None:
     """Put :func:`noise_state` back into a noise of the same class."""
     if state is None or noise is None:
         if (state is None) != (noise is None):
-            raise RunCheckpointError(f"{where}: the action noise was "
+            raise StateMismatchError(f"{where}: the action noise was "
                                      f"{'absent' if state is None else state['class']}, "
                                      f"this model's is {type(noise).__qualname__}")
         return
     if type(noise).__qualname__ != state["class"]:
-        raise RunCheckpointError(f"{where}: the action noise was a {state['class']}, this "
+        raise StateMismatchError(f"{where}: the action noise was a {state['class']}, this "
                                  f"model's is a {type(noise).__qualname__}")
     for name, saved in state["attrs"].items():
         current = getattr(noise, name)
@@ -188,7 +188,7 @@ def _sources(name: str, changed: dict[str, Any]) -> tuple[str, ...]:
 def _check(model: Any, saved: Any, ctx: KindContext) -> None:
     where = f"RunCheckpoint: {ctx.name!r}"
     if saved["class"] != _sb3_class(model):
-        raise RunCheckpointError(f"{where} was saved from a {saved['class']}, this model is a "
+        raise StateMismatchError(f"{where} was saved from a {saved['class']}, this model is a "
                                  f"{_sb3_class(model)}", where=ctx.name)
     total, accept = _expected.get(model, (None, ()))
     changed = {}
@@ -201,7 +201,7 @@ def _check(model: Any, saved: Any, ctx: KindContext) -> None:
     never = {k: v for k, v in changed.items() if k in NEVER}
     if never:
         listed = "; ".join(f"{k}: {a} -> {b}" for k, (a, b) in never.items())
-        raise RunCheckpointError(
+        raise StateMismatchError(
             f"{where}: the run in {ctx.path!r} was made with other settings ({listed}); "
             f"{sorted(never)} shape the saved state (buffer, modules, envs), so they cannot "
             "be changed on resume, not even with accept_changes. Build the model as it was, "
@@ -210,7 +210,7 @@ def _check(model: Any, saved: Any, ctx: KindContext) -> None:
     if refused:
         listed = "; ".join(f"{k}: {a} -> {b}" for k, (a, b) in refused.items())
         names = sorted({source for k in refused for source in _sources(k, changed)})
-        raise RunCheckpointError(
+        raise StateMismatchError(
             f"{where}: the run in {ctx.path!r} was made with other settings ({listed}); "
             f"resuming it would not continue that run. Build the model as it was, or accept "
             f"the change (it then takes effect): resumable(..., accept_changes={names!r}) "
@@ -222,7 +222,7 @@ def _check(model: Any, saved: Any, ctx: KindContext) -> None:
     for name, value in saved["variables"].items():
         current = getattr(model, name)
         if tuple(value.shape) != tuple(current.shape) or value.dtype != current.dtype:
-            raise RunCheckpointError(f"{where}: {name} was saved as {value.dtype} "
+            raise StateMismatchError(f"{where}: {name} was saved as {value.dtype} "
                                      f"{tuple(value.shape)}, this model's is {current.dtype} "
                                      f"{tuple(current.shape)}", where=ctx.name)
 

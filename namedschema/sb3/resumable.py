@@ -29,7 +29,7 @@ from collections.abc import Iterable
 from typing import Any, Literal
 
 from ..checkpoint._compression import compression_argument
-from ..errors import RunCheckpointError, RunCheckpointWarning
+from ..errors import RunCheckpointWarning, StateMismatchError
 from ..training.run_checkpoint import RunCheckpoint
 from . import algorithm_state
 
@@ -128,7 +128,7 @@ class _Run:
     def _checkpoint(self) -> RunCheckpoint:
         model = self.model
         if model.env is None:
-            raise RunCheckpointError("resumable: the model has no env; build it with one")
+            raise StateMismatchError("resumable: the model has no env; build it with one")
         parts: dict[str, Any] = {"algorithm": model}
         for name in model._get_torch_save_params()[0]:
             obj = model
@@ -223,7 +223,7 @@ def resumable(model: Any, path: str | os.PathLike[str], *, every_steps: int,
             by name as the refusal lists them (``"learning_rate"``,
             ``"exploration_fraction"``, ``"total_timesteps"``...), or True for any.
             By default any difference makes ``learn`` raise
-            :class:`~namedschema.errors.RunCheckpointError` naming each, before
+            :class:`~namedschema.errors.StateMismatchError` naming each, before
             anything changes. An accepted one takes effect, as in
             :func:`namedschema.rlpyt.resumable
             <namedschema.rlpyt.resume.resumable>`: the model keeps the value it was

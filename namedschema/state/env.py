@@ -9,7 +9,8 @@ capture_layer  one object's state attributes (a vector env wrapper's, say), or t
 restore_layer  write what capture_layer gave into the same kind of object
 emulator_capture / emulator_check / emulator_apply  an Atari emulator's whole state (ale-py, atari_py), once
 emulator_kind  which of those an emulator is, or None
-EnvStateError  a captured state does not fit the env it is restored into
+StateMismatchError  a captured state does not fit the env it is restored into (EnvStateError,
+               its old name, is exported here too)
 
 An env is captured layer by layer: the vector env (``SyncVectorEnv``), then for
 each sub-env every wrapper down to the base env. Of each layer, the attributes
@@ -48,7 +49,7 @@ from typing import Any
 import numpy as np
 
 from .._core.tree import join_path
-from ..errors import EnvStateError
+from ..errors import EnvStateError, StateMismatchError
 from . import rng as _rng
 
 __all__ = ["capture_env", "check_env", "restore_env", "env_settings", "keep_env_settings",
@@ -111,11 +112,11 @@ def _exact(value: Any) -> Any:
 def _unexact(value: Any, depth: int = 0) -> Any:
     if isinstance(value, dict):
         if depth > 4:     # a generator state is two levels deep; a file could nest more
-            raise EnvStateError("a generator state nested too deep")
+            raise StateMismatchError("a generator state nested too deep")
         if set(value) == {"int"}:
             text = value["int"]
             if not isinstance(text, str) or len(text) > 50 or not text.lstrip("-").isdigit():
-                raise EnvStateError(f"a generator state holds an invalid int {text!r:.60}")
+                raise StateMismatchError(f"a generator state holds an invalid int {text!r:.60}")
             return int(text)
         return {k: _unexact(v, depth + 1) for k, v in value.items()}
     return value
@@ -243,7 +244,7 @@ def _restore_value(owner: Any, name: str, item: Any, path: str, memo: dict[int, 
 
 def _item(item: Any, path: str) -> tuple[str, Any]:
     if not isinstance(item, (list, tuple)) or len(item) != 2 or not isinstance(item[0], str):
-        raise EnvStateError(f"{path}: not a captured value ([kind, data] expected, got "
+        raise StateMismatchError(f"{path}: not a captured value ([kind, data] expected, got "
                             f"{type(item).__name__})")
     return item[0], item[1]
 
@@ -256,21 +257,21 @@ def _rebuilt(current: Any, kind: str, data: Any, path: str, memo: dict[int, Any]
     the same walk checks a state before any of it is written.
     """
     if depth > _MAX_DEPTH:
-        raise EnvStateError(f"{path}: nested deeper than {_MAX_DEPTH} levels")
+        raise StateMismatchError(f"{path}: nested deeper than {_MAX_DEPTH} levels")
     if kind == "value":
         if not (data is None or isinstance(data, (bool, int, float, str, np.generic))):
-            raise EnvStateError(f"{path}: a value must be a number, a string or None, the "
+            raise StateMismatchError(f"{path}: a value must be a number, a string or None, the "
                                 f"checkpoint has a {type(data).__name__}")
         return data
     if kind == "array":
         if not isinstance(data, np.ndarray) or data.dtype.hasobject:
-            raise EnvStateError(f"{path}: the checkpoint has no array here (a "
+            raise StateMismatchError(f"{path}: the checkpoint has no array here (a "
                                 f"{type(data).__name__})")
         # An empty array is a placeholder the env replaces as it runs (VecNormalize's
         # old_reward starts as float64 (0,)); any other array keeps its dtype and shape.
         if isinstance(current, np.ndarray) and current.size and (
                 current.dtype != data.dtype or current.shape != data.shape):
-            raise EnvStateError(f"{path}: the checkpoint has an array of {data.dtype} "
+            raise StateMismatchError(f"{path}: the checkpoint has an array of {data.dtype} "
                                 f"{data.shape}, the env {current.dtype} {current.shape}")
         # A fresh array, never a write into the env's: the env's arrays may alias one
         # another (a frame stack repeats one padding array). Arrays that were one array
@@ -284,7 +285,7 @@ def _rebuilt(current: Any, kind: str, data: Any, path: str, memo: dict[int, Any]
         return _set_generator(gen, data, path, write)
     if kind == "space":
         if current is None or not _is_space(current):
-            raise EnvStateError(f"{path}: the checkpoint has a space here, the env "
+            raise StateMismatchError(f"{path}: the checkpoint has a space here, the env "
                                 f"{type(current).__name__}")
         if data is not None:
             gen = _set_generator(getattr(current, "_np_random", None), data, path, write)
@@ -293,21 +294,21 @@ def _rebuilt(current: Any, kind: str, data: Any, path: str, memo: dict[int, Any]
         return current
     if kind == "ale":
         if current is None or not _is_ale(current):
-            raise EnvStateError(f"{path}: the checkpoint has an ALE emulator here, the env "
+            raise StateMismatchError(f"{path}: the checkpoint has an ALE emulator here, the env "
                                 f"{type(current).__name__}")
         if not isinstance(data, np.ndarray) or data.dtype != np.uint8 or data.ndim != 1:
-            raise EnvStateError(f"{path}: an emulator state must be a uint8 array, the "
+            raise StateMismatchError(f"{path}: an emulator state must be a uint8 array, the "
                                 f"checkpoint has {getattr(data, 'dtype', type(data).__name__)}")
         _ale_py_put(current, data, write)
         return current
     if kind == "sequence":
         if not isinstance(data, dict) or not isinstance(data.get("items"), list) or \
                 data.get("kind") not in ("list", "tuple", "deque"):
-            raise EnvStateError(f"{path}: not a captured list, tuple or deque")
+            raise StateMismatchError(f"{path}: not a captured list, tuple or deque")
         maxlen = data.get("maxlen")
         if maxlen is not None and (isinstance(maxlen, bool) or not isinstance(
                 maxlen, (int, np.integer)) or maxlen < 0):
-            raise EnvStateError(f"{path}: a deque's maxlen must be None or an int >= 0, "
+            raise StateMismatchError(f"{path}: a deque's maxlen must be None or an int >= 0, "
                                 f"got {maxlen!r:.40}")
         olds = list(current) if isinstance(current, (list, tuple, collections.deque)) else []
         items = [_rebuilt(olds[i] if i < len(olds) else None, *_item(d, join_path(path, i)),
@@ -318,7 +319,7 @@ def _rebuilt(current: Any, kind: str, data: Any, path: str, memo: dict[int, Any]
         return tuple(items) if data["kind"] == "tuple" else items
     if kind == "dict":
         if not isinstance(data, dict) or not all(isinstance(k, str) for k in data):
-            raise EnvStateError(f"{path}: not a captured dict")
+            raise StateMismatchError(f"{path}: not a captured dict")
         old = current if isinstance(current, dict) else {}
         return {k: _rebuilt(old.get(k), *_item(d, join_path(path, k)), join_path(path, k),
                             memo, write, depth + 1)
@@ -326,7 +327,7 @@ def _rebuilt(current: Any, kind: str, data: Any, path: str, memo: dict[int, Any]
     if kind == "ordered_dict":
         if not isinstance(data, list) or not all(
                 isinstance(pair, (list, tuple)) and len(pair) == 2 for pair in data):
-            raise EnvStateError(f"{path}: not a captured ordered dict")
+            raise StateMismatchError(f"{path}: not a captured ordered dict")
         old = current if isinstance(current, dict) else {}
         return collections.OrderedDict(
             (k, _rebuilt(old.get(k), *_item(d, join_path(path, str(k))),
@@ -334,13 +335,13 @@ def _rebuilt(current: Any, kind: str, data: Any, path: str, memo: dict[int, Any]
             for k, d in data)
     if kind == "object":
         if not isinstance(data, dict) or not isinstance(data.get("class"), str):
-            raise EnvStateError(f"{path}: not a captured object")
+            raise StateMismatchError(f"{path}: not a captured object")
         if current is None or type(current).__qualname__ != data["class"]:
-            raise EnvStateError(f"{path}: the checkpoint has a {data['class']:.60} here, the "
+            raise StateMismatchError(f"{path}: the checkpoint has a {data['class']:.60} here, the "
                                 f"env {type(current).__name__}")
         _restore_layer(current, data, path, memo, write)
         return current
-    raise EnvStateError(f"{path}: unknown captured kind {kind!r:.40}")
+    raise StateMismatchError(f"{path}: unknown captured kind {kind!r:.40}")
 
 
 def _set_generator(gen: np.random.Generator | None, data: Any, path: str,
@@ -349,23 +350,23 @@ def _set_generator(gen: np.random.Generator | None, data: Any, path: str,
     a scratch generator is set instead, which checks the state and changes nothing."""
     name = data.get("bit_generator") if isinstance(data, dict) else None
     if not isinstance(name, str) or name not in _rng.BIT_GENERATORS:
-        raise EnvStateError(f"{path}: the checkpoint names the bit generator {name!r:.40}; "
+        raise StateMismatchError(f"{path}: the checkpoint names the bit generator {name!r:.40}; "
                             f"only {sorted(_rng.BIT_GENERATORS)} are accepted")
     state = _unexact(data.get("state"))
     if not isinstance(state, dict) or state.get("bit_generator") != name:
-        raise EnvStateError(f"{path}: not a {name:.40} generator state")
+        raise StateMismatchError(f"{path}: not a {name:.40} generator state")
     try:
         return _rng.generator_set(gen, state, write)
     except (TypeError, ValueError) as exc:
-        raise EnvStateError(f"{path}: {exc}") from None
+        raise StateMismatchError(f"{path}: {exc}") from None
 
 
 def _layer_checked(layer: Any, state: Any, path: str) -> dict[str, Any]:
     if not isinstance(state, dict) or not isinstance(state.get("attributes"), dict) or \
             not all(isinstance(k, str) for k in state["attributes"]):
-        raise EnvStateError(f"{path}: not a captured wrapper layer")
+        raise StateMismatchError(f"{path}: not a captured wrapper layer")
     if type(layer).__qualname__ != state.get("class"):
-        raise EnvStateError(f"{path}: the checkpoint has a {state.get('class')!r:.80} here, the "
+        raise StateMismatchError(f"{path}: the checkpoint has a {state.get('class')!r:.80} here, the "
                             f"env a {type(layer).__qualname__} (was it built differently?)")
     attributes: dict[str, Any] = state["attributes"]    # a dict with str keys: checked above
     return attributes
@@ -380,7 +381,7 @@ def _restore_chain(env: Any, states: Any, path: str, memo: dict[int, Any], write
     layers = _layers(env)
     if not isinstance(states, list) or len(layers) != len(states):
         n = len(states) if isinstance(states, list) else "no list of"
-        raise EnvStateError(f"{path}: the checkpoint has {n} wrapper layers, the env "
+        raise StateMismatchError(f"{path}: the checkpoint has {n} wrapper layers, the env "
                             f"{len(layers)} ({[type(x).__qualname__ for x in layers]})")
     for layer, state in zip(layers, states, strict=True):
         _restore_layer(layer, state, path, memo, write)
@@ -390,15 +391,15 @@ def _walk(env: Any, state: Any, name: str, write: bool) -> None:
     subs = _sub_envs(env)
     memo: dict[int, Any] = {}
     if not isinstance(state, dict) or not ("layers" in state or "envs" in state):
-        raise EnvStateError(f"{name}: not a captured env state")
+        raise StateMismatchError(f"{name}: not a captured env state")
     if "layers" in state:
         if subs is not None:
-            raise EnvStateError(f"{name}: the checkpoint has a single env, this is a vector env")
+            raise StateMismatchError(f"{name}: the checkpoint has a single env, this is a vector env")
         _restore_chain(env, state["layers"], name, memo, write)
         return
     envs = state["envs"]
     if subs is None or not isinstance(envs, list) or len(subs) != len(envs):
-        raise EnvStateError(f"{name}: the checkpoint has a vector env of "
+        raise StateMismatchError(f"{name}: the checkpoint has a vector env of "
                             f"{len(envs) if isinstance(envs, list) else 'no list of'} envs, "
                             f"this env has {'none' if subs is None else len(subs)}")
     _restore_layer(env, state.get("vector"), name, memo, write)
@@ -407,7 +408,7 @@ def _walk(env: Any, state: Any, name: str, write: bool) -> None:
 
 
 def check_env(env: Any, state: Any, name: str = "env") -> None:
-    """Raise the :class:`EnvStateError` :func:`restore_env` would raise; change nothing."""
+    """Raise the :class:`StateMismatchError` :func:`restore_env` would raise; change nothing."""
     _walk(env, state, name, write=False)
 
 
@@ -514,25 +515,25 @@ def emulator_capture(ale: Any) -> dict[str, Any]:
 
 
 def emulator_check(ale: Any, saved: Any) -> None:
-    """Raise EnvStateError if :func:`emulator_apply` cannot put ``saved`` into ``ale``."""
+    """Raise StateMismatchError if :func:`emulator_apply` cannot put ``saved`` into ``ale``."""
     kind = emulator_kind(ale)
     saved_kind = saved.get("kind") if isinstance(saved, dict) else None
     if saved_kind != kind or kind is None:
-        raise EnvStateError(f"the checkpoint holds a {saved_kind} emulator state, the built "
+        raise StateMismatchError(f"the checkpoint holds a {saved_kind} emulator state, the built "
                             f"env has a {type(ale).__qualname__} ({kind or 'not supported'})")
     data = saved.get("state")
     if not isinstance(data, np.ndarray) or data.dtype != np.uint8 or data.ndim != 1:
-        raise EnvStateError("an emulator state must be a uint8 array, the checkpoint has "
+        raise StateMismatchError("an emulator state must be a uint8 array, the checkpoint has "
                             f"{getattr(data, 'dtype', type(data).__name__)}")
 
 
 def emulator_apply(ale: Any, saved: dict[str, Any], where: str = "env.ale") -> None:
     """Put :func:`emulator_capture`'s state back into ``ale`` (an emulator of the same
-    kind that loaded the same ROM with the same settings); EnvStateError if it cannot."""
+    kind that loaded the same ROM with the same settings); StateMismatchError if it cannot."""
     try:
         emulator_check(ale, saved)
-    except EnvStateError as exc:
-        raise EnvStateError(f"{where}: {exc}") from None
+    except StateMismatchError as exc:
+        raise StateMismatchError(f"{where}: {exc}") from None
     # A writable, contiguous copy: ctypes (atari_py) cannot take read-only maps.
     data = np.array(saved["state"], dtype=np.uint8, copy=True)
     if emulator_kind(ale) == "ale_py":

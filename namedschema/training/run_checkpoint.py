@@ -1,7 +1,7 @@
 """``RunCheckpoint``: checkpoint and resume a whole training loop, exactly.
 
 RunCheckpoint         the checkpoint of one run: what it is made of, restore, save
-RunCheckpointError    a checkpoint that does not fit the run (names, kinds and array shapes are
+StateMismatchError    a checkpoint that does not fit the run (names, kinds and array shapes are
                       checked before anything changes; see :meth:`RunCheckpoint.restore`)
 RunCheckpointWarning  part of the run that is restarted rather than resumed (said once)
 
@@ -37,7 +37,7 @@ from ..checkpoint._background import written
 from ..checkpoint._compression import compression_argument
 from ..checkpoint._read import load_for_restore
 from ..checkpoint._write import free_bytes, state_bytes
-from ..errors import FormatError, RunCheckpointError, RunCheckpointWarning
+from ..errors import FormatError, RunCheckpointError, RunCheckpointWarning, StateMismatchError
 from ..state import plain as _plain_state
 from ..state import rng as _rng_state
 from . import audit as _audit
@@ -45,7 +45,7 @@ from .state_kinds import CLASS_SETTING, KindContext, StateKind, kind_named, kind
 
 _log = logging.getLogger("namedschema")
 
-# What a row's check or a malformed file may raise: turned into one RunCheckpointError.
+# What a row's check or a malformed file may raise: turned into one StateMismatchError.
 _BAD_STATE = (TypeError, ValueError, KeyError, IndexError, AttributeError, OverflowError,
               RuntimeError, SystemError)
 _COMPONENT_KEYS = {"kind", "state", "settings"}
@@ -109,7 +109,7 @@ class RunCheckpoint:
             "Compressed checkpoints of a run", for what the default costs and saves.
 
     The folder of ``path`` must exist and be writable when the checkpoint is
-    made (a :class:`~namedschema.errors.RunCheckpointError` names it otherwise), and the first save
+    made (a :class:`~namedschema.errors.StateMismatchError` names it otherwise), and the first save
     of a new run is written before :meth:`save` returns (so that a target
     that cannot be written fails at once, not at the next save).
 
@@ -193,13 +193,13 @@ class RunCheckpoint:
                 if name in self._settings:
                     components[name]["settings"] = self._settings[name]
             except _plain_state.NotDataValue as exc:
-                raise RunCheckpointError(
+                raise StateMismatchError(
                     f"RunCheckpoint: {exc}; pass RunCheckpoint(..., allow_pickle=True) to "
                     "store it by pickling") from None
         try:
             loop_state = _plain_state.to_data(loop, "loop", self.allow_pickle)
         except _plain_state.NotDataValue as exc:
-            raise RunCheckpointError(f"RunCheckpoint.save: {exc}") from None
+            raise StateMismatchError(f"RunCheckpoint.save: {exc}") from None
         return {"format": FORMAT, "version": VERSION, "step": int(step),
                 "rng": _rng_state.rng_state() if self.global_rngs else None,
                 "components": components, "loop": loop_state}
@@ -236,7 +236,7 @@ class RunCheckpoint:
         except OSError as exc:
             if self.step is not None:
                 raise
-            raise RunCheckpointError(f"RunCheckpoint: the first checkpoint could not be "
+            raise StateMismatchError(f"RunCheckpoint: the first checkpoint could not be "
                                      f"written to {self.path!r}: {exc}") from exc
         if self._audit is not None:
             _audit.record_run_checkpoint_save(self._audit, step, self.path)
@@ -303,7 +303,7 @@ class RunCheckpoint:
         buffer's fields and counters, an env's wrappers and values, generator
         states, the loop's values), and the settings the run was built with
         against the checkpoint's (``accept_changes``). Any of it that does not
-        fit raises one :class:`~namedschema.errors.RunCheckpointError` and the
+        fit raises one :class:`~namedschema.errors.StateMismatchError` and the
         run is as it was. Envs that were not captured are left as they are and
         listed in ``ckpt.restarted`` (with a
         :class:`~namedschema.errors.RunCheckpointWarning`): reset them. A
@@ -319,11 +319,11 @@ class RunCheckpoint:
                 defer=self._copied())
         except FormatError as exc:
             if exc.expected is not None:  # a namedschema checkpoint of another kind
-                raise RunCheckpointError(
+                raise StateMismatchError(
                     f"RunCheckpoint: {self.path!r} is not a RunCheckpoint file (its header "
                     "does not say so; nothing in it was unpickled); refusing to use or "
                     "overwrite it") from exc
-            raise RunCheckpointError(
+            raise StateMismatchError(
                 f"RunCheckpoint: {self.path!r} cannot be restored: {exc} (nothing in the run "
                 "changed; delete the file to start fresh)") from exc
         rng, loop, accepted = self._checked(data)
@@ -362,8 +362,8 @@ class RunCheckpoint:
         if not self.quiet:
             print(message, file=sys.stderr, flush=True)
 
-    def _refuse(self, message: str) -> RunCheckpointError:
-        return RunCheckpointError(f"RunCheckpoint: {self.path!r} {message}")
+    def _refuse(self, message: str) -> StateMismatchError:
+        return StateMismatchError(f"RunCheckpoint: {self.path!r} {message}")
 
     def _checked(self, data: Any) -> tuple[Any, dict[str, Any], list[_Change]]:
         """Check the whole file against the run; ``(rng, loop, accepted changes)``."""
@@ -392,7 +392,7 @@ class RunCheckpoint:
             if saved_kind != kind.name:
                 known = "" if kind_named(saved_kind) is not None else " (a kind this " \
                     "namedschema does not know)"
-                raise RunCheckpointError(
+                raise StateMismatchError(
                     f"RunCheckpoint: {name!r} was saved as {saved_kind:.60}{known}, this "
                     f"run's is captured as {kind.name}")
         changes = self._changes(components)
@@ -401,9 +401,9 @@ class RunCheckpoint:
                 try:
                     kind.check(obj, components[name]["state"], self._context(name))
                 except _BAD_STATE as exc:
-                    if isinstance(exc, RunCheckpointError) and exc.where is not None:
+                    if isinstance(exc, StateMismatchError) and exc.where is not None:
                         raise  # its message already names the component
-                    raise RunCheckpointError(
+                    raise StateMismatchError(
                         f"RunCheckpoint: {name!r} cannot be restored from {self.path!r}: "
                         f"{type(exc).__name__}: {exc} (nothing in the run changed)",
                         where=name) from exc
@@ -440,7 +440,7 @@ class RunCheckpoint:
                     out.append((name, key, old, new))
         for name, key, old, new in out:
             if key == CLASS_SETTING:
-                raise RunCheckpointError(
+                raise StateMismatchError(
                     f"RunCheckpoint: {name!r} was saved from a {old!s:.100}, this run's is a "
                     f"{new!s:.100}; a checkpoint restores only into the class it was saved "
                     "from")
@@ -478,8 +478,8 @@ class RunCheckpoint:
                      done: list[str]) -> None:
         try:
             kind.apply(obj, state, self._context(name))
-        except (RunCheckpointError, *_BAD_STATE) as exc:
-            raise RunCheckpointError(f"RunCheckpoint: {name!r} cannot be restored from "
+        except (StateMismatchError, *_BAD_STATE) as exc:
+            raise StateMismatchError(f"RunCheckpoint: {name!r} cannot be restored from "
                                      f"{self.path!r}: {type(exc).__name__}: {exc} (already "
                                      f"restored: {done})", where=name) from exc
 
@@ -544,7 +544,7 @@ def _check_room(path: str, state: Any, compression: Any = None) -> None:
     if need > free:
         what = ("the tracked arrays and tensors, replay buffers included" if compression
                 is None else "the tracked arrays and tensors that are not compressed")
-        raise RunCheckpointError(
+        raise StateMismatchError(
             f"RunCheckpoint: the checkpoint {path!r} needs about {need:,} bytes "
             f"({need / 2**30:.2f} GiB: {what}), but only {free:,} bytes "
             f"({free / 2**30:.2f} GiB) are free there; "
@@ -555,11 +555,11 @@ def _check_target(path: str) -> None:
     """Refuse, when the checkpoint is made, a target that no save could write."""
     folder = os.path.dirname(os.path.abspath(path))
     if os.path.isdir(path):
-        raise RunCheckpointError(f"RunCheckpoint: {path!r} is a directory, not a checkpoint "
+        raise StateMismatchError(f"RunCheckpoint: {path!r} is a directory, not a checkpoint "
                                  "file")
     if not os.path.isdir(folder):
-        raise RunCheckpointError(f"RunCheckpoint: the folder {folder!r} of the checkpoint "
+        raise StateMismatchError(f"RunCheckpoint: the folder {folder!r} of the checkpoint "
                                  f"{path!r} does not exist (create it first)")
     if not os.access(folder, os.W_OK | os.X_OK):
-        raise RunCheckpointError(f"RunCheckpoint: the folder {folder!r} of the checkpoint "
+        raise StateMismatchError(f"RunCheckpoint: the folder {folder!r} of the checkpoint "
                                  f"{path!r} is not writable")

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..checkpoint._storage import copy_from_map
-from ..errors import RunCheckpointError
+from ..errors import StateMismatchError
 
 if TYPE_CHECKING:
     from .state_kinds import KindContext
@@ -97,34 +97,34 @@ def _fits(saved: Any, built: Any) -> bool:
 
 
 def check(obj: Any, state: Any, ctx: KindContext) -> None:
-    """Raise RunCheckpointError when ``state`` cannot go into ``obj``; change nothing."""
+    """Raise StateMismatchError when ``state`` cannot go into ``obj``; change nothing."""
     where = f"RunCheckpoint: {ctx.name!r} ({type(obj).__qualname__})"
     if state.get("class") != type(obj).__qualname__:
-        raise RunCheckpointError(f"{where} was saved from a {state.get('class')}", where=ctx.name)
+        raise StateMismatchError(f"{where} was saved from a {state.get('class')}", where=ctx.name)
     for name in CONFIG:
         saved, built = state["config"].get(name), getattr(obj, name)
         if saved != built:
-            raise RunCheckpointError(f"{where} was saved with {name}={saved!r}, this "
+            raise StateMismatchError(f"{where} was saved with {name}={saved!r}, this "
                                      f"buffer has {name}={built!r}", where=ctx.name)
     built_arrays = {name: getattr(obj, name) for name in ARRAYS if name in vars(obj)}
     if set(state["arrays"]) != set(built_arrays):
-        raise RunCheckpointError(f"{where} was saved with arrays {sorted(state['arrays'])}, "
+        raise StateMismatchError(f"{where} was saved with arrays {sorted(state['arrays'])}, "
                                  f"this buffer has {sorted(built_arrays)}", where=ctx.name)
     for name, built in built_arrays.items():
         if not _fits(state["arrays"][name], built):
-            raise RunCheckpointError(
+            raise StateMismatchError(
                 f"{where}: {name} was saved as {_describe(state['arrays'][name])}, this "
                 f"buffer's is {_describe(built)}", where=ctx.name)
     pos, size = int(state["pos"]), int(obj.buffer_size)
     if not 0 <= pos < size:
-        raise RunCheckpointError(f"{where}: pos {pos} is outside the buffer's {size} rows", where=ctx.name)
+        raise StateMismatchError(f"{where}: pos {pos} is outside the buffer's {size} rows", where=ctx.name)
     extras, _other = _extras(obj)
     if set(state["extras"]) != set(extras):
-        raise RunCheckpointError(f"{where} was saved with attributes {sorted(state['extras'])}, "
+        raise StateMismatchError(f"{where} was saved with attributes {sorted(state['extras'])}, "
                                  f"this buffer has {sorted(extras)}", where=ctx.name)
     for name, built in extras.items():
         if isinstance(built, np.ndarray) and not _fits(state["extras"][name], built):
-            raise RunCheckpointError(f"{where}: {name} was saved as "
+            raise StateMismatchError(f"{where}: {name} was saved as "
                                      f"{_describe(state['extras'][name])}, this buffer's is "
                                      f"{_describe(built)}", where=ctx.name)
 

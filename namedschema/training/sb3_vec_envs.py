@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..errors import RunCheckpointError
+from ..errors import StateMismatchError
 from ..state.env import capture_env, capture_layer, restore_env, restore_layer
 
 if TYPE_CHECKING:
@@ -122,16 +122,16 @@ def capture(obj: Any, ctx: KindContext) -> dict[str, Any]:
 
 
 def check(obj: Any, state: Any, ctx: KindContext) -> None:
-    """The same layers (by class) and the same number of sub-envs, or RunCheckpointError."""
+    """The same layers (by class) and the same number of sub-envs, or StateMismatchError."""
     chain = _chain(obj)
     saved = [layer["captured"]["class"] if "captured" in layer else "?"
              for layer in state["layers"]]
     built = [type(layer).__qualname__ for layer in chain]
     if len(saved) != len(built) or any(s not in ("?", b) for s, b in zip(saved, built, strict=False)):
-        raise RunCheckpointError(f"RunCheckpoint: {ctx.name!r} was saved as the vector envs "
+        raise StateMismatchError(f"RunCheckpoint: {ctx.name!r} was saved as the vector envs "
                                  f"{saved}, this one is {built}", where=ctx.name)
     if len(state["envs"]) != chain[-1].num_envs:
-        raise RunCheckpointError(f"RunCheckpoint: {ctx.name!r} was saved with "
+        raise StateMismatchError(f"RunCheckpoint: {ctx.name!r} was saved with "
                                  f"{len(state['envs'])} sub-envs, this one has "
                                  f"{chain[-1].num_envs}", where=ctx.name)
 

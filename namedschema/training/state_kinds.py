@@ -16,7 +16,7 @@ kind_named      the row a file's kind name stands for
 register_kind   add a row (integrations), before a built-in one or at the end
 
 The rules every row keeps: ``capture`` draws from no generator and changes
-nothing in the run; ``check`` raises :class:`~namedschema.errors.RunCheckpointError`
+nothing in the run; ``check`` raises :class:`~namedschema.errors.StateMismatchError`
 (or any exception, which the restore turns into one) when a saved state cannot go
 into the object, and changes nothing, so a restore checks every component before
 it writes any; ``apply`` puts a checked state in. A file is untrusted input: a
@@ -44,11 +44,10 @@ import numpy as np
 
 from .._core.tree import torch_if_loaded
 from ..checkpoint._storage import copy_from_map
-from ..errors import RunCheckpointError
+from ..errors import StateMismatchError
 from ..state import plain as _plain_state
 from ..state import rng as _rng
 from ..state.env import (
-    EnvStateError,
     capture_env,
     check_env,
     emulator_apply,
@@ -86,7 +85,7 @@ class KindContext:
     warn_once: Callable[[str, str], None] = lambda key, message: None
     restarted: dict[str, str] = field(default_factory=dict)
     # How the caller words a refusal (``namedschema.rlpyt.resumable``: StateMismatchError);
-    # None: RunCheckpointError naming the component and the file.
+    # None: StateMismatchError naming the component and the file.
     fail: Callable[[str], Exception] | None = None
 
 
@@ -125,7 +124,7 @@ def qualified_name(cls: type) -> str:
 def _fail(ctx: KindContext, message: str) -> Exception:
     if ctx.fail is not None:
         return ctx.fail(message)
-    return RunCheckpointError(f"RunCheckpoint: {ctx.name!r} cannot be restored from "
+    return StateMismatchError(f"RunCheckpoint: {ctx.name!r} cannot be restored from "
                               f"{ctx.path!r}: {message} (nothing in the run changed)",
                               where=ctx.name)
 
@@ -248,7 +247,7 @@ def _emulator_capture(obj: Any, ctx: KindContext) -> Any:
 def _emulator_check(obj: Any, state: Any, ctx: KindContext) -> None:
     try:
         emulator_check(obj, state)
-    except EnvStateError as exc:
+    except StateMismatchError as exc:
         raise _fail(ctx, str(exc)) from None
 
 
@@ -508,7 +507,7 @@ def _array_capture(obj: Any, ctx: KindContext) -> Any:
 
 def _array_check(obj: Any, state: Any, ctx: KindContext) -> None:
     if np.shape(state) != obj.shape or getattr(state, "dtype", None) != obj.dtype:
-        raise RunCheckpointError(
+        raise StateMismatchError(
             f"RunCheckpoint: {ctx.name!r} was saved as an array of "
             f"{getattr(state, 'dtype', type(state).__name__)} {np.shape(state)}, this run's is "
             f"{obj.dtype} {obj.shape}")

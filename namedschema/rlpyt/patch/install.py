@@ -148,7 +148,7 @@ def _at_or_after(row: list[str], column: int, itr: int) -> bool:
 # unpatch_rlpyt     undo everything patch_rlpyt did
 # is_patched        whether the patch is active in this process
 # RlpytPatch        what one call of patch_rlpyt changed (returned by it)
-# RlpytImportError  rlpyt cannot be imported (an ImportError)
+# RlpytImportError  old name of the MissingModuleError raised when rlpyt cannot be imported
 
 # Names replaced in rlpyt.utils.collections, with their namedschema versions.
 _COLLECTIONS_NAMES = {
@@ -468,8 +468,8 @@ def patch_rlpyt(*, stdlib_namedtuple: bool = True,
         An :class:`RlpytPatch` listing what was changed.
 
     Raises:
-        RlpytImportError: (an ``ImportError`` and a ``NamedSchemaError``)
-            rlpyt cannot be imported.
+        MissingModuleError: (a ``ModuleNotFoundError`` and a ``NamedSchemaError``;
+            ``RlpytImportError`` is its old name) rlpyt cannot be imported.
     """
     with _lock:
         if _state.active:
