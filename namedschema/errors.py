@@ -385,9 +385,12 @@ class MissingModuleError(NamedSchemaError, ModuleNotFoundError):
         file: the checkpoint being loaded, when known (else None).
     """
 
-    def __init__(self, module_or_message: str, qualname: str | None = None,
-                 reason: str = "", /, *, module: str | None = None):
+    def __init__(self, module_or_message: str, /, qualname: str | None = None,
+                 reason: str = "", *, module: str | None = None):
         self.file: str | None = None
+        if qualname is not None and module is not None:
+            raise TypeError("MissingModuleError: module= goes with the one-message form, "
+                            "not with a qualname")
         if qualname is None:
             self.module, self.qualname, self.reason = module, "", ""
             self._form: tuple[str, ...] = (module_or_message,)
@@ -401,8 +404,7 @@ class MissingModuleError(NamedSchemaError, ModuleNotFoundError):
                          name=module_or_message)
 
     def __reduce__(self) -> tuple[type[Self], tuple[object, ...], dict[str, Any]]:
-        return type(self), self._form, {"module": self.module, "file": self.file,
-                                        "name": self.name}
+        return type(self), self._form, {**vars(self), "name": self.name, "path": self.path}
 
 
 class MissingClassError(NamedSchemaError, AttributeError):

@@ -76,7 +76,7 @@ DESCRIPTIONS = {
     "round4.journal_growth_refused": "journals naming a larger size, inconsistent: refused",
     "round4.run_damaged": "RunCheckpoint files with bytes flipped or cut, restored",
     "round4.run_mutated": "RunCheckpoint state trees with a node changed, restored",
-    "round4.run_refused": "... refused with one RunCheckpointError, run unchanged",
+    "round4.run_refused": "... refused with one StateMismatchError, run unchanged",
     "round4.tiny_run": "tiny hostile RunCheckpoint files (time and memory bounded)",
     "round4.tiny_evolution": "tiny hostile files loaded into another schema (bounded)",
     "round4.manifest_fuzz": "tiny hostile Ray manifests and shard files (bounded)",

@@ -246,7 +246,7 @@ def buffer_from_example(example: Any, leading_dims: _Dims, share_memory: bool = 
             as ``Samples.agent_info.prev_action``. Also for ``leading_dims``
             that are not ints.
         BufferShapeError: (a ValueError) a leading dimension is negative.
-        SizeLimitError: (a BufferShapeError and a MemoryError) an array would
+        SizeLimitError: (a BufferShapeError, SchemaEvolutionError and MemoryError) an array would
             take more bytes than numpy can address, or the allocation failed;
             the message names the field, shape and bytes.
 

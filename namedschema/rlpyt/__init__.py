@@ -6,8 +6,9 @@ checkpoint_history, CheckpointStat
 WorkerError a parallel sampler's worker failed in a resumable run (raised in the
             main process instead of rlpyt's wait forever; ``SamplerWorkerError``,
             its deprecated name, is the same class)
-patch_rlpyt, unpatch_rlpyt, is_patched, RlpytPatch, RlpytImportError
-            the drop-in (namedschema.rlpyt.patch)
+patch_rlpyt, unpatch_rlpyt, is_patched, RlpytPatch
+            the drop-in (namedschema.rlpyt.patch); ``RlpytImportError`` is the
+            deprecated name of the MissingModuleError raised without rlpyt
 namedschema.rlpyt.atari_py_adapter
             ``install()`` makes ``import atari_py`` give an adapter over ale-py,
             so rlpyt's own ``AtariEnv`` runs on Python 3.11+ (unless a real

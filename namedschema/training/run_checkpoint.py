@@ -394,7 +394,7 @@ class RunCheckpoint:
                     "namedschema does not know)"
                 raise StateMismatchError(
                     f"RunCheckpoint: {name!r} was saved as {saved_kind:.60}{known}, this "
-                    f"run's is captured as {kind.name}")
+                    f"run's is captured as {kind.name}", where=name)
         changes = self._changes(components)
         for name, (kind, obj) in self._components.items():
             if kind.check is not None:
@@ -443,7 +443,7 @@ class RunCheckpoint:
                 raise StateMismatchError(
                     f"RunCheckpoint: {name!r} was saved from a {old!s:.100}, this run's is a "
                     f"{new!s:.100}; a checkpoint restores only into the class it was saved "
-                    "from")
+                    "from", where=name)
         return out
 
     def _accepted_changes(self, changes: list[_Change]) -> list[_Change]:

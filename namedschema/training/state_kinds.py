@@ -18,7 +18,9 @@ register_kind   add a row (integrations), before a built-in one or at the end
 The rules every row keeps: ``capture`` draws from no generator and changes
 nothing in the run; ``check`` raises :class:`~namedschema.errors.StateMismatchError`
 (or any exception, which the restore turns into one) when a saved state cannot go
-into the object, and changes nothing, so a restore checks every component before
+into the object (made by ``_fail(ctx, message)``, or with ``where=ctx.name`` when its
+message names the component already: the restore then passes it on as it is, and adds
+the name to one without), and changes nothing, so a restore checks every component before
 it writes any; ``apply`` puts a checked state in. A file is untrusted input: a
 check looks at types, sizes and bounds before it uses a value.
 
@@ -510,7 +512,7 @@ def _array_check(obj: Any, state: Any, ctx: KindContext) -> None:
         raise StateMismatchError(
             f"RunCheckpoint: {ctx.name!r} was saved as an array of "
             f"{getattr(state, 'dtype', type(state).__name__)} {np.shape(state)}, this run's is "
-            f"{obj.dtype} {obj.shape}")
+            f"{obj.dtype} {obj.shape}", where=ctx.name)
 
 
 def _array_apply(obj: Any, state: Any, ctx: KindContext) -> None:

@@ -214,11 +214,12 @@ def test_an_array_of_another_shape_is_refused_before_anything_is_restored(tmp_pa
     namedschema.RunCheckpoint(path, global_rngs=False).track(
         a=np.arange(3.0), b=np.arange(4.0)).save(7)
     a, b = np.zeros(3), np.zeros(5)            # b built differently
-    with pytest.raises(RunCheckpointError, match=r"'b' was saved as an array of float64 \(4,\)"):
+    with pytest.raises(RunCheckpointError,
+                       match=r"^RunCheckpoint: 'b' was saved as an array of float64 \(4,\)"):
         namedschema.RunCheckpoint(path, global_rngs=False).track(a=a, b=b).restore()
     assert not a.any()                          # nothing was written into a
     c = np.zeros(4, np.float32)                 # another dtype
-    with pytest.raises(RunCheckpointError, match="'b' was saved as an array of float64"):
+    with pytest.raises(RunCheckpointError, match="^RunCheckpoint: 'b' was saved as an array of float64"):
         namedschema.RunCheckpoint(path, global_rngs=False).track(a=a, b=c).restore()
     assert not a.any()
 
