@@ -8,21 +8,16 @@ SchemaError             a schema definition is invalid, or an unpickled one conf
 SchemaClassError        a class statement cannot define a schema (a SchemaError, also a TypeError)
 StructureMismatchError  a value does not have the expected structure (TypeError)
 FieldError              reading or writing a field failed; also its builtin class (see below)
-FormatError             a checkpoint file is not valid, is of another kind than expected,
-                        or needs allow_pickle (ValueError)
+FormatError             a file is not a valid checkpoint of the kind expected, or needs pickle
 SaveError               save refused a non-regular file, or a background writer failed (OSError)
 NotDataError            save met a value that is not data and allow_pickle was not given
 UnpicklableError        an attribute of an object being pickled cannot be (TypeError)
-MissingModuleError      unpickling (or patch_rlpyt) needs a module this process cannot import
-                        (ModuleNotFoundError)
+MissingModuleError      unpickling or patch_rlpyt needs a module it cannot import here
 MissingClassError       unpickling needs a name its module lacks here (AttributeError)
 SchemaEvolutionError    saved data does not map onto today's schemas (ValueError)
 BufferShapeError        buffer arrays or a saved replay buffer state do not fit (ValueError)
-SizeLimitError          a buffer too large to allocate, or new fields that would fill more
-                        memory than the file justifies (a BufferShapeError, a
-                        SchemaEvolutionError and a MemoryError)
-StateMismatchError      saved state does not fit what it is restored into: a run's component,
-                        an env, a RunCheckpoint (ValueError)
+SizeLimitError          a buffer or new fields too large to allocate (also a MemoryError)
+StateMismatchError      saved state does not fit the run's part it is restored into (ValueError)
 ResumeError             an rlpyt runner or checkpoint that cannot be resumed (RuntimeError)
 WorkerError             a sampler worker or a ShardedReplay shard failed (RuntimeError)
 
@@ -36,9 +31,9 @@ catches it. The common ones have names here: FieldIndexError, FieldKeyError,
 FieldTypeError, FieldValueError, FieldRuntimeError, and FieldOverflowError (also an
 IndexError, as numpy reports most out-of-range indices).
 
-Deprecated names (issue 29 merged classes that users could not tell apart by what they
-catch): each is a name of the class that replaced it, so ``except OldName`` still catches
-everything it caught, and pickles made before still load.
+Deprecated names (issue 29 merged classes a caller acts on alike; where a restore must
+tell two apart, an attribute says it): each is a name of the class that replaced it, so
+``except OldName`` still catches everything it caught, and pickles made before still load.
 
 SchemaDefinitionError, SchemaConflictError            SchemaError
 NotRegularFileError, BackgroundSaveError              SaveError
