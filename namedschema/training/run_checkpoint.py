@@ -41,7 +41,14 @@ from ..errors import FormatError, RunCheckpointError, RunCheckpointWarning, Stat
 from ..state import plain as _plain_state
 from ..state import rng as _rng_state
 from . import audit as _audit
-from .state_kinds import CLASS_SETTING, KindContext, StateKind, kind_named, kind_of
+from .state_kinds import (
+    CLASS_SETTING,
+    KindContext,
+    StateKind,
+    kind_named,
+    kind_of,
+    names_its_component,
+)
 
 _log = logging.getLogger("namedschema")
 
@@ -401,8 +408,8 @@ class RunCheckpoint:
                 try:
                     kind.check(obj, components[name]["state"], self._context(name))
                 except _BAD_STATE as exc:
-                    if isinstance(exc, StateMismatchError) and exc.where is not None:
-                        raise  # its message already names the component
+                    if names_its_component(exc):
+                        raise
                     raise StateMismatchError(
                         f"RunCheckpoint: {name!r} cannot be restored from {self.path!r}: "
                         f"{type(exc).__name__}: {exc} (nothing in the run changed)",

@@ -65,7 +65,7 @@ from . import sb3_vec_envs as _sb3_vec_envs
 from .replay import PrioritizedReplayBuffer, ReplayBuffer
 
 __all__ = ["StateKind", "KindContext", "KINDS", "kind_of", "kind_named", "register_kind",
-           "CLASS_SETTING", "qualified_name"]
+           "CLASS_SETTING", "qualified_name", "names_its_component"]
 
 CLASS_SETTING = "class"     # the settings key of an object's class: never accepted changed
 
@@ -121,6 +121,12 @@ class StateKind:
 def qualified_name(cls: type) -> str:
     """``module.QualName`` of a class, as settings store it."""
     return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def names_its_component(exc: BaseException) -> bool:
+    """Whether a refusal from a row's ``check`` already names its component (``where`` set):
+    a restore passes it on as it is, and words any other with the component's name."""
+    return isinstance(exc, StateMismatchError) and exc.where is not None
 
 
 def _fail(ctx: KindContext, message: str) -> Exception:

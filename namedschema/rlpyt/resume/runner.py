@@ -255,7 +255,7 @@ def _load_checkpoint(path: str | os.PathLike[str]) -> dict[str, Any]:
         data = _checkpoint.load(path, allow_pickle=True, mmap_mode=mappable(path),
                                 expect_metadata=_MARKER)
     except FormatError as exc:
-        if exc.metadata is None:
+        if exc.metadata is None:  # not a namedschema checkpoint of another kind
             raise
         if exc.metadata.get("kind") == CHECKPOINT_KIND:
             raise ResumeError(f"resumable: {path} has resume-state version "

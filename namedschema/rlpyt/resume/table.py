@@ -170,8 +170,8 @@ class ResumeContext:
                 kind.check(obj, state, kctx)
             except (TypeError, ValueError, KeyError, IndexError, AttributeError,
                     OverflowError, RuntimeError) as exc:
-                if isinstance(exc, StateMismatchError) and exc.where is not None:
-                    raise  # its message already names the component
+                if _kinds.names_its_component(exc):
+                    raise
                 raise StateMismatchError(f"{where}: {exc}", where=where) from None
         kind.apply(obj, state, kctx)
 
